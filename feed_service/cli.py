@@ -1,0 +1,53 @@
+"""``feedctl``: one entry point, one module per subcommand under ``feed_service.commands``.
+
+Each command module exposes ``register(subparsers)`` which adds its parser and sets
+``handler`` (a callable ``(args) -> int``). Keeping them apart lets each adapter be
+imported lazily, so ``feedctl materialize`` never pays for importing pyspark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+#: Subcommand modules, in the order ``--help`` lists them.
+COMMAND_MODULES: tuple[str, ...] = (
+    "stack",
+    "topics",
+    "materialize",
+    "publish",
+    "workload",
+    "stream",
+    "serve",
+    "backfill",
+    "demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="feedctl", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"feed_service.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"feed_service.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return int(args.handler(args) or 0)

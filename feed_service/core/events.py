@@ -1,0 +1,303 @@
+"""Change events of the three source tables, their parser, and the rules that order versions.
+
+The envelope is the one of issue 3 (JSON Schemas in ``schemas/events/``)::
+
+    {"type":"tweet","op":"upsert","tweet_id","author_id","version","created_at","text","profile_version"}
+    {"type":"tweet","op":"delete","tweet_id","author_id","version"}
+    {"type":"follow","op":"follow"|"unfollow","follower_id","followee_id","version"}
+    {"type":"profile","user_id","version","display_name"[,"avatar_url"][,"bio"]}
+
+Bad input never raises anything but :class:`InvalidEvent`, whose ``code`` names the kind of fault
+(for metrics) and whose message says which field was wrong. Unknown extra fields are ignored.
+
+The version-ordering rules live here, next to the types, because the incremental engine
+(:mod:`feed_service.core.join`) and the batch reference (:mod:`feed_service.core.reference`) must
+apply exactly the same ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, TypeAlias
+
+FollowOp: TypeAlias = Literal["follow", "unfollow"]
+"""``follow`` makes the edge active, ``unfollow`` inactive; on a version tie ``unfollow`` wins."""
+
+RejectCode: TypeAlias = Literal[
+    "bad_json",
+    "not_object",
+    "missing_field",
+    "wrong_type",
+    "empty_id",
+    "negative_value",
+    "unknown_type",
+    "unknown_op",
+    "self_follow",
+]
+"""Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
+
+
+class InvalidEvent(ValueError):
+    """An input record that is not a valid event; it is counted and skipped, never applied."""
+
+    def __init__(self, code: RejectCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code: RejectCode = code
+        self.reason: str = reason
+
+
+@dataclass(frozen=True, slots=True)
+class TweetUpsert:
+    """A tweet's content at ``version``; the highest version wins (ties: see :func:`tweet_payload_digest`)."""
+
+    tweet_id: str
+    author_id: str
+    version: int
+    created_at: int
+    text: str
+    profile_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TweetDelete:
+    """Deletes a tweet for good: a delete is final whatever its version."""
+
+    tweet_id: str
+    author_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowChange:
+    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie."""
+
+    follower_id: str
+    followee_id: str
+    version: int
+    op: FollowOp
+
+    @property
+    def active(self) -> bool:
+        """Whether this change makes the edge active."""
+        return self.op == "follow"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileVersion:
+    """One version of a user profile; stored by (user_id, version), never overwritten by another version."""
+
+    user_id: str
+    version: int
+    display_name: str
+    avatar_url: str | None = None
+    bio: str | None = None
+
+
+Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion
+"""Any valid change event."""
+
+RawEvent: TypeAlias = Mapping[str, Any] | str | bytes | bytearray
+"""What :func:`parse_event` accepts: a decoded JSON object or its text."""
+
+
+def join_key(event: Event) -> str:
+    """Return the author key whose state owns ``event`` (tweets.author_id = follows.followee_id).
+
+    >>> join_key(FollowChange("ann", "bob", 1, "follow"))
+    'bob'
+    """
+    if isinstance(event, (TweetUpsert, TweetDelete)):
+        return event.author_id
+    if isinstance(event, FollowChange):
+        return event.followee_id
+    return event.user_id
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    value = obj.get(name, _MISSING)
+    if value is _MISSING:
+        raise InvalidEvent("missing_field", f"missing field {name!r}")
+    return value
+
+
+def _id(obj: Mapping[str, Any], name: str) -> str:
+    value = _field(obj, name)
+    if type(value) is not str:
+        raise InvalidEvent("wrong_type", f"field {name!r} must be a string, got {_type_name(value)}")
+    if not value:
+        raise InvalidEvent("empty_id", f"field {name!r} must not be empty")
+    return value
+
+
+def _text(obj: Mapping[str, Any], name: str) -> str:
+    value = _field(obj, name)
+    if type(value) is not str:
+        raise InvalidEvent("wrong_type", f"field {name!r} must be a string, got {_type_name(value)}")
+    return value
+
+
+def _optional_text(obj: Mapping[str, Any], name: str) -> str | None:
+    value = obj.get(name)
+    if value is not None and type(value) is not str:
+        raise InvalidEvent("wrong_type", f"field {name!r} must be a string or null, got {_type_name(value)}")
+    return value
+
+
+def _natural(obj: Mapping[str, Any], name: str) -> int:
+    value = _field(obj, name)
+    # type() rather than isinstance(): JSON true must not pass for 1.
+    if type(value) is not int:
+        raise InvalidEvent("wrong_type", f"field {name!r} must be an integer, got {_type_name(value)}")
+    if value < 0:
+        raise InvalidEvent("negative_value", f"field {name!r} must be non-negative, got {value}")
+    return value
+
+
+def parse_event(raw: RawEvent) -> Event:
+    """Validate one envelope and return its event, or raise :class:`InvalidEvent` with a reason.
+
+    >>> parse_event('{"type":"follow","op":"follow","follower_id":"a","followee_id":"b","version":3}')
+    FollowChange(follower_id='a', followee_id='b', version=3, op='follow')
+    >>> parse_event({"type": "profile", "user_id": "a", "version": True, "display_name": "A"})
+    Traceback (most recent call last):
+    ...
+    feed_service.core.events.InvalidEvent: field 'version' must be an integer, got bool
+    """
+    if isinstance(raw, (str, bytes, bytearray)):
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise InvalidEvent("bad_json", f"bad JSON: {exc}") from None
+    else:
+        obj = raw
+    if not isinstance(obj, Mapping):
+        raise InvalidEvent("not_object", f"event must be a JSON object, got {_type_name(obj)}")
+    kind = _field(obj, "type")
+    if kind == "tweet":
+        op = _field(obj, "op")
+        if op == "upsert":
+            return TweetUpsert(
+                tweet_id=_id(obj, "tweet_id"),
+                author_id=_id(obj, "author_id"),
+                version=_natural(obj, "version"),
+                created_at=_natural(obj, "created_at"),
+                text=_text(obj, "text"),
+                profile_version=_natural(obj, "profile_version"),
+            )
+        if op == "delete":
+            return TweetDelete(
+                tweet_id=_id(obj, "tweet_id"),
+                author_id=_id(obj, "author_id"),
+                version=_natural(obj, "version"),
+            )
+        raise InvalidEvent("unknown_op", f"unknown tweet op {op!r}")
+    if kind == "follow":
+        op = _field(obj, "op")
+        if op != "follow" and op != "unfollow":
+            raise InvalidEvent("unknown_op", f"unknown follow op {op!r}")
+        follower = _id(obj, "follower_id")
+        followee = _id(obj, "followee_id")
+        version = _natural(obj, "version")
+        if follower == followee:
+            raise InvalidEvent("self_follow", f"self-follow of {follower!r}")
+        return FollowChange(follower, followee, version, op)
+    if kind == "profile":
+        return ProfileVersion(
+            user_id=_id(obj, "user_id"),
+            version=_natural(obj, "version"),
+            display_name=_text(obj, "display_name"),
+            avatar_url=_optional_text(obj, "avatar_url"),
+            bio=_optional_text(obj, "bio"),
+        )
+    raise InvalidEvent("unknown_type", f"unknown event type {kind!r}")
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """Return the envelope of ``event`` (inverse of :func:`parse_event`), for replay files and tests."""
+    if isinstance(event, TweetUpsert):
+        return {
+            "type": "tweet", "op": "upsert", "tweet_id": event.tweet_id, "author_id": event.author_id,
+            "version": event.version, "created_at": event.created_at, "text": event.text,
+            "profile_version": event.profile_version,
+        }
+    if isinstance(event, TweetDelete):
+        return {"type": "tweet", "op": "delete", "tweet_id": event.tweet_id,
+                "author_id": event.author_id, "version": event.version}
+    if isinstance(event, FollowChange):
+        return {"type": "follow", "op": event.op, "follower_id": event.follower_id,
+                "followee_id": event.followee_id, "version": event.version}
+    out: dict[str, Any] = {"type": "profile", "user_id": event.user_id, "version": event.version,
+                           "display_name": event.display_name}
+    if event.avatar_url is not None:
+        out["avatar_url"] = event.avatar_url
+    if event.bio is not None:
+        out["bio"] = event.bio
+    return out
+
+
+# --- version-ordering rules ------------------------------------------------------------------------
+
+TweetContent: TypeAlias = tuple[int, int, str, int]
+"""(version, created_at, text, profile_version): a tweet's winning upsert, as kept in state."""
+
+Profile: TypeAlias = tuple[str, str | None, str | None]
+"""(display_name, avatar_url, bio): one profile version's payload."""
+
+
+def tweet_payload_digest(created_at: int, text: str, profile_version: int) -> int:
+    """Break ties between different upserts of one tweet at the same version: the greater digest wins.
+
+    A digest rather than the payload itself so that a tweet that has left the per-author state
+    (beyond the inbox cap) can still be compared: the state keeps its (version, digest) only.
+    64-bit BLAKE2b over a canonical encoding; equal payloads give equal digests, so duplicates are
+    no-ops.
+    """
+    blob = b"%d\x00%d\x00" % (created_at, profile_version) + text.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "big")
+
+
+def content_of(event: TweetUpsert) -> TweetContent:
+    """Return the state form of an upsert."""
+    return (event.version, event.created_at, event.text, event.profile_version)
+
+
+def content_digest(content: TweetContent) -> int:
+    """:func:`tweet_payload_digest` of a stored content tuple."""
+    return tweet_payload_digest(content[1], content[2], content[3])
+
+
+def content_beats(new: TweetContent, old: TweetContent) -> bool:
+    """Whether upsert content ``new`` replaces ``old``: higher version, or same version and greater digest."""
+    if new[0] != old[0]:
+        return new[0] > old[0]
+    return new != old and content_digest(new) > content_digest(old)
+
+
+def profile_of(event: ProfileVersion) -> Profile:
+    """Return the state form of a profile version."""
+    return (event.display_name, event.avatar_url, event.bio)
+
+
+def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, str]]:
+    """Total order of profile payloads; of two different payloads at one (user, version) the greater wins.
+
+    Compares display_name, then avatar_url, then bio, with null below every string.
+    """
+    name, avatar, bio = profile
+    return (name, (avatar is not None, avatar or ""), (bio is not None, bio or ""))
+
+
+def edge_rank(version: int, active: bool) -> tuple[int, bool]:
+    """Total order of follow-edge changes: higher version wins, and on a tie unfollow (inactive) wins."""
+    return (version, not active)

@@ -1,0 +1,207 @@
+"""In-memory home-timeline view fed by step outputs, and the driver that routes batches to keys.
+
+:class:`TimelineView` is the reference sink: it applies :class:`~feed_service.core.join.StepResult`
+outputs the way the Cassandra sink will (rows keyed by timeline and tweet, dimensions by versioned
+key) and hydrates display names at read time. :class:`Materializer` is the thin driver of issue 3:
+parse, group by :func:`~feed_service.core.events.join_key`, one :func:`~feed_service.core.join.step`
+per key, apply. The CLI and the tests use both; the Spark job replaces the driver, not the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from feed_service.core.events import (
+    Event,
+    FollowChange,
+    InvalidEvent,
+    ProfileVersion,
+    RawEvent,
+    TweetDelete,
+    TweetUpsert,
+    join_key,
+    parse_event,
+)
+from feed_service.core.join import (
+    DEFAULT_INBOX_CAP,
+    Entry,
+    ProfileRow,
+    StepResult,
+    step,
+)
+from feed_service.core.state import AuthorState, decode_state, encode_state
+
+RowKey = tuple[str, str]
+"""(author_id, tweet_id): identifies a tweet, and a row within one timeline."""
+
+
+_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion)
+
+
+class ViewContractError(RuntimeError):
+    """A delta that does not fit the view (insert of a present row, update/delete of a missing one)."""
+
+
+def sort_key(entry: Entry) -> tuple[int, str, str]:
+    """Timeline order, applied descending: newest created_at, then tweet_id, then author_id."""
+    return (entry.created_at, entry.tweet_id, entry.author_id)
+
+
+def entry_dict(entry: Entry, display_name: str | None) -> dict[str, Any]:
+    """Return the public shape of one timeline entry (the CLI contract of issue 3)."""
+    return {
+        "tweet_id": entry.tweet_id,
+        "author_id": entry.author_id,
+        "version": entry.version,
+        "text": entry.text,
+        "author_display_name": display_name,
+    }
+
+
+class TimelineView:
+    """Timelines, tweets and profiles as applied from step outputs; reads cap and hydrate.
+
+    Rows are stored uncapped (at most ``inbox_cap`` per followed author, since each author key
+    retains that many tweets); reads return the ``inbox_cap`` newest. With ``strict`` a delta that
+    contradicts the stored rows raises :class:`ViewContractError`, which is how tests catch a wrong
+    delta rather than only a wrong final result.
+    """
+
+    def __init__(self, *, inbox_cap: int = DEFAULT_INBOX_CAP, strict: bool = True) -> None:
+        self.inbox_cap = inbox_cap
+        self.strict = strict
+        self.timelines: dict[str, dict[RowKey, Entry]] = {}
+        self.tweets: dict[RowKey, Entry | None] = {}
+        self.profiles: dict[tuple[str, int], ProfileRow] = {}
+
+    def apply(self, result: StepResult) -> None:
+        """Apply one step's outputs."""
+        strict = self.strict
+        timelines = self.timelines
+        for op, entry, timeline_ids in result.deltas:
+            row = (entry.author_id, entry.tweet_id)
+            if op == "delete":
+                for uid in timeline_ids:
+                    rows = timelines.get(uid)
+                    if rows is None or rows.pop(row, None) is None:
+                        if strict:
+                            raise ViewContractError(f"delete of missing row {row} in timeline {uid!r}")
+                        continue
+                    if not rows:
+                        del timelines[uid]
+            else:
+                for uid in timeline_ids:
+                    rows = timelines.setdefault(uid, {})
+                    if strict and (row in rows) != (op == "update"):
+                        raise ViewContractError(f"{op} of {'missing' if op == 'update' else 'present'} "
+                                                f"row {row} in timeline {uid!r}")
+                    rows[row] = entry
+        for change in result.tweets:
+            self.tweets[(change.author_id, change.tweet_id)] = change.entry
+        for prow in result.profiles:
+            self.profiles[(prow.user_id, prow.version)] = prow
+
+    def display_name(self, author_id: str, profile_version: int) -> str | None:
+        """The author's display name at exactly ``profile_version``, or None while unknown."""
+        prow = self.profiles.get((author_id, profile_version))
+        return None if prow is None else prow.display_name
+
+    def entries(self, user_id: str) -> list[Entry]:
+        """The ``inbox_cap`` newest entries of ``user_id``'s timeline, newest first."""
+        rows = self.timelines.get(user_id)
+        if not rows:
+            return []
+        return sorted(rows.values(), key=sort_key, reverse=True)[: self.inbox_cap]
+
+    def read(self, user_id: str) -> list[dict[str, Any]]:
+        """``user_id``'s timeline in the public entry shape, display names hydrated."""
+        return [entry_dict(e, self.display_name(e.author_id, e.profile_version)) for e in self.entries(user_id)]
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        """Every non-empty timeline, by user id in sorted order."""
+        return {uid: self.read(uid) for uid in sorted(self.timelines) if self.timelines[uid]}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One rejected input record: its position (line number in the CLI) and why."""
+
+    position: int
+    code: str
+    reason: str
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """What one micro-batch did."""
+
+    accepted: int = 0
+    rejections: list[Rejection] = field(default_factory=list)
+    keys: int = 0
+    timeline_deltas: int = 0
+
+
+class Materializer:
+    """Drive micro-batches through :func:`step`, one call per author key, into a :class:`TimelineView`.
+
+    ``encode_states`` keeps every key's state as bytes between batches, as a keyed state store
+    would, so the codec is exercised on the same path.
+    """
+
+    def __init__(
+        self,
+        *,
+        inbox_cap: int = DEFAULT_INBOX_CAP,
+        view: TimelineView | None = None,
+        encode_states: bool = False,
+        clock_start: int = 0,
+    ) -> None:
+        self.inbox_cap = inbox_cap
+        self.view = view if view is not None else TimelineView(inbox_cap=inbox_cap)
+        self.encode_states = encode_states
+        self.clock_start = clock_start
+        self.states: dict[str, AuthorState | bytes] = {}
+        self.rejected = 0
+        self.accepted = 0
+
+    def state(self, key: str) -> AuthorState | None:
+        """The current state of ``key`` (decoded), or None if never seen."""
+        stored = self.states.get(key)
+        if stored is None or isinstance(stored, AuthorState):
+            return stored
+        return decode_state(stored)
+
+    def process_batch(self, raw_events: Iterable[RawEvent | Event], *, first_position: int = 0) -> BatchReport:
+        """Parse, route and apply one micro-batch; rejected records are counted, never raised.
+
+        The i-th record's position is ``first_position + i``. Parsed events pass through as they are.
+        """
+        report = BatchReport()
+        groups: dict[str, list[Event]] = {}
+        for i, raw in enumerate(raw_events):
+            if isinstance(raw, _EVENT_TYPES):
+                event: Event = raw
+            else:
+                try:
+                    event = parse_event(raw)  # type: ignore[arg-type]
+                except InvalidEvent as exc:
+                    report.rejections.append(Rejection(first_position + i, exc.code, exc.reason))
+                    continue
+            groups.setdefault(join_key(event), []).append(event)
+            report.accepted += 1
+        for key in sorted(groups):
+            result = self.step_key(key, groups[key])
+            report.timeline_deltas += result.delta_count
+        report.keys = len(groups)
+        self.accepted += report.accepted
+        self.rejected += len(report.rejections)
+        return report
+
+    def step_key(self, key: str, changes: Sequence[Event]) -> StepResult:
+        """Run one key's step against its stored state, store the new state, apply the outputs."""
+        result = step(self.state(key), changes, inbox_cap=self.inbox_cap, clock_start=self.clock_start)
+        self.states[key] = encode_state(result.state) if self.encode_states else result.state
+        self.view.apply(result)
+        return result
+

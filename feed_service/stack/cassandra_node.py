@@ -132,6 +132,7 @@ user_defined_functions_enabled: false
             "-XX:MaxTenuringThreshold=1",
             "-XX:MaxGCPauseMillis=300",
             "-XX:+AlwaysPreTouch",
+            "-XX:+ExitOnOutOfMemoryError",
             "-XX:MaxDirectMemorySize=512m",
             "-Xss256k",
             *JVM17_OPTIONS,

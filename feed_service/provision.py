@@ -1,0 +1,19 @@
+"""Provision what the service needs on a running stack: Kafka topics and the Cassandra schema."""
+
+from __future__ import annotations
+
+from feed_service.settings import Settings
+from feed_service.store.schema import apply_schema
+from feed_service.store.session import connect
+from feed_service.topics import TopicReport, ensure_topics
+
+
+def provision(settings: Settings) -> list[TopicReport]:
+    """Idempotent: create missing topics (aligning drifted configs) and the keyspace and tables."""
+    reports = ensure_topics(settings.kafka_bootstrap, settings.topics.values())
+    cluster, session = connect(settings)
+    try:
+        apply_schema(session, settings.keyspace)
+    finally:
+        cluster.shutdown()
+    return reports

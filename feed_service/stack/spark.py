@@ -1,0 +1,82 @@
+"""Spark in local mode from the pyspark wheel, with the Kafka connector fetched by Maven.
+
+Spark's own Ivy resolver (``spark.jars.packages``) cannot be relied on to reach the registry here, so
+the connector and its dependencies are fetched by :mod:`feed_service.stack.maven` and passed as
+``spark.jars``, minus every artifact the wheel already ships (two copies of a class on one classpath
+is the classic source of ``NoSuchMethodError``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from feed_service.stack import maven
+from feed_service.stack.config import DEFAULT_CACHE_DIR
+from feed_service.stack.versions import SPARK_VERSION
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: State store provider required by transformWithState (see shared/design/spark-notes.md).
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+_VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
+
+
+def _artifact(jar: Path) -> str:
+    return _VERSION_SUFFIX.sub("", jar.name)
+
+
+def kafka_connector_jars(cache_dir: Path = DEFAULT_CACHE_DIR) -> list[Path]:
+    """The connector's jars that the pyspark wheel does not already ship (fetched when missing)."""
+    import pyspark
+
+    if pyspark.__version__ != SPARK_VERSION:
+        raise RuntimeError(
+            f"pyspark {pyspark.__version__} is installed but the stack pins Spark {SPARK_VERSION}; "
+            "run ./scripts/bootstrap"
+        )
+    shipped = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    lib = maven.fetch(cache_dir, "spark-kafka")
+    return sorted(j for j in lib.glob("*.jar") if _artifact(j) not in shipped)
+
+
+def build_session(
+    app_name: str,
+    *,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    master: str = "local[2]",
+    shuffle_partitions: int = 4,
+    extra_conf: Mapping[str, str] | None = None,
+) -> "SparkSession":
+    """A local SparkSession with the Kafka connector and RocksDB state store configured."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", _python())
+    jars = ",".join(str(j) for j in kafka_connector_jars(cache_dir))
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.jars", jars)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable

@@ -1,0 +1,1 @@
+"""Cassandra adapter: schema, sessions and the timeline store."""

@@ -167,12 +167,16 @@ user_defined_functions_enabled: false
             [self.config.host],
             port=self.config.cassandra_port,
             connect_timeout=timeout,
-            load_balancing_policy=WhiteListRoundRobinPolicy([self.config.host]),
+            execution_profiles={
+                EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                    load_balancing_policy=WhiteListRoundRobinPolicy([self.config.host]), request_timeout=timeout
+                )
+            },
             protocol_version=5,
         )
         try:
             session = cluster.connect()
-            row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
+            row = session.execute("SELECT release_version FROM system.local").one()
             if row is None:
                 raise RuntimeError("system.local returned no row")
         finally:

@@ -1,0 +1,103 @@
+"""Shared fixtures. Integration tests get one real local stack per pytest session.
+
+The test stack lives in ``.stack/test/<run>`` with free ports, so it runs beside a developer's stack.
+A run that crashed (owner process gone) leaves a folder whose services the next run stops and
+removes first, so nothing it left can block the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from feed_service.settings import Settings
+from feed_service.stack.config import REPO_ROOT, StackConfig
+
+TEST_STACKS = REPO_ROOT / ".stack" / "test"
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _owner_alive(run_dir: Path) -> bool:
+    try:
+        pid = int((run_dir / "owner.pid").read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reap_stale_stacks() -> None:
+    from feed_service.stack.local_stack import LocalStack
+
+    if not TEST_STACKS.exists():
+        return
+    for run_dir in TEST_STACKS.iterdir():
+        if run_dir.is_dir() and not _owner_alive(run_dir):
+            config = StackConfig.load(run_dir)
+            if config is not None:
+                LocalStack(config).down()
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stack_config() -> Iterator[StackConfig]:
+    """A running Kafka + Cassandra for this session (started once, stopped at the end)."""
+    from feed_service.stack.local_stack import LocalStack
+
+    _reap_stale_stacks()
+    run_dir = TEST_STACKS / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_dir.mkdir(parents=True)
+    (run_dir / "owner.pid").write_text(str(os.getpid()))
+    config = StackConfig.with_free_ports(run_dir)
+    stack = LocalStack(config)
+    try:
+        timings = stack.up()
+        print("\ntest stack up: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+        yield config
+    finally:
+        stack.down()
+        if os.environ.get("FEED_KEEP_TEST_STACK") != "1":
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def settings(stack_config: StackConfig) -> Settings:
+    """Settings of the test stack, provisioned (topics, keyspace ``feed_test`` and tables)."""
+    from feed_service.provision import provision
+
+    settings = Settings.for_stack(stack_config, keyspace="feed_test")
+    provision(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def spark(stack_config: StackConfig):
+    """One local SparkSession for the session's Spark tests (JVM start-up is the slow part)."""
+    from feed_service.stack.spark import build_session
+
+    session = build_session("feed-tests", cache_dir=stack_config.cache_dir)
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def unique() -> str:
+    """A short unique suffix for names (topics, tables, ids) a test creates."""
+    return uuid.uuid4().hex[:10]

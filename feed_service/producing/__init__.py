@@ -1,0 +1,1 @@
+"""The producer library; import it from :mod:`feed_service.producer`."""

@@ -1,0 +1,408 @@
+"""The event producer: validated envelopes onto the changelog topics, delivery checked.
+
+Exceptions (all from :class:`ProducerError`)::
+
+    ProducerError
+    ├── EventRejected     the event is invalid; nothing was sent (``code``, ``reason``)
+    ├── DeliveryFailed    the broker did not take one or more events (``errors``)
+    └── ProducerClosed    the producer was used after :meth:`EventProducer.close`
+
+Records: the value is the JSON envelope of issue 3; the key names the entity whose latest record
+compaction must keep, as ``schemas/topics.json`` says (tweet: ``tweet_id``; follow edge:
+``follower_id|followee_id``; profile: ``user_id|version``). Partitions are chosen with murmur2, like
+the Java client, so every producer of these topics puts one entity's changes in one partition.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+from feed_service.core.events import (
+    Event,
+    FollowChange,
+    InvalidEvent,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    event_to_json,
+    parse_event,
+)
+from feed_service.producing.schema import EnvelopeCheck, load_envelope_check
+from feed_service.producing.versions import VersionClock
+from feed_service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,  # no duplicates or reordering from retries, per partition
+    "acks": "all",
+    "linger.ms": 20,  # fill batches: throughput over a few ms of latency
+    "batch.size": 1_000_000,
+    "batch.num.messages": 10_000,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "partitioner": "murmur2_random",  # the Java client's partitioner: same key, same partition
+    "delivery.report.only.error": True,  # successes need no Python callback; failures do
+    "message.timeout.ms": 60_000,
+}
+"""librdkafka settings of :class:`EventProducer`; ``config=`` entries override them."""
+
+DEFAULT_FLUSH_TIMEOUT = 90.0
+"""Seconds :meth:`EventProducer.flush` waits; above ``message.timeout.ms`` so late failures are named."""
+
+POLL_EVERY = 1000
+"""Serve delivery callbacks after this many produce calls."""
+
+ROLE_OF_TYPE = {"tweet": "tweets", "follow": "follows", "profile": "profiles"}
+"""Topic role (``Settings.topics``) of each envelope ``type``."""
+
+
+class ProducerError(Exception):
+    """Base of the producer's errors."""
+
+
+class EventRejected(ProducerError, ValueError):
+    """The event is invalid and was not sent. ``code`` is an ``InvalidEvent`` code or ``"schema"``."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(f"{code}: {reason}")
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDelivery:
+    """One event the broker did not take."""
+
+    topic: str
+    key: str
+    error: str
+
+
+class DeliveryFailed(ProducerError):
+    """Events were not delivered; ``errors`` lists the first failures, ``count`` all of them."""
+
+    def __init__(self, message: str, errors: list[FailedDelivery] | None = None, count: int = 0) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+        self.count = count
+
+
+class ProducerClosed(ProducerError, RuntimeError):
+    """The producer was used after :meth:`EventProducer.close`."""
+
+
+class State(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class KafkaClient(Protocol):
+    """What the producer needs of ``confluent_kafka.Producer`` (tests pass a fake)."""
+
+    def produce(self, topic: str, value: bytes | None = ..., key: str | bytes | None = ...) -> None: ...
+    def poll(self, timeout: float = ...) -> int: ...
+    def flush(self, timeout: float = ...) -> int: ...
+
+
+def _key_part(text: str) -> str:
+    # An id containing "|" would make two follow edges share one key (and compaction keep only
+    # one of them), so "%" and "|" are percent-escaped; ordinary ids are left as they are.
+    if "|" in text or "%" in text:
+        return text.replace("%", "%25").replace("|", "%7C")
+    return text
+
+
+def record_key(event: Event) -> str:
+    """Return the Kafka record key of ``event`` (the entity compaction keeps the latest record of).
+
+    >>> record_key(FollowChange("ann", "bob", 7, "unfollow")), record_key(ProfileVersion("ann", 3, "Ann"))
+    ('ann|bob', 'ann|3')
+    """
+    if isinstance(event, (TweetUpsert, TweetDelete)):
+        return event.tweet_id
+    if isinstance(event, FollowChange):
+        return f"{_key_part(event.follower_id)}|{_key_part(event.followee_id)}"
+    return f"{_key_part(event.user_id)}|{event.version}"
+
+
+def topic_role(event: Event) -> str:
+    """Return the topic role (``tweets``, ``follows`` or ``profiles``) ``event`` is published to."""
+    if isinstance(event, (TweetUpsert, TweetDelete)):
+        return "tweets"
+    if isinstance(event, FollowChange):
+        return "follows"
+    return "profiles"
+
+
+@dataclass(slots=True)
+class ProducerStats:
+    produced: int = 0
+    """Events handed to the client (queued or delivered)."""
+    failed: int = 0
+    """Events the broker did not take (reported by delivery callbacks)."""
+    rejected: int = 0
+    """Events refused by validation, never sent."""
+
+    @property
+    def delivered(self) -> int:
+        """After a successful flush: events acknowledged by the broker."""
+        return self.produced - self.failed
+
+
+class EventProducer:
+    """Publish change events: validate, key, send; raise what the broker refused.
+
+    Use it as a context manager (``close`` flushes)::
+
+        with EventProducer(settings) as producer:
+            producer.publish_profile("ann", "Ann")
+            tweet = producer.publish_tweet("ann", "hello")
+            producer.publish_edit(tweet, "hello, world")
+            producer.follow("bob", "ann")
+
+    Every event goes through :func:`~feed_service.core.events.parse_event` and the JSON Schema in
+    ``schemas/events/`` before it is queued; an invalid one raises :class:`EventRejected`. A failed
+    delivery raises :class:`DeliveryFailed` from the next publish call, :meth:`flush` or :meth:`close`
+    (each failure is raised once). Versions not given are taken from ``clock``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        bootstrap: str | None = None,
+        topics: Mapping[str, str] | None = None,
+        clock: VersionClock | None = None,
+        config: Mapping[str, Any] | None = None,
+        check: EnvelopeCheck | None = None,
+        client: KafkaClient | None = None,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        settings = settings or Settings.from_env()
+        self.bootstrap = bootstrap or settings.kafka_bootstrap
+        self.topics: dict[str, str] = {role: settings.topic(role) for role in ROLE_OF_TYPE.values()}
+        self.topics.update(topics or {})
+        self.clock = clock or VersionClock()
+        self.stats = ProducerStats()
+        self._check = check or load_envelope_check()
+        self._new_id = new_id
+        self._profile_versions: dict[str, int] = {}
+        self._failures: list[FailedDelivery] = []
+        self._failure_count = 0
+        self._since_poll = 0
+        self._state = State.OPEN
+        if client is None:
+            from confluent_kafka import Producer
+
+            merged = {**PRODUCER_DEFAULTS, **(config or {})}
+            merged.update({"bootstrap.servers": self.bootstrap, "on_delivery": self._on_delivery,
+                           "error_cb": self._on_error})
+            client = Producer(merged)
+        self._client = client
+
+    # --- callbacks (run inside poll/flush, on this thread) -------------------------------------
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            return
+        self.stats.failed += 1
+        self._failure_count += 1
+        if len(self._failures) < 100:
+            key = msg.key()
+            self._failures.append(FailedDelivery(
+                msg.topic(), key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key), str(err)))
+
+    def _on_error(self, err: Any) -> None:
+        if getattr(err, "fatal", lambda: False)():
+            self._failure_count += 1
+            self._failures.append(FailedDelivery("*", "*", f"fatal producer error: {err}"))
+        else:
+            log.warning("kafka producer: %s", err)
+
+    def _raise_failures(self) -> None:
+        if self._failure_count:
+            errors, count = self._failures, self._failure_count
+            self._failures, self._failure_count = [], 0
+            raise DeliveryFailed(
+                f"{count} event(s) not delivered; first: {errors[0].topic} key={errors[0].key}: {errors[0].error}",
+                errors, count)
+
+    # --- sending ----------------------------------------------------------------------------
+
+    def validate(self, envelope: Mapping[str, Any]) -> Event:
+        """Return the event of ``envelope`` or raise :class:`EventRejected`; nothing is sent."""
+        try:
+            event = parse_event(envelope)
+        except InvalidEvent as exc:
+            self.stats.rejected += 1
+            raise EventRejected(exc.code, exc.reason) from None
+        if not self._check.is_valid(envelope):
+            self.stats.rejected += 1
+            raise EventRejected("schema", self._check.explain(envelope) or "does not match the event schema")
+        return event
+
+    def _send(self, event: Event, value: bytes) -> None:
+        if self._state is not State.OPEN:
+            raise ProducerClosed("cannot publish: the producer is closed")
+        topic = self.topics[topic_role(event)]
+        key = record_key(event)
+        client = self._client
+        while True:
+            try:
+                client.produce(topic, value, key)
+                break
+            except BufferError:  # local queue full: let librdkafka deliver some, then retry
+                client.poll(0.05)
+                self._raise_failures()
+        self.stats.produced += 1
+        self._since_poll += 1
+        if self._since_poll >= POLL_EVERY:
+            self._since_poll = 0
+            client.poll(0)
+            self._raise_failures()
+
+    def publish_event(self, event: Event | Mapping[str, Any]) -> Event:
+        """Validate and send one event (a dataclass or a JSON envelope); return the parsed event.
+
+        Unknown extra fields of an envelope are sent as they are.
+        """
+        envelope = event_to_json(event) if not isinstance(event, Mapping) else event
+        parsed = self.validate(envelope)
+        self._send(parsed, json.dumps(envelope, separators=(",", ":")).encode())
+        return parsed
+
+    def publish_line(self, line: bytes | str) -> Event:
+        """Validate and send one replay-file line as it is (its bytes become the record value)."""
+        data = line.encode() if isinstance(line, str) else bytes(line)
+        data = data.strip()
+        try:
+            envelope = json.loads(data)
+        except ValueError as exc:
+            self.stats.rejected += 1
+            raise EventRejected("bad_json", f"bad JSON: {exc}") from None
+        if not isinstance(envelope, dict):
+            self.stats.rejected += 1
+            raise EventRejected("not_object", f"event must be a JSON object, got {type(envelope).__name__}")
+        parsed = self.validate(envelope)
+        self._send(parsed, data)
+        return parsed
+
+    # --- typed helpers ----------------------------------------------------------------------
+
+    def publish_tweet(
+        self, author_id: str, text: str, *, tweet_id: str | None = None, profile_version: int | None = None,
+        created_at: int | None = None, version: int | None = None,
+    ) -> TweetUpsert:
+        """Publish a new tweet; ``profile_version`` defaults to the author's last published profile."""
+        if profile_version is None:
+            profile_version = self._profile_versions.get(author_id)
+            if profile_version is None:
+                self.stats.rejected += 1
+                raise EventRejected("missing_field", f"profile_version of {author_id!r} unknown: publish a "
+                                    "profile first or pass profile_version")
+        version = self.clock.next() if version is None else version
+        event = self.publish_event({
+            "type": "tweet", "op": "upsert", "tweet_id": tweet_id or self._new_id(), "author_id": author_id,
+            "version": version, "created_at": self.clock.now_ms() if created_at is None else created_at,
+            "text": text, "profile_version": profile_version,
+        })
+        assert isinstance(event, TweetUpsert)
+        return event
+
+    def publish_edit(
+        self, tweet: TweetUpsert, text: str, *, profile_version: int | None = None, version: int | None = None,
+    ) -> TweetUpsert:
+        """Publish new text for ``tweet`` (same id and created_at, a higher version)."""
+        if version is None:
+            self.clock.observe(tweet.version)
+            version = self.clock.next()
+        return self.publish_tweet(
+            tweet.author_id, text, tweet_id=tweet.tweet_id, created_at=tweet.created_at, version=version,
+            profile_version=tweet.profile_version if profile_version is None else profile_version,
+        )
+
+    def publish_delete(self, tweet_id: str, author_id: str, *, version: int | None = None) -> TweetDelete:
+        """Delete a tweet for good. The default version is above every version this clock issued."""
+        event = self.publish_event({"type": "tweet", "op": "delete", "tweet_id": tweet_id, "author_id": author_id,
+                                    "version": self.clock.next() if version is None else version})
+        assert isinstance(event, TweetDelete)
+        return event
+
+    def follow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
+        """Make ``follower_id`` follow ``followee_id``."""
+        return self._edge("follow", follower_id, followee_id, version)
+
+    def unfollow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
+        """Make ``follower_id`` stop following ``followee_id``."""
+        return self._edge("unfollow", follower_id, followee_id, version)
+
+    def _edge(self, op: str, follower_id: str, followee_id: str, version: int | None) -> FollowChange:
+        event = self.publish_event({"type": "follow", "op": op, "follower_id": follower_id,
+                                    "followee_id": followee_id,
+                                    "version": self.clock.next() if version is None else version})
+        assert isinstance(event, FollowChange)
+        return event
+
+    def publish_profile(
+        self, user_id: str, display_name: str, *, avatar_url: str | None = None, bio: str | None = None,
+        version: int | None = None,
+    ) -> ProfileVersion:
+        """Publish a new profile version; later :meth:`publish_tweet` calls of the user refer to it."""
+        envelope: dict[str, Any] = {"type": "profile", "user_id": user_id,
+                                    "version": self.clock.next() if version is None else version,
+                                    "display_name": display_name}
+        if avatar_url is not None:
+            envelope["avatar_url"] = avatar_url
+        if bio is not None:
+            envelope["bio"] = bio
+        event = self.publish_event(envelope)
+        assert isinstance(event, ProfileVersion)
+        if event.version >= self._profile_versions.get(user_id, -1):
+            self._profile_versions[user_id] = event.version
+        return event
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve delivery callbacks; raise :class:`DeliveryFailed` for failures reported so far."""
+        self._client.poll(timeout)
+        self._raise_failures()
+
+    def flush(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> None:
+        """Wait until every queued event is delivered; raise :class:`DeliveryFailed` if any was not."""
+        remaining = self._client.flush(timeout)
+        self._raise_failures()
+        if remaining:
+            raise DeliveryFailed(f"{remaining} event(s) still undelivered after {timeout:g}s", count=remaining)
+
+    def close(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> None:
+        """Flush and close; a second call does nothing."""
+        if self._state is State.CLOSED:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._state = State.CLOSED
+
+    @property
+    def closed(self) -> bool:
+        return self._state is State.CLOSED
+
+    def __enter__(self) -> "EventProducer":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # already failing: deliver what is queued, but let the original error propagate
+            self.close()
+        except ProducerError as flush_error:
+            log.error("while closing after %s: %s", exc_type.__name__, flush_error)

@@ -1,0 +1,179 @@
+"""``feedctl publish``: send one event given as flags, or a replay file of JSON envelopes.
+
+    feedctl publish tweet --author ann --text "hello" --profile-version 1
+    feedctl publish delete --tweet-id t1 --author ann
+    feedctl publish follow --follower bob --followee ann        (also: unfollow)
+    feedctl publish profile --user ann --display-name "Ann"
+    feedctl publish --file EVENTS.jsonl                          (``-`` reads stdin)
+
+One event: its envelope is printed on stdout once delivered. A file: a progress line on stderr,
+each rejected line as ``line N: <code>: <reason>`` on stderr, and the counts at the end. Exit 0 when
+everything valid was delivered (even with rejected lines), 1 if a delivery failed, 2 if the single
+event was invalid or the file could not be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from feed_service.core.events import event_to_json
+from feed_service.settings import Settings, load_topic_specs
+
+EXIT_OK, EXIT_DELIVERY, EXIT_INVALID = 0, 1, 2
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """``Settings.from_env()`` with ``--bootstrap`` and ``--config`` (a topics.json) applied."""
+    base = Settings.from_env()
+    overrides: dict[str, Any] = {}
+    if getattr(args, "bootstrap", None):
+        overrides["kafka_bootstrap"] = args.bootstrap
+    if getattr(args, "config", None):
+        overrides["topics"] = load_topic_specs(Path(args.config))
+    if not overrides:
+        return base
+    from dataclasses import replace
+
+    return replace(base, **overrides)
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: FEED_KAFKA_BOOTSTRAP or the local stack)")
+    parser.add_argument("--config", metavar="TOPICS.json", help="topic specs (default schemas/topics.json)")
+
+
+def register(sub: Any) -> None:
+    """Add the ``publish`` parser to the ``feedctl`` subcommands."""
+    parser = sub.add_parser("publish", help="publish one event, or a replay file of events, to Kafka",
+                            description="Send one event given as flags, or a replay file of JSON envelopes, to Kafka.")
+    add_connection_args(parser)
+    parser.add_argument("--file", metavar="EVENTS.jsonl", help="one JSON envelope per line; '-' for stdin")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND")
+    version_help = "version (default: the producer's version clock)"
+
+    tweet = kinds.add_parser("tweet", help="a new tweet, or an edit with --tweet-id of an existing one")
+    tweet.add_argument("--author", required=True)
+    tweet.add_argument("--text", required=True)
+    tweet.add_argument("--profile-version", type=int, required=True, help="the author's profile version")
+    tweet.add_argument("--tweet-id", help="default: a new random id")
+    tweet.add_argument("--created-at", type=int, help="ms since the epoch (default now; keep it for an edit)")
+    tweet.add_argument("--version", type=int, help=version_help)
+
+    delete = kinds.add_parser("delete", help="delete a tweet for good")
+    delete.add_argument("--tweet-id", required=True)
+    delete.add_argument("--author", required=True)
+    delete.add_argument("--version", type=int, help=version_help)
+
+    for op in ("follow", "unfollow"):
+        edge = kinds.add_parser(op, help=f"{op} a user")
+        edge.add_argument("--follower", required=True)
+        edge.add_argument("--followee", required=True)
+        edge.add_argument("--version", type=int, help=version_help)
+
+    profile = kinds.add_parser("profile", help="a new profile version")
+    profile.add_argument("--user", required=True)
+    profile.add_argument("--display-name", required=True)
+    profile.add_argument("--avatar-url")
+    profile.add_argument("--bio")
+    profile.add_argument("--version", type=int, help=version_help)
+    parser.set_defaults(handler=run, _parser=parser)
+
+
+def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
+    if args.kind == "tweet":
+        return producer.publish_tweet(args.author, args.text, tweet_id=args.tweet_id,
+                                      profile_version=args.profile_version, created_at=args.created_at,
+                                      version=args.version)
+    if args.kind == "delete":
+        return producer.publish_delete(args.tweet_id, args.author, version=args.version)
+    if args.kind == "follow":
+        return producer.follow(args.follower, args.followee, version=args.version)
+    if args.kind == "unfollow":
+        return producer.unfollow(args.follower, args.followee, version=args.version)
+    return producer.publish_profile(args.user, args.display_name, avatar_url=args.avatar_url, bio=args.bio,
+                                    version=args.version)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``feedctl publish``."""
+    from feed_service.producing.producer import DeliveryFailed, EventProducer, EventRejected
+
+    if (args.file is None) == (args.kind is None):
+        args._parser.error("give either an event kind (tweet, delete, follow, unfollow, profile) or --file")
+    settings = settings_from_args(args)
+    if args.file is not None:
+        return _run_file(args, settings)
+    producer = EventProducer(settings)
+    try:
+        event = _publish_one(producer, args)
+        producer.close()
+    except EventRejected as exc:
+        print(f"feedctl publish: invalid {args.kind}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except DeliveryFailed as exc:
+        print(f"feedctl publish: delivery failed: {exc}", file=sys.stderr)
+        return EXIT_DELIVERY
+    finally:
+        if not producer.closed:
+            try:
+                producer.close()
+            except DeliveryFailed:
+                pass
+    print(json.dumps(event_to_json(event), separators=(",", ":")))
+    return EXIT_OK
+
+
+def _run_file(args: argparse.Namespace, settings: Settings) -> int:
+    from feed_service.producing.producer import DeliveryFailed, EventProducer
+    from feed_service.producing.progress import ProgressLine
+    from feed_service.producing.replay import ReplayStats, publish_lines
+
+    try:
+        stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    except OSError as exc:
+        print(f"feedctl publish: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INVALID
+    current = ReplayStats()
+
+    def render(elapsed: float) -> str:
+        rate = current.sent / elapsed if elapsed > 0 else 0.0
+        return f"publish: {current.lines:,} lines, {current.sent:,} sent, {current.rejected:,} rejected ({rate:,.0f} ev/s)"
+
+    progress = ProgressLine(render, enabled=not args.no_progress)
+
+    def on_tick(stats: ReplayStats) -> None:
+        nonlocal current
+        current = stats
+        progress.tick()
+
+    def on_reject(line_no: int, code: str, reason: str) -> None:
+        progress.note(f"line {line_no}: {code}: {reason}")
+
+    producer = EventProducer(settings)
+    try:
+        with stream:
+            stats = publish_lines(producer, stream, on_reject=on_reject, on_tick=on_tick, flush=False)
+        current = stats
+        producer.close()
+    except DeliveryFailed as exc:
+        progress.done()
+        print(f"feedctl publish: delivery failed: {exc}", file=sys.stderr)
+        return EXIT_DELIVERY
+    except OSError as exc:
+        print(f"feedctl publish: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INVALID
+    finally:
+        if not producer.closed:
+            try:
+                producer.close()
+            except DeliveryFailed:
+                pass
+    progress.done()
+    stats.elapsed = progress.elapsed()
+    print(f"publish: {stats.summary()}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,185 @@
+"""``TimelineServer``: the grpc.aio server around :class:`TimelineServicer`, with its lifecycle.
+
+Lifecycle (:class:`ServerState`)::
+
+    CREATED --start()--> SERVING --stop()--> STOPPING --> STOPPED
+
+``start(port)`` binds (0: any free port), returns the bound port and serves at once. Cassandra is
+connected in the background and retried with backoff: until it is up, calls fail with UNAVAILABLE
+and the health status is NOT_SERVING (a Kubernetes readiness probe keeps traffic away), so a
+Cassandra outage at start-up neither crashes the server nor yields empty timelines.
+
+``stop(grace)`` (SIGTERM in ``feedctl serve``): health turns NOT_SERVING, new calls are refused,
+watch streams end cleanly (status OK, with a resume token already sent), in-flight unary calls get
+``grace`` seconds to finish, then the Cassandra session closes.
+
+Health (``grpc.health.v1.Health``, services ``""`` and ``feed.v1.TimelineService``) and server
+reflection are served without authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import secrets
+import time
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from feed_service.api import timeline_pb2 as pb
+from feed_service.api import timeline_pb2_grpc as pb_grpc
+from feed_service.server.config import ServerConfig
+from feed_service.server.metrics import ServerMetrics
+from feed_service.server.service import TimelineServicer
+from feed_service.store.reader import CassandraReader, StoreError, TimelineStore
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TimelineService"].full_name  # feed.v1.TimelineService
+RECONNECT_MIN_S = 0.5
+RECONNECT_MAX_S = 10.0
+
+log = logging.getLogger("feed_service.server")
+
+
+class ServerState(enum.Enum):
+    CREATED = "created"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class TimelineServer:
+    """One gRPC server. ``store`` injects a ready store (tests; the caller keeps ownership);
+    otherwise the server connects ``store_factory`` (default: Cassandra from ``config.settings``)."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        store: TimelineStore | None = None,
+        store_factory: Callable[[], TimelineStore] | None = None,
+        reuse_port: bool = False,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config.validated()
+        self.secret = config.auth_secret if config.auth_secret is not None else secrets.token_bytes(32)
+        self.metrics = ServerMetrics()
+        self._store = store
+        self._owns_store = store is None
+        self._store_factory = store_factory or (lambda: CassandraReader.connect(config.settings))
+        self._store_error = "connecting"
+        self._reuse_port = reuse_port
+        self._now = now
+        self.state = ServerState.CREATED
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._servicer: TimelineServicer | None = None
+        self._connect_task: asyncio.Task | None = None
+        self._metrics_http = None
+
+    @property
+    def servicer(self) -> TimelineServicer:
+        if self._servicer is None:
+            raise RuntimeError("the server has not been started")
+        return self._servicer
+
+    def store_connected(self) -> bool:
+        return self._store is not None
+
+    async def start(self, port: int | None = None) -> int:
+        """Bind ``port`` (default: the configured one; 0 = any free port), serve, return the bound port."""
+        if self.state is not ServerState.CREATED:
+            raise RuntimeError(f"cannot start a server that is {self.state.value}")
+        cfg = self.config
+        self._servicer = TimelineServicer(
+            store=lambda: self._store, store_status=lambda: self._store_error, secret=self.secret,
+            metrics=self.metrics, request_timeout_s=cfg.request_timeout_s, watch_poll_s=cfg.watch_poll_s,
+            profile_cache_size=cfg.profile_cache_size, access_log=cfg.access_log, now=self._now,
+        )
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 1 if self._reuse_port else 0)],
+            maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
+        )
+        pb_grpc.add_TimelineServiceServicer_to_server(self._servicer, server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server,
+        )
+        address = f"{cfg.host}:{cfg.port if port is None else port}"
+        bound = server.add_insecure_port(address)
+        if not bound:
+            raise OSError(f"cannot bind the gRPC server to {address}")
+        await server.start()
+        self._server, self.port = server, bound
+        if cfg.metrics_port is not None:
+            self._metrics_http = self.metrics.start_http(cfg.metrics_host, cfg.metrics_port)
+            self.metrics_port = self._metrics_http.server_port
+        self.state = ServerState.SERVING
+        if self._store is not None:
+            await self._set_serving(True)
+        else:
+            await self._set_serving(False)
+            self._connect_task = asyncio.create_task(self._connect_loop(), name="cassandra-connect")
+        log.info("serving", extra={"fields": {"port": bound, "metrics_port": self.metrics_port,
+                                              "keyspace": cfg.settings.keyspace, "demo": cfg.demo}})
+        return bound
+
+    async def _set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, status)
+        self.metrics.store_connected.set(1 if serving else 0)
+
+    async def _connect_loop(self) -> None:
+        delay = RECONNECT_MIN_S
+        settings = self.config.settings
+        while self.state is ServerState.SERVING:
+            try:
+                store = await asyncio.to_thread(self._store_factory)
+            except Exception as exc:  # StoreError, or a bug: either way keep serving UNAVAILABLE and retry
+                self._store_error = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+                log.warning("cassandra connect failed", extra={"fields": {
+                    "hosts": list(settings.cassandra_hosts), "port": settings.cassandra_port,
+                    "retry_in_s": delay, "error": str(exc)}})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_S)
+                continue
+            if self.state is not ServerState.SERVING:  # stopped while connecting
+                await asyncio.to_thread(store.close)
+                return
+            self._store, self._store_error = store, ""
+            await self._set_serving(True)
+            log.info("cassandra connected", extra={"fields": {"keyspace": settings.keyspace}})
+            return
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain and stop (idempotent): NOT_SERVING, end watch streams, wait ``grace`` s for calls."""
+        if self.state in (ServerState.STOPPING, ServerState.STOPPED) or self._server is None:
+            self.state = ServerState.STOPPED if self._server is None else self.state
+            return
+        grace = self.config.shutdown_grace_s if grace is None else grace
+        self.state = ServerState.STOPPING
+        log.info("stopping", extra={"fields": {"grace_s": grace}})
+        await self._health.enter_graceful_shutdown()
+        self._servicer.stopping.set()
+        if self._connect_task is not None:
+            self._connect_task.cancel()
+        await self._server.stop(grace)
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+        if self._owns_store and self._store is not None:
+            store, self._store = self._store, None
+            await asyncio.to_thread(store.close)
+        self.state = ServerState.STOPPED
+        log.info("stopped")
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()

@@ -1,0 +1,197 @@
+"""Server configuration: defaults < TOML config file < environment < command-line flags.
+
+Environment variables (the config file has the same keys, lower-case, without ``FEED_``, in a
+``[server]`` table, and ``hosts``/``port``/``keyspace`` in a ``[cassandra]`` table):
+
+=============================  =========  ========================================================
+``FEED_CONFIG``                           path of the TOML config file (or ``feedctl serve --config``)
+``FEED_GRPC_HOST``             0.0.0.0    listen address of the gRPC server
+``FEED_GRPC_PORT``             50051      listen port (0: any free port)
+``FEED_METRICS_HOST``          0.0.0.0    listen address of the Prometheus endpoint
+``FEED_METRICS_PORT``          9464       Prometheus ``/metrics`` port; 0 disables it
+``FEED_AUTH_SECRET``                      HMAC secret of bearer and page tokens (>= 16 bytes)
+``FEED_AUTH_SECRET_FILE``                 file holding the secret (used when FEED_AUTH_SECRET is unset)
+``FEED_DEMO_MODE``             0          1: without a secret, use a random per-process one (local only)
+``FEED_REQUEST_TIMEOUT_S``     2.0        Cassandra time budget of a call without a gRPC deadline
+``FEED_WATCH_POLL_S``          1.0        WatchHomeTimeline polling interval
+``FEED_PROFILE_CACHE_SIZE``    100000     cached profile versions (immutable, so never stale)
+``FEED_SHUTDOWN_GRACE_S``      10.0       SIGTERM: time given to in-flight calls to finish
+``FEED_MAX_CONCURRENT_RPCS``   (none)     beyond this many in-flight calls: RESOURCE_EXHAUSTED
+``FEED_ACCESS_LOG``            0          1: one JSON log line per successful call (errors always)
+``FEED_LOG_LEVEL``             INFO       log level of the JSON logs on stderr
+=============================  =========  ========================================================
+
+Cassandra comes from :class:`feed_service.settings.Settings` (``FEED_CASSANDRA_HOSTS``,
+``FEED_CASSANDRA_PORT``, ``FEED_KEYSPACE``), which the ``[cassandra]`` table of the file can set too
+(the environment wins).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from feed_service.settings import Settings
+
+DEFAULT_GRPC_PORT = 50051
+DEFAULT_METRICS_PORT = 9464
+MIN_SECRET_BYTES = 16
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid or incomplete (the server refuses to start)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_GRPC_PORT
+    metrics_host: str = "0.0.0.0"
+    #: None: no metrics endpoint; 0: any free port (in-process use, tests)
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    auth_secret: bytes | None = field(default=None, repr=False)
+    demo: bool = False
+    request_timeout_s: float = 2.0
+    watch_poll_s: float = 1.0
+    profile_cache_size: int = 100_000
+    shutdown_grace_s: float = 10.0
+    max_concurrent_rpcs: int | None = None
+    access_log: bool = False
+    log_level: str = "INFO"
+    settings: Settings = field(default_factory=Settings)
+
+    def validated(self) -> "ServerConfig":
+        """Self, checked; raises :class:`ConfigError` (no secret outside demo mode, bad numbers)."""
+        if self.auth_secret is None and not self.demo:
+            raise ConfigError(
+                "no auth secret: set FEED_AUTH_SECRET or FEED_AUTH_SECRET_FILE (or auth_secret_file in the"
+                " config file); for a local demo only, run with --demo or FEED_DEMO_MODE=1"
+            )
+        if self.auth_secret is not None and len(self.auth_secret) < MIN_SECRET_BYTES:
+            raise ConfigError(f"auth secret too short: at least {MIN_SECRET_BYTES} bytes")
+        for name in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+        if not 0 <= self.port <= 65535 or (self.metrics_port is not None and not 0 <= self.metrics_port <= 65535):
+            raise ConfigError("ports must be within 0..65535")
+        return self
+
+
+_BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
+         "": False}
+
+
+def _bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    try:
+        return _BOOL[str(value).strip().lower()]
+    except KeyError:
+        raise ConfigError(f"{name}: not a boolean: {value!r}") from None
+
+
+def _number(kind: type, value: Any, name: str) -> Any:
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: not a{'n integer' if kind is int else ' number'}: {value!r}") from None
+
+
+def _secret_from_file(path: str, name: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {path}: {exc.strerror}") from None
+
+
+def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
+    """Parse ``raw`` (lower-case keys) into ``values``, naming ``source`` in errors."""
+    known = {f.name for f in fields(ServerConfig)} | {"auth_secret_file"}
+    for key, value in raw.items():
+        name = f"{source}:{key}"
+        if key not in known or key == "settings":
+            raise ConfigError(f"{name}: unknown setting")
+        if key in ("port",):
+            values[key] = _number(int, value, name)
+        elif key == "metrics_port":
+            port = _number(int, value, name)
+            values[key] = None if port == 0 else port
+        elif key in ("profile_cache_size",):
+            values[key] = _number(int, value, name)
+        elif key == "max_concurrent_rpcs":
+            values[key] = None if value in ("", None, 0, "0") else _number(int, value, name)
+        elif key in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s"):
+            values[key] = _number(float, value, name)
+        elif key in ("demo", "access_log"):
+            values[key] = _bool(value, name)
+        elif key == "auth_secret":
+            values[key] = str(value).encode() if value not in ("", None) else None
+        elif key == "auth_secret_file":
+            if value:
+                values["auth_secret"] = _secret_from_file(str(value), name)
+        else:
+            values[key] = str(value)
+
+
+_ENV_KEYS = {
+    "FEED_GRPC_HOST": "host", "FEED_GRPC_PORT": "port", "FEED_METRICS_HOST": "metrics_host",
+    "FEED_METRICS_PORT": "metrics_port", "FEED_AUTH_SECRET_FILE": "auth_secret_file",
+    "FEED_AUTH_SECRET": "auth_secret", "FEED_DEMO_MODE": "demo", "FEED_REQUEST_TIMEOUT_S": "request_timeout_s",
+    "FEED_WATCH_POLL_S": "watch_poll_s", "FEED_PROFILE_CACHE_SIZE": "profile_cache_size",
+    "FEED_SHUTDOWN_GRACE_S": "shutdown_grace_s", "FEED_MAX_CONCURRENT_RPCS": "max_concurrent_rpcs",
+    "FEED_ACCESS_LOG": "access_log", "FEED_LOG_LEVEL": "log_level",
+}
+
+
+def load_config(
+    *, path: str | Path | None = None, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] = {}
+) -> ServerConfig:
+    """Build the configuration (not yet validated: call :meth:`ServerConfig.validated`)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    settings = Settings.from_env() if env is os.environ else _settings_from(env)
+    path = path or env.get("FEED_CONFIG") or None
+    if path is not None:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+        unknown = set(doc) - {"server", "cassandra"}
+        if unknown:
+            raise ConfigError(f"config file {path}: unknown tables {sorted(unknown)}")
+        _apply(values, doc.get("server", {}), str(path))
+        settings = _settings_with_file(settings, doc.get("cassandra", {}), env, str(path))
+    # the environment wins over the file; FEED_AUTH_SECRET wins over FEED_AUTH_SECRET_FILE (applied after it)
+    _apply(values, {key: env[var] for var, key in _ENV_KEYS.items() if var in env}, "env")
+    _apply(values, {k: v for k, v in overrides.items() if v is not None}, "flag")
+    return ServerConfig(settings=settings, **values)
+
+
+def _settings_from(env: Mapping[str, str]) -> Settings:
+    base = Settings()
+    return replace(
+        base,
+        cassandra_hosts=tuple(env.get("FEED_CASSANDRA_HOSTS", ",".join(base.cassandra_hosts)).split(",")),
+        cassandra_port=int(env.get("FEED_CASSANDRA_PORT", base.cassandra_port)),
+        keyspace=env.get("FEED_KEYSPACE", base.keyspace),
+    )
+
+
+def _settings_with_file(settings: Settings, table: Mapping[str, Any], env: Mapping[str, str], source: str) -> Settings:
+    unknown = set(table) - {"hosts", "port", "keyspace"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown [cassandra] keys {sorted(unknown)}")
+    changes: dict[str, Any] = {}
+    if "hosts" in table and "FEED_CASSANDRA_HOSTS" not in env:
+        hosts = table["hosts"]
+        changes["cassandra_hosts"] = tuple(hosts.split(",") if isinstance(hosts, str) else hosts)
+    if "port" in table and "FEED_CASSANDRA_PORT" not in env:
+        changes["cassandra_port"] = _number(int, table["port"], f"{source}:cassandra.port")
+    if "keyspace" in table and "FEED_KEYSPACE" not in env:
+        changes["keyspace"] = str(table["keyspace"])
+    return replace(settings, **changes)

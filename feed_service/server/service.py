@@ -1,0 +1,351 @@
+"""``feed.v1.TimelineService``: validation, authorization, reads through the store port, error mapping.
+
+Every call runs the same steps, in this order, so a call fails with the first applicable code:
+
+1. authenticate the bearer token (UNAUTHENTICATED);
+2. validate the arguments (INVALID_ARGUMENT): ids 1..128 characters, ``page_size`` 0 (= 20)..200;
+3. authorize: a user token reads only its own timeline (PERMISSION_DENIED);
+4. decode the page / resume token, bound to the timeline (INVALID_ARGUMENT);
+5. read the store within the call's budget: the gRPC deadline, at most ``request_timeout_s``
+   (StoreUnavailable -> UNAVAILABLE; StoreTimeout -> DEADLINE_EXCEEDED once the deadline is spent).
+
+GetHomeTimeline reads ``page_size + 1`` rows in one single-partition slice (the extra row says
+whether a next page exists, so the last page never ends in an empty one), then hydrates display
+names by ``(author_id, profile_version)`` through the profile cache. Entries carry the text and
+version of the timeline row, which the join keeps current (an edit is an ``update`` delta of every
+inbox row of the tweet), so a page costs one query, not one per entry (docs/api.md#consistency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import Any, AsyncIterator, Callable
+
+import grpc
+
+from feed_service.api import timeline_pb2 as pb
+from feed_service.api import timeline_pb2_grpc as pb_grpc
+from feed_service.server import auth
+from feed_service.server.metrics import ServerMetrics
+from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec, PageTokenError
+from feed_service.store.reader import (
+    EntryRow,
+    ProfileCache,
+    ProfileRow,
+    StoreError,
+    StoreTimeout,
+    TimelineStore,
+    hydrate_profiles,
+)
+
+DEFAULT_PAGE_SIZE = 20
+MAX_PAGE_SIZE = 200
+#: Inboxes keep the newest 800 entries (the join's cap): paging never goes beyond them.
+INBOX_CAP = 800
+MAX_ID_LEN = 128
+#: Entries per WatchHomeTimeline poll; a longer backlog is sent over the following polls.
+WATCH_BATCH = 200
+_TOKEN_CACHE_SIZE = 10_000
+
+log = logging.getLogger("feed_service.server")
+
+
+class RpcFailure(Exception):
+    """Ends a call with ``code`` and ``message`` (raised by the steps, turned into an abort once)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _log_call(method: str, code: str, seconds: float, context: Any, detail: str = "", subject: str = "") -> None:
+    fields = {"method": method, "code": code, "ms": round(seconds * 1000, 3), "peer": context.peer()}
+    if subject:
+        fields["subject"] = subject
+    if detail:
+        fields["detail"] = detail
+    level = logging.WARNING if code in ("UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED") else logging.INFO
+    log.log(level, "rpc", extra={"fields": fields})
+
+
+def _unary(method: str) -> Callable:
+    """Wrap a unary handler: metrics, logs, and RpcFailure / store errors -> status codes."""
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        async def handler(self: "TimelineServicer", request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = time.perf_counter()
+            code, detail = "OK", ""
+            in_flight = self.metrics.in_flight.labels(method)
+            in_flight.inc()
+            try:
+                return await fn(self, request, context)
+            except RpcFailure as failure:
+                code, detail = failure.code.name, failure.message
+                await context.abort(failure.code, failure.message)
+            except StoreError as exc:
+                failure = self._store_failure(exc, context)
+                code, detail = failure.code.name, failure.message
+                await context.abort(failure.code, failure.message)
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                code, detail = "INTERNAL", repr(exc)
+                log.exception("unhandled error", extra={"fields": {"method": method}})
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            finally:
+                in_flight.dec()
+                elapsed = time.perf_counter() - started
+                self.metrics.observe(method, code, elapsed)
+                if code != "OK" or self.access_log:
+                    _log_call(method, code, elapsed, context, detail)
+
+        return handler
+
+    return decorate
+
+
+def _stream(method: str) -> Callable:
+    """Like :func:`_unary`, for server-streaming handlers (async generators)."""
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        async def handler(self: "TimelineServicer", request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
+            started = time.perf_counter()
+            code, detail = "OK", ""
+            in_flight = self.metrics.in_flight.labels(method)
+            in_flight.inc()
+            try:
+                async for message in fn(self, request, context):
+                    yield message
+            except RpcFailure as failure:
+                code, detail = failure.code.name, failure.message
+                await context.abort(failure.code, failure.message)
+            except StoreError as exc:
+                failure = self._store_failure(exc, context)
+                code, detail = failure.code.name, failure.message
+                await context.abort(failure.code, failure.message)
+            except (asyncio.CancelledError, GeneratorExit):
+                code = "CANCELLED"
+                raise
+            except Exception as exc:
+                if isinstance(exc, grpc.aio.AbortError):
+                    raise
+                code, detail = "INTERNAL", repr(exc)
+                log.exception("unhandled error", extra={"fields": {"method": method}})
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            finally:
+                in_flight.dec()
+                elapsed = time.perf_counter() - started
+                self.metrics.observe(method, code, elapsed)
+                if code not in ("OK", "CANCELLED") or self.access_log:
+                    _log_call(method, code, elapsed, context, detail)
+
+        return handler
+
+    return decorate
+
+
+def _check_id(value: str, name: str) -> str:
+    if not value:
+        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{name} is required")
+    if len(value) > MAX_ID_LEN:
+        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{name} is longer than {MAX_ID_LEN} characters")
+    return value
+
+
+def _entry(row: EntryRow, profile: ProfileRow | None) -> pb.TimelineEntry:
+    return pb.TimelineEntry(
+        tweet_id=row.tweet_id, author_id=row.author_id, created_at_ms=row.created_at, version=row.version,
+        text=row.text or "", profile_version=row.profile_version,
+        author_display_name=(profile.display_name or "") if profile else "",
+        author_avatar_url=(profile.avatar_url or "") if profile else "",
+    )
+
+
+class TimelineServicer(pb_grpc.TimelineServiceServicer):
+    """The service. ``store`` returns the connected store, or None while Cassandra is not reachable."""
+
+    def __init__(
+        self,
+        *,
+        store: Callable[[], TimelineStore | None],
+        secret: bytes,
+        metrics: ServerMetrics,
+        request_timeout_s: float = 2.0,
+        watch_poll_s: float = 1.0,
+        profile_cache_size: int = 100_000,
+        access_log: bool = False,
+        store_status: Callable[[], str] = lambda: "not connected",
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._get_store = store
+        self._store_status = store_status
+        self._secret = secret
+        self._pages = PageTokenCodec(secret)
+        self.metrics = metrics
+        self.request_timeout_s = request_timeout_s
+        self.watch_poll_s = watch_poll_s
+        self.cache = ProfileCache(profile_cache_size)
+        self.access_log = access_log
+        self._now = now
+        self._verified: dict[str, auth.Claims] = {}
+        #: set when the server begins to shut down: open watch streams end cleanly
+        self.stopping = asyncio.Event()
+
+    # -- steps -----------------------------------------------------------------------------
+    def _authenticate(self, context: grpc.aio.ServicerContext) -> auth.Claims:
+        try:
+            token = auth.bearer_token(context.invocation_metadata())
+            claims = self._verified.get(token)
+            if claims is None:
+                claims = auth.verify(self._secret, token, now=self._now)
+                if len(self._verified) >= _TOKEN_CACHE_SIZE:
+                    self._verified.clear()
+                self._verified[token] = claims
+            elif claims.expires_at <= self._now():
+                del self._verified[token]
+                raise auth.TokenError("token expired")
+        except auth.TokenError as exc:
+            raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+        return claims
+
+    @staticmethod
+    def _authorize_timeline(claims: auth.Claims, user_id: str) -> None:
+        if not auth.may_read_timeline(claims, user_id):
+            raise RpcFailure(grpc.StatusCode.PERMISSION_DENIED,
+                             f"a user token for {claims.subject!r} may read only its own timeline")
+
+    def _store(self) -> TimelineStore:
+        store = self._get_store()
+        if store is None:
+            raise RpcFailure(grpc.StatusCode.UNAVAILABLE, f"cassandra unavailable: {self._store_status()}")
+        return store
+
+    def _budget(self, context: grpc.aio.ServicerContext) -> float:
+        remaining = context.time_remaining()
+        if remaining is None:
+            return self.request_timeout_s
+        if remaining <= 0:
+            raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded before the read")
+        return min(remaining, self.request_timeout_s)
+
+    @staticmethod
+    def _store_failure(exc: StoreError, context: grpc.aio.ServicerContext) -> RpcFailure:
+        if isinstance(exc, StoreTimeout):
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0.001:
+                return RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline exceeded: {exc}")
+        return RpcFailure(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+    async def _hydrate(self, store: TimelineStore, rows: list[EntryRow], budget: float) -> list[pb.TimelineEntry]:
+        cache = self.cache
+        hits, misses = cache.hits, cache.misses
+        profiles = await hydrate_profiles(store, cache, ((r.author_id, r.profile_version) for r in rows),
+                                          timeout=budget)
+        if cache.hits != hits:
+            self.metrics.profile_cache.labels("hit").inc(cache.hits - hits)
+        if cache.misses != misses:
+            self.metrics.profile_cache.labels("miss").inc(cache.misses - misses)
+        return [_entry(r, profiles.get((r.author_id, r.profile_version))) for r in rows]
+
+    # -- RPCs ------------------------------------------------------------------------------
+    @_unary("GetHomeTimeline")
+    async def GetHomeTimeline(self, request: pb.GetHomeTimelineRequest, context) -> pb.GetHomeTimelineResponse:
+        claims = self._authenticate(context)
+        user_id = _check_id(request.user_id, "user_id")
+        page_size = request.page_size or DEFAULT_PAGE_SIZE
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"page_size must be between 1 and {MAX_PAGE_SIZE} (0 = {DEFAULT_PAGE_SIZE}),"
+                             f" got {request.page_size}")
+        self._authorize_timeline(claims, user_id)
+        before, served = None, 0
+        if request.page_token:
+            try:
+                cursor = self._pages.decode(request.page_token, timeline_id=user_id, kind=KIND_PAGE)
+            except PageTokenError as exc:
+                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            before, served = cursor.position, cursor.served
+        limit = min(page_size, INBOX_CAP - served)
+        if limit <= 0:
+            return pb.GetHomeTimelineResponse()
+        store = self._store()
+        budget = self._budget(context)
+        rows = await store.page(user_id, before=before, limit=limit + 1, timeout=budget)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        entries = await self._hydrate(store, rows, budget) if rows else []
+        next_token = ""
+        if more and served + len(rows) < INBOX_CAP:
+            next_token = self._pages.encode(PageCursor(user_id, rows[-1].cursor, served + len(rows), KIND_PAGE))
+        return pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
+
+    @_unary("GetTweet")
+    async def GetTweet(self, request: pb.GetTweetRequest, context) -> pb.Tweet:
+        self._authenticate(context)
+        tweet_id = _check_id(request.tweet_id, "tweet_id")
+        row = await self._store().tweet(tweet_id, timeout=self._budget(context))
+        if row is None:
+            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"tweet {tweet_id!r} not found")
+        return pb.Tweet(tweet_id=row.tweet_id, author_id=row.author_id or "", created_at_ms=row.created_at or 0,
+                        version=row.version, text=row.text or "", profile_version=row.profile_version or 0)
+
+    @_unary("GetProfile")
+    async def GetProfile(self, request: pb.GetProfileRequest, context) -> pb.Profile:
+        self._authenticate(context)
+        user_id = _check_id(request.user_id, "user_id")
+        version = request.version if request.HasField("version") else None
+        if version is not None and version < 0:
+            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"version must be >= 0, got {version}")
+        store = self._store()
+        budget = self._budget(context)
+        if version is None:
+            row = await store.profile(user_id, None, timeout=budget)
+        else:
+            row = (await hydrate_profiles(store, self.cache, [(user_id, version)], timeout=budget)).get(
+                (user_id, version))
+        if row is None:
+            which = "any version" if version is None else f"version {version}"
+            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"profile {user_id!r} at {which} not found")
+        return pb.Profile(user_id=row.user_id, version=row.version, display_name=row.display_name or "",
+                          avatar_url=row.avatar_url or "", bio=row.bio or "")
+
+    @_stream("WatchHomeTimeline")
+    async def WatchHomeTimeline(self, request: pb.WatchHomeTimelineRequest, context):
+        claims = self._authenticate(context)
+        user_id = _check_id(request.user_id, "user_id")
+        self._authorize_timeline(claims, user_id)
+        store = self._store()
+        if request.resume_token:
+            try:
+                position = self._pages.decode(request.resume_token, timeline_id=user_id, kind=KIND_WATCH).position
+            except PageTokenError as exc:
+                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc).replace("page token", "resume token"))
+        else:  # start at the current head: only entries materialized from now on are sent
+            head = await store.page(user_id, before=None, limit=1, timeout=self.request_timeout_s)
+            position = head[0].cursor if head else None
+        self.metrics.watch_streams.inc()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), self.watch_poll_s)
+                    break  # server shutting down: end the stream cleanly (OK)
+                except asyncio.TimeoutError:
+                    pass
+                store = self._store()
+                rows = await store.newer(user_id, after=position, limit=WATCH_BATCH, timeout=self.request_timeout_s)
+                if rows:
+                    position = rows[-1].cursor
+                    entries = await self._hydrate(store, rows, self.request_timeout_s)
+                    token = self._pages.encode(PageCursor(user_id, position, 0, KIND_WATCH))
+                    yield pb.WatchHomeTimelineResponse(entries=entries, resume_token=token)
+        finally:
+            self.metrics.watch_streams.dec()

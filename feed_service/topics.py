@@ -1,14 +1,15 @@
 """Idempotent Kafka topic provisioning from ``schemas/topics.json``, with a drift report.
 
-Creating a topic that exists is not an error; a topic whose partition count or enforced configs
-differ from the spec is reported as drift (configs are then altered to the spec; partitions are
-never changed automatically because that re-keys compacted data).
+Creating a topic that exists is not an error; a topic whose partition count, replication factor or
+enforced configs differ from the spec is reported as drift. :func:`ensure_topics` then aligns the
+configs to the spec; partitions and replication are never changed automatically (more partitions
+re-key compacted data; replication needs a reassignment plan), so that drift stays in the report.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from feed_service.settings import TopicSpec
 
@@ -17,20 +18,52 @@ ADMIN_TIMEOUT = 30.0
 
 @dataclass(slots=True)
 class TopicReport:
+    """Desired vs actual state of one topic.
+
+    ``drift`` lists every difference as text (``"missing"``, ``"partitions 3 != 6"``,
+    ``"cleanup.policy=delete (want compact)"``); ``config_drift`` holds the config part as
+    ``{key: (actual, wanted)}``; ``fixed`` the drift :func:`ensure_topics` aligned.
+    """
+
     name: str
     created: bool = False
     drift: list[str] = field(default_factory=list)
     fixed: list[str] = field(default_factory=list)
+    partitions: int | None = None
+    replication_factor: int | None = None
+    config_drift: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+
+    @property
+    def missing(self) -> bool:
+        return "missing" in self.drift
+
+    @property
+    def remaining_drift(self) -> list[str]:
+        """Drift still there after provisioning: ``drift`` minus what was fixed."""
+        return [d for d in self.drift if d not in self.fixed]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "created": self.created, "partitions": self.partitions,
+                "replication_factor": self.replication_factor, "drift": list(self.drift),
+                "fixed": list(self.fixed)}
 
     def __str__(self) -> str:
-        state = "created" if self.created else ("drift: " + "; ".join(self.drift) if self.drift else "ok")
+        if self.created:
+            state = "created"
+        elif self.remaining_drift:
+            state = "drift: " + "; ".join(self.remaining_drift)
+        elif self.fixed:
+            state = "fixed: " + "; ".join(self.fixed)
+        else:
+            state = "ok"
         return f"{self.name}: {state}"
 
 
 def _admin(bootstrap: str):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap})
+    # log_level 4: keep librdkafka's informational lines (e.g. a purge on close) off stderr
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
 
 
 def describe_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicReport]:
@@ -47,14 +80,19 @@ def describe_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicRep
         if spec.name not in metadata:
             report.drift.append("missing")
             continue
-        actual_partitions = len(metadata[spec.name].partitions)
-        if actual_partitions != spec.partitions:
-            report.drift.append(f"partitions {actual_partitions} != {spec.partitions}")
+        partitions = metadata[spec.name].partitions
+        report.partitions = len(partitions)
+        report.replication_factor = min((len(p.replicas) for p in partitions.values()), default=0)
+        if report.partitions != spec.partitions:
+            report.drift.append(f"partitions {report.partitions} != {spec.partitions}")
+        if report.replication_factor != spec.replication_factor:
+            report.drift.append(f"replication_factor {report.replication_factor} != {spec.replication_factor}")
         resource = ConfigResource(ResourceType.TOPIC, spec.name)
         configs = admin.describe_configs([resource])[resource].result(ADMIN_TIMEOUT)
         for key, want in sorted(spec.config.items()):
             have = configs[key].value if key in configs else None
             if have != want:
+                report.config_drift[key] = (have, want)
                 report.drift.append(f"{key}={have} (want {want})")
     return reports
 
@@ -83,8 +121,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicRepor
     reports = describe_topics(bootstrap, specs)
     for spec, report in zip(specs, reports):
         report.created = spec.name in created
-        config_drift = [d for d in report.drift if "=" in d]
-        if config_drift:
+        if report.config_drift:
             resource = ConfigResource(
                 ResourceType.TOPIC,
                 spec.name,
@@ -93,5 +130,5 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicRepor
                 ],
             )
             admin.incremental_alter_configs([resource])[resource].result(ADMIN_TIMEOUT)
-            report.fixed = config_drift
+            report.fixed = [d for d in report.drift if d.split("=", 1)[0] in report.config_drift]
     return reports

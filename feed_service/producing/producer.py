@@ -171,6 +171,10 @@ class EventProducer:
     ``schemas/events/`` before it is queued; an invalid one raises :class:`EventRejected`. A failed
     delivery raises :class:`DeliveryFailed` from the next publish call, :meth:`flush` or :meth:`close`
     (each failure is raised once). Versions not given are taken from ``clock``.
+
+    ``client_factory`` builds the Kafka client from the librdkafka config (which carries the
+    ``on_delivery`` and ``error_cb`` callbacks); it defaults to ``confluent_kafka.Producer`` and
+    lets unit tests pass an in-memory fake.
     """
 
     def __init__(
@@ -182,7 +186,7 @@ class EventProducer:
         clock: VersionClock | None = None,
         config: Mapping[str, Any] | None = None,
         check: EnvelopeCheck | None = None,
-        client: KafkaClient | None = None,
+        client_factory: Callable[[dict[str, Any]], KafkaClient] | None = None,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
         settings = settings or Settings.from_env()
@@ -198,14 +202,12 @@ class EventProducer:
         self._failure_count = 0
         self._since_poll = 0
         self._state = State.OPEN
-        if client is None:
-            from confluent_kafka import Producer
-
-            merged = {**PRODUCER_DEFAULTS, **(config or {})}
-            merged.update({"bootstrap.servers": self.bootstrap, "on_delivery": self._on_delivery,
-                           "error_cb": self._on_error})
-            client = Producer(merged)
-        self._client = client
+        if client_factory is None:
+            from confluent_kafka import Producer as client_factory  # noqa: N813
+        merged = {**PRODUCER_DEFAULTS, **(config or {})}
+        merged.update({"bootstrap.servers": self.bootstrap, "on_delivery": self._on_delivery,
+                       "error_cb": self._on_error})
+        self._client = client_factory(merged)
 
     # --- callbacks (run inside poll/flush, on this thread) -------------------------------------
 

@@ -1,0 +1,146 @@
+"""``feedctl workload``: generate a seeded workload and write it to Kafka or to a JSONL file.
+
+    feedctl workload --users 10000 --count 100000 --seed 1 --kafka
+    feedctl workload --users 1000 --rate 500 --duration 60 --seed 7 --kafka
+    feedctl workload --users 100 --count 1000 --seed 3 --out events.jsonl     (``-``: stdout)
+
+The setup (one profile per user, then the follow graph) is sent first as fast as possible; the
+stream of ``--count`` changes (or as many as ``--duration`` seconds allow) follows at ``--rate``
+events/s (0 or omitted: as fast as possible).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from typing import Any, Iterator
+
+from feed_service.commands.publish import add_connection_args, settings_from_args
+
+
+def _non_negative(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+    return parse
+
+
+def _start_ms(text: str) -> int:
+    if text == "now":
+        return time.time_ns() // 1_000_000
+    return _non_negative(int)(text)
+
+
+def register(sub: Any) -> None:
+    """Add the ``workload`` parser to the ``feedctl`` subcommands."""
+    from feed_service import workload as wl
+
+    parser = sub.add_parser("workload", help="generate a seeded power-law workload to Kafka or a JSONL file",
+                            description="Generate a seeded workload (profiles, a power-law follow graph, then "
+                                        "a stream of changes) to Kafka or a JSONL file.")
+    parser.add_argument("--users", type=_non_negative(int), default=wl.DEFAULT_USERS,
+                        help=f"number of users (default {wl.DEFAULT_USERS})")
+    parser.add_argument("--rate", type=_non_negative(float), default=0.0,
+                        help="stream events per second (default 0: as fast as possible)")
+    amount = parser.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--count", type=_non_negative(int), help="stream events after the setup")
+    amount.add_argument("--duration", type=_non_negative(float), help="seconds of stream after the setup")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sink = parser.add_mutually_exclusive_group(required=True)
+    sink.add_argument("--kafka", action="store_true", help="publish to the topics")
+    sink.add_argument("--out", metavar="FILE.jsonl", help="write a replay file ('-' for stdout)")
+    parser.add_argument("--no-setup", action="store_true", help="skip profiles and follow graph")
+    parser.add_argument("--mean-following", type=float, default=wl.DEFAULT_MEAN_FOLLOWING,
+                        help=f"mean follows per user in the graph (default {wl.DEFAULT_MEAN_FOLLOWING:g})")
+    parser.add_argument("--zipf", type=float, default=wl.DEFAULT_ZIPF_EXPONENT,
+                        help=f"popularity exponent s, weight ~ rank^-s (default {wl.DEFAULT_ZIPF_EXPONENT:g})")
+    parser.add_argument("--start-ms", type=_start_ms, default=wl.WORKLOAD_EPOCH_MS,
+                        help="simulated start time, ms since the epoch, or 'now' (default 2026-01-01, reproducible)")
+    parser.add_argument("--prefix", default="", help="prefix of user and tweet ids (keeps runs apart)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    add_connection_args(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``feedctl workload``."""
+    from feed_service.producing.progress import ProgressLine
+    from feed_service.workload import WorkloadModel, paced
+
+    if args.users < 1:
+        print("feedctl workload: --users must be >= 1", file=sys.stderr)
+        return 2
+    model = WorkloadModel(users=args.users, seed=args.seed, mean_following=args.mean_following,
+                          zipf_exponent=args.zipf, start_ms=args.start_ms,
+                          events_per_second=args.rate or 1000.0, prefix=args.prefix)
+    count = {"setup": 0, "stream": 0}
+
+    def counted(phase: str, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for event in events:
+            count[phase] += 1
+            if (count[phase] & 1023) == 0:
+                progress.tick()
+            yield event
+
+    def render(elapsed: float) -> str:
+        total = count["setup"] + count["stream"]
+        return (f"workload: {count['setup']:,} setup + {count['stream']:,} stream events "
+                f"in {elapsed:.1f}s ({total / elapsed if elapsed else 0:,.0f} ev/s)")
+
+    progress = ProgressLine(render, enabled=not args.no_progress)
+    setup = iter(()) if args.no_setup else model.setup()
+    stream = (model.step() for _ in (range(args.count) if args.count is not None else itertools.count()))
+    phases = [counted("setup", setup),
+              counted("stream", paced(stream, rate=args.rate, duration=args.duration))]
+    if args.kafka:
+        code = _to_kafka(args, phases)
+    else:
+        code = _to_file(args.out, phases)
+    progress.done()
+    return code
+
+
+def _to_kafka(args: argparse.Namespace, phases: list[Iterator[dict[str, Any]]]) -> int:
+    from feed_service.producing.producer import DeliveryFailed, EventProducer, EventRejected
+
+    producer = EventProducer(settings_from_args(args))
+    try:
+        for events in phases:
+            for event in events:
+                producer.publish_event(event)
+        producer.close()
+    except (DeliveryFailed, EventRejected) as exc:
+        print(f"\nfeedctl workload: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if not producer.closed:
+            try:
+                producer.close()
+            except DeliveryFailed:
+                pass
+    return 0
+
+
+def _to_file(path: str, phases: list[Iterator[dict[str, Any]]]) -> int:
+    from feed_service.workload import write_jsonl
+
+    try:
+        if path == "-":
+            for events in phases:
+                write_jsonl(events, sys.stdout)
+            sys.stdout.flush()
+        else:
+            with open(path, "w", encoding="utf-8") as out:
+                for events in phases:
+                    write_jsonl(events, out)
+    except OSError as exc:
+        print(f"\nfeedctl workload: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0

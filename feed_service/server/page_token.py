@@ -73,7 +73,7 @@ class PageTokenCodec:
         if len(token) > MAX_TOKEN_CHARS:
             raise PageTokenError("page token is too long")
         try:
-            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             raise PageTokenError("page token is not valid base64url") from None
         payload, tag = raw[:-_TAG_BYTES], raw[-_TAG_BYTES:]

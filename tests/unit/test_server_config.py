@@ -1,0 +1,99 @@
+"""Server configuration: precedence (defaults < file < env < flags), secrets, refusal to start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from feed_service.server.config import ConfigError, ServerConfig, load_config
+
+SECRET = "config-secret-0123456789"
+
+
+def test_defaults() -> None:
+    config = load_config(env={})
+    assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", 50051, 9464)
+    assert config.auth_secret is None and not config.demo
+    assert config.settings.keyspace == "feed"
+
+
+def test_refuses_to_start_without_a_secret_unless_demo() -> None:
+    with pytest.raises(ConfigError, match="no auth secret"):
+        load_config(env={}).validated()
+    assert load_config(env={"FEED_DEMO_MODE": "1"}).validated().demo
+    assert load_config(env={}, overrides={"demo": True}).validated().demo
+
+
+def test_short_secret_is_refused() -> None:
+    with pytest.raises(ConfigError, match="too short"):
+        load_config(env={"FEED_AUTH_SECRET": "short"}).validated()
+
+
+def test_environment(tmp_path: Path) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    config = load_config(env={
+        "FEED_GRPC_PORT": "6000", "FEED_METRICS_PORT": "0", "FEED_AUTH_SECRET_FILE": str(secret_file),
+        "FEED_WATCH_POLL_S": "0.25", "FEED_ACCESS_LOG": "true", "FEED_MAX_CONCURRENT_RPCS": "500",
+        "FEED_CASSANDRA_HOSTS": "10.0.0.1,10.0.0.2", "FEED_CASSANDRA_PORT": "9142", "FEED_KEYSPACE": "ks",
+    }).validated()
+    assert config.port == 6000 and config.metrics_port is None  # 0 disables metrics
+    assert config.auth_secret == SECRET.encode()  # stripped of the trailing newline
+    assert config.watch_poll_s == 0.25 and config.access_log and config.max_concurrent_rpcs == 500
+    assert config.settings.cassandra_hosts == ("10.0.0.1", "10.0.0.2")
+    assert (config.settings.cassandra_port, config.settings.keyspace) == (9142, "ks")
+
+
+def test_file_then_env_then_flags(tmp_path: Path) -> None:
+    path = tmp_path / "feed.toml"
+    path.write_text(f"""
+[server]
+port = 7000
+metrics_port = 7001
+auth_secret = "{SECRET}"
+request_timeout_s = 0.5
+
+[cassandra]
+hosts = ["cass-1", "cass-2"]
+keyspace = "from_file"
+""")
+    config = load_config(env={"FEED_CONFIG": str(path), "FEED_GRPC_PORT": "7100", "FEED_KEYSPACE": "from_env"},
+                         overrides={"host": "127.0.0.1", "metrics_port": None}).validated()
+    assert (config.host, config.port, config.metrics_port) == ("127.0.0.1", 7100, 7001)
+    assert config.auth_secret == SECRET.encode() and config.request_timeout_s == 0.5
+    assert config.settings.cassandra_hosts == ("cass-1", "cass-2")
+    assert config.settings.keyspace == "from_env"
+    assert load_config(path=path, env={}, overrides={"port": 0}).port == 0
+
+
+def test_env_secret_wins_over_secret_file(tmp_path: Path) -> None:
+    (tmp_path / "s").write_text("file-secret-0123456789")
+    config = load_config(env={"FEED_AUTH_SECRET_FILE": str(tmp_path / "s"), "FEED_AUTH_SECRET": SECRET})
+    assert config.auth_secret == SECRET.encode()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FEED_GRPC_PORT": "http"}, "not an integer"),
+    ({"FEED_DEMO_MODE": "maybe"}, "not a boolean"),
+    ({"FEED_WATCH_POLL_S": "0", "FEED_DEMO_MODE": "1"}, "watch_poll_s"),
+    ({"FEED_AUTH_SECRET_FILE": "/nonexistent/secret"}, "cannot read"),
+    ({"FEED_CONFIG": "/nonexistent/feed.toml"}, "config file"),
+])
+def test_invalid(env: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(env=env).validated()
+
+
+def test_unknown_keys_in_file(tmp_path: Path) -> None:
+    path = tmp_path / "feed.toml"
+    path.write_text("[server]\nprot = 1\n")
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load_config(path=path, env={})
+    path.write_text("[srv]\n")
+    with pytest.raises(ConfigError, match="unknown tables"):
+        load_config(path=path, env={})
+
+
+def test_secret_is_not_in_repr() -> None:
+    assert SECRET not in repr(ServerConfig(auth_secret=SECRET.encode()))

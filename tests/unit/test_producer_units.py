@@ -1,0 +1,251 @@
+"""The producer without a broker: validation, keys, versions, delivery failures, replay counting."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
+from feed_service.producer import (
+    DeliveryFailed,
+    EventProducer,
+    EventRejected,
+    ProducerClosed,
+    VersionClock,
+    load_envelope_check,
+    publish_lines,
+    record_key,
+)
+from feed_service.producing.schema import UnsupportedSchema, compile_schema
+from feed_service.settings import TOPICS_FILE, Settings
+
+
+class FakeMessage:
+    def __init__(self, topic: str, key: str) -> None:
+        self._topic, self._key = topic, key
+
+    def topic(self) -> str:
+        return self._topic
+
+    def key(self) -> bytes:
+        return self._key.encode()
+
+
+class FakeClient:
+    """In-memory stand-in for confluent_kafka.Producer: records produce calls, fails keys on request."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.sent: list[tuple[str, bytes, str]] = []
+        self.pending: list[tuple[str, bytes, str]] = []
+        self.fail_keys: set[str] = set()
+        self.full_once = False
+
+    def produce(self, topic: str, value: bytes, key: str) -> None:
+        if self.full_once:
+            self.full_once = False
+            raise BufferError("queue full")
+        self.pending.append((topic, value, key))
+
+    def poll(self, timeout: float = 0.0) -> int:
+        served = len(self.pending)
+        for topic, value, key in self.pending:
+            if key in self.fail_keys:
+                self.config["on_delivery"]("MSG_SIZE_TOO_LARGE", FakeMessage(topic, key))
+            else:
+                self.sent.append((topic, value, key))
+        self.pending.clear()
+        return served
+
+    def flush(self, timeout: float = 0.0) -> int:
+        self.poll()
+        return 0
+
+
+def make_producer(**kwargs: Any) -> tuple[EventProducer, list[FakeClient]]:
+    clients: list[FakeClient] = []
+
+    def factory(config: dict[str, Any]) -> FakeClient:
+        clients.append(FakeClient(config))
+        return clients[-1]
+
+    ticks = iter(range(1_000, 10**9))
+    clock = kwargs.pop("clock", VersionClock(now_ms=lambda: next(ticks)))
+    producer = EventProducer(Settings(), client_factory=factory, clock=clock, **kwargs)
+    return producer, clients
+
+
+def test_version_clock_increases_and_survives_restart() -> None:
+    clock = VersionClock(now_ms=lambda: 7)
+    versions = [clock.next() for _ in range(5)]
+    assert versions == [7000, 7001, 7002, 7003, 7004]
+    restarted = VersionClock(now_ms=lambda: 8)  # a later run, wall clock moved on by 1 ms
+    assert restarted.next() > versions[-1]
+    clock.observe(10**12)
+    assert clock.next() == 10**12 + 1
+    clock.observe(5)  # lower than what was issued: no effect
+    assert clock.next() == 10**12 + 2
+
+
+def test_record_keys_follow_topics_json() -> None:
+    declared = {role: spec["key"] for role, spec in json.loads(TOPICS_FILE.read_text())["topics"].items()}
+    assert declared["tweets"] == "tweet_id"
+    assert declared["follows"] == "follower_id|followee_id"
+    assert declared["profiles"] == "user_id|version"
+    assert record_key(TweetUpsert("t1", "ann", 3, 0, "x", 1)) == "t1"
+    assert record_key(TweetDelete("t1", "ann", 4)) == "t1"
+    assert record_key(FollowChange("bob", "ann", 2, "follow")) == "bob|ann"
+    assert record_key(ProfileVersion("ann", 9, "Ann")) == "ann|9"
+
+
+def test_record_keys_of_ids_with_separator_stay_distinct() -> None:
+    a = record_key(FollowChange("a|b", "c", 1, "follow"))
+    b = record_key(FollowChange("a", "b|c", 1, "follow"))
+    assert a != b and a == "a%7Cb|c" and record_key(FollowChange("50%", "x", 1, "follow")) == "50%25|x"
+
+
+def test_typed_helpers_route_key_and_encode_envelopes() -> None:
+    producer, (client,) = make_producer(new_id=lambda: "t-fixed")
+    profile = producer.publish_profile("ann", "Ann", bio="hi")
+    tweet = producer.publish_tweet("ann", "hello")
+    edit = producer.publish_edit(tweet, "hello, world")
+    delete = producer.publish_delete(tweet.tweet_id, "ann")
+    follow = producer.follow("bob", "ann")
+    unfollow = producer.unfollow("bob", "ann")
+    producer.close()
+    assert tweet.profile_version == profile.version and tweet.tweet_id == "t-fixed"
+    assert edit.tweet_id == tweet.tweet_id and edit.created_at == tweet.created_at
+    assert profile.version < tweet.version < edit.version < delete.version
+    assert follow.version < unfollow.version
+    topics = [t for t, _, _ in client.sent]
+    assert topics == ["feed.profiles.v1"] + ["feed.tweets.v1"] * 3 + ["feed.follows.v1"] * 2
+    keys = [k for _, _, k in client.sent]
+    assert keys == [f"ann|{profile.version}", "t-fixed", "t-fixed", "t-fixed", "bob|ann", "bob|ann"]
+    parsed = [parse_event(value) for _, value, _ in client.sent]
+    assert parsed == [profile, tweet, edit, delete, follow, unfollow]
+    assert client.config["enable.idempotence"] is True and client.config["acks"] == "all"
+
+
+@pytest.mark.parametrize("envelope, code", [
+    ({"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "a", "version": 1}, "self_follow"),
+    ({"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b", "version": -1}, "negative_value"),
+    ({"type": "tweet", "op": "upsert", "tweet_id": "t", "author_id": "a", "version": 1}, "missing_field"),
+    ({"type": "profile", "user_id": "", "version": 1, "display_name": "x"}, "empty_id"),
+    ({"type": "poll", "id": "x"}, "unknown_type"),
+    ({"type": "profile", "user_id": "u", "version": 1, "display_name": "x", "bio": 3}, "wrong_type"),
+])
+def test_invalid_events_raise_and_send_nothing(envelope: dict[str, Any], code: str) -> None:
+    producer, (client,) = make_producer()
+    with pytest.raises(EventRejected) as info:
+        producer.publish_event(envelope)
+    assert info.value.code == code and info.value.reason
+    producer.close()
+    assert client.sent == [] and producer.stats.rejected == 1 and producer.stats.produced == 0
+
+
+def test_tweet_without_known_profile_version_is_rejected() -> None:
+    producer, (client,) = make_producer()
+    with pytest.raises(EventRejected, match="profile_version"):
+        producer.publish_tweet("ann", "hi")
+    producer.close()
+    assert client.sent == []
+
+
+def test_schema_is_checked_besides_the_parser() -> None:
+    """An envelope the parser accepts but the JSON Schema refuses is rejected with the schema's reason."""
+    check = load_envelope_check()
+    strict = type(check)(check.path, lambda x: "extra" not in x, True, check._validator)  # noqa: SLF001
+    producer, (client,) = make_producer(check=strict)
+    with pytest.raises(EventRejected) as info:
+        producer.publish_event({"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b",
+                                "version": 1, "extra": 1})
+    assert info.value.code == "schema"
+    assert client.pending == []
+
+
+def test_failed_delivery_raises_once_on_flush() -> None:
+    producer, (client,) = make_producer()
+    client.fail_keys.add("bob|ann")
+    producer.follow("carl", "ann")
+    producer.follow("bob", "ann")
+    with pytest.raises(DeliveryFailed) as info:
+        producer.flush()
+    assert info.value.count == 1 and info.value.errors[0].key == "bob|ann"
+    assert "MSG_SIZE_TOO_LARGE" in str(info.value)
+    producer.follow("dan", "ann")
+    producer.close()  # the failure was raised already; nothing new
+    assert producer.stats.failed == 1 and producer.stats.delivered == 2
+
+
+def test_context_manager_flushes_and_closed_producer_refuses() -> None:
+    producer, (client,) = make_producer()
+    with producer:
+        producer.follow("bob", "ann")
+    assert len(client.sent) == 1 and producer.closed
+    with pytest.raises(ProducerClosed):
+        producer.follow("bob", "ann")
+
+
+def test_full_local_queue_is_retried() -> None:
+    producer, (client,) = make_producer()
+    client.full_once = True
+    producer.follow("bob", "ann")
+    producer.close()
+    assert len(client.sent) == 1
+
+
+def test_publish_lines_counts_rejects_and_sends_lines_verbatim() -> None:
+    producer, (client,) = make_producer()
+    good = b'{"type":"follow","op":"follow","follower_id":"b","followee_id":"a","version":1,"via":"kcat"}'
+    lines = [good + b"\n", b"\n", b"{oops\n", b'{"type":"follow"}\n', b"[1]\n", good + b"\r\n"]
+    rejects: list[tuple[int, str]] = []
+    stats = publish_lines(producer, lines, on_reject=lambda n, code, reason: rejects.append((n, code)))
+    assert (stats.lines, stats.sent, stats.rejected) == (5, 2, 3)
+    assert rejects == [(3, "bad_json"), (4, "missing_field"), (5, "not_object")]
+    assert [value for _, value, _ in client.sent] == [good, good]
+
+
+# --- the compiled schema check agrees with jsonschema -----------------------------------------------
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2, allow_nan=False), st.sampled_from(
+        ["", "a", "tweet", "follow", "profile", "upsert", "delete", "unfollow"]),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
+)
+_BASES = [
+    {"type": "tweet", "op": "upsert", "tweet_id": "t", "author_id": "a", "version": 1, "created_at": 2,
+     "text": "x", "profile_version": 0},
+    {"type": "tweet", "op": "delete", "tweet_id": "t", "author_id": "a", "version": 1},
+    {"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b", "version": 1},
+    {"type": "profile", "user_id": "a", "version": 1, "display_name": "A", "avatar_url": None, "bio": "b"},
+]
+_FIELDS = sorted({k for base in _BASES for k in base})
+
+
+@st.composite
+def mutated_envelopes(draw: st.DrawFn) -> Any:
+    envelope = dict(draw(st.sampled_from(_BASES)))
+    for _ in range(draw(st.integers(0, 3))):
+        field = draw(st.sampled_from(_FIELDS))
+        if draw(st.booleans()):
+            envelope.pop(field, None)
+        else:
+            envelope[field] = draw(_VALUES)
+    return draw(st.one_of(st.just(envelope), st.just(envelope), st.just(envelope), _VALUES))
+
+
+@hsettings(max_examples=1500, deadline=None)
+@given(mutated_envelopes())
+def test_compiled_schema_check_agrees_with_jsonschema(envelope: Any) -> None:
+    check = load_envelope_check()
+    assert check.compiled
+    assert check.is_valid(envelope) == check._validator.is_valid(envelope)  # noqa: SLF001
+    assert (check.explain(envelope) is None) == check.is_valid(envelope)
+
+
+def test_unsupported_keyword_is_not_compiled() -> None:
+    with pytest.raises(UnsupportedSchema):
+        compile_schema({"type": "object", "patternProperties": {"^x": {"type": "string"}}})

@@ -158,7 +158,7 @@ user_defined_functions_enabled: false
 
     def probe(self, timeout: float = 10.0) -> None:
         """Run a CQL query against the node; raises if it does not answer."""
-        from cassandra.cluster import Cluster
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 
         from cassandra.policies import WhiteListRoundRobinPolicy
 

@@ -51,6 +51,8 @@ def wait_until(check: Callable[[], None], *, timeout: float, interval: float = 1
             return None
         except _Exited as exc:
             return exc
+        except (NameError, ImportError, AttributeError, TypeError):
+            raise  # a bug in the probe, not a service that is still starting
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
             last = exc
             time.sleep(interval)

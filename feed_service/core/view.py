@@ -32,8 +32,9 @@ from feed_service.core.join import (
 )
 from feed_service.core.state import AuthorState, decode_state, encode_state
 
-RowKey = tuple[str, str]
-"""(author_id, tweet_id): identifies a tweet, and a row within one timeline."""
+RowKey = tuple[int, str, str]
+"""(created_at, tweet_id, author_id): a row within one timeline, as a Cassandra clustering key would
+be; an edit that moves created_at is therefore a delete and an insert, never an update."""
 
 
 _EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion)
@@ -72,7 +73,8 @@ class TimelineView:
         self.inbox_cap = inbox_cap
         self.strict = strict
         self.timelines: dict[str, dict[RowKey, Entry]] = {}
-        self.tweets: dict[RowKey, Entry | None] = {}
+        self.tweets: dict[tuple[str, str], Entry | None] = {}
+        """(author_id, tweet_id) -> latest content, None once deleted."""
         self.profiles: dict[tuple[str, int], ProfileRow] = {}
 
     def apply(self, result: StepResult) -> None:
@@ -80,7 +82,7 @@ class TimelineView:
         strict = self.strict
         timelines = self.timelines
         for op, entry, timeline_ids in result.deltas:
-            row = (entry.author_id, entry.tweet_id)
+            row = (entry.created_at, entry.tweet_id, entry.author_id)
             if op == "delete":
                 for uid in timeline_ids:
                     rows = timelines.get(uid)
@@ -112,7 +114,7 @@ class TimelineView:
         rows = self.timelines.get(user_id)
         if not rows:
             return []
-        return sorted(rows.values(), key=sort_key, reverse=True)[: self.inbox_cap]
+        return [rows[k] for k in sorted(rows, reverse=True)[: self.inbox_cap]]
 
     def read(self, user_id: str) -> list[dict[str, Any]]:
         """``user_id``'s timeline in the public entry shape, display names hydrated."""

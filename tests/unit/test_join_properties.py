@@ -1,0 +1,210 @@
+"""Property tests: the incremental engine against the batch reference, over random histories.
+
+Histories mix tweets, edits, deletes, follows, unfollows and profile versions over a few users so
+that collisions (same tweet, same edge, same version, tied created_at) are frequent; they are
+shuffled, padded with duplicates and garbage lines, and cut into random micro-batches (issue 3).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from feed_service.core.events import (
+    Event,
+    FollowChange,
+    InvalidEvent,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    event_to_json,
+    join_key,
+    parse_event,
+)
+from feed_service.core.join import Entry, step
+from feed_service.core.reference import reference_entries, reference_tables, reference_timelines
+from feed_service.core.state import AuthorState, decode_state, encode_state
+from feed_service.core.view import Materializer
+
+USERS = ["u0", "u1", "u2", "u3"]
+TWEET_IDS = ["t0", "t1", "t2"]  # shared across authors: identity is (author, tweet)
+AUTHORS = USERS[:3]  # few tweets, so that versions of one tweet collide often
+
+GARBAGE = [
+    "not json",
+    "[1, 2]",
+    '{"type": "tweet"}',
+    '{"type": "tweet", "op": "upsert", "tweet_id": "t0", "author_id": "u0", "version": true, '
+    '"created_at": 1, "text": "x", "profile_version": 0}',
+    '{"type": "tweet", "op": "delete", "tweet_id": "t0", "author_id": "u0", "version": -1}',
+    '{"type": "follow", "op": "follow", "follower_id": "u1", "followee_id": "u1", "version": 0}',
+    '{"type": "follow", "op": "block", "follower_id": "u1", "followee_id": "u2", "version": 0}',
+    '{"type": "poll", "user_id": "u0"}',
+    '{"type": "profile", "user_id": "", "version": 0, "display_name": "A"}',
+    '{"type": "tweet", "op": "upsert", "tweet_id": "t0", "author_id": "u0", "version": 1.0, '
+    '"created_at": 1, "text": "x", "profile_version": 0}',
+    "\udcff",
+]
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def random_event(rnd: random.Random, *, fixed_created_at: bool, deletes: bool) -> Event:
+    """One event over a small id space, so that entities, versions and created_at collide often."""
+    kinds = ["upsert", "upsert", "upsert", "follow", "follow", "follow", "profile"] + (["delete"] if deletes else [])
+    kind = rnd.choice(kinds)
+    version = rnd.randint(0, 2)
+    if kind == "upsert":
+        author, tid = rnd.choice(AUTHORS), rnd.choice(TWEET_IDS)
+        created = (USERS.index(author) * 7 + TWEET_IDS.index(tid) * 3) % 5  # mostly fixed per tweet
+        if not fixed_created_at and rnd.random() < 0.2:
+            created = rnd.randint(0, 4)
+        return TweetUpsert(tid, author, version, created, rnd.choice(["a", "b", "é"]), rnd.randint(0, 1))
+    if kind == "delete":
+        return TweetDelete(rnd.choice(TWEET_IDS), rnd.choice(AUTHORS), version)
+    if kind == "follow":
+        follower, followee = rnd.sample(USERS, 2)
+        return FollowChange(follower, followee, version, rnd.choice(["follow", "follow", "unfollow"]))
+    return ProfileVersion(rnd.choice(USERS), rnd.randint(0, 2), rnd.choice(["A", "B"]), rnd.choice([None, "http://a"]))
+
+
+@dataclass
+class Run:
+    """A history as the engine sees it: lines in arrival order, cut into batches."""
+
+    history: list[Event]
+    lines: list[str]
+    batches: list[list[str]]
+    garbage: int
+
+
+@st.composite
+def runs(draw: st.DrawFn, *, fixed_created_at: bool = False, deletes: bool = True) -> Run:
+    rnd = draw(st.randoms(use_true_random=False))
+    size = draw(st.integers(0, 80))
+    history = [random_event(rnd, fixed_created_at=fixed_created_at, deletes=deletes) for _ in range(size)]
+    lines = [json.dumps(event_to_json(e)) for e in history]
+    lines += [rnd.choice(lines) for _ in range(rnd.randint(0, len(lines) // 3))] if lines else []
+    garbage = [rnd.choice(GARBAGE) for _ in range(rnd.randint(0, 3))]
+    lines += garbage
+    rnd.shuffle(lines)
+    batches: list[list[str]] = []
+    i = 0
+    while i < len(lines):
+        n = rnd.randint(1, 12)
+        batches.append(lines[i : i + n])
+        i += n
+    return Run(history, lines, batches, len(garbage))
+
+
+def materialize(run: Run, *, inbox_cap: int, encode_states: bool) -> Materializer:
+    engine = Materializer(inbox_cap=inbox_cap, encode_states=encode_states)
+    for batch in run.batches:
+        engine.process_batch(batch)
+    return engine
+
+
+def expected_tweet_rows(run: Run) -> dict[tuple[str, str], Entry | None]:
+    tables = reference_tables(run.history)
+    rows: dict[tuple[str, str], Entry | None] = {k: None for k in tables.deleted}
+    for (author, tid), c in tables.tweets.items():
+        rows[(author, tid)] = Entry(tid, author, c[1], c[0], c[2], c[3])
+    return rows
+
+
+def check_dimensions(engine: Materializer, run: Run) -> None:
+    """The tweet and profile rows are exact at any cap: versions of pushed-out tweets are kept."""
+    assert engine.view.tweets == expected_tweet_rows(run)
+    tables = reference_tables(run.history)
+    assert {k: (r.display_name, r.avatar_url, r.bio) for k, r in engine.view.profiles.items()} == tables.profiles
+
+
+@SETTINGS
+@given(run=runs(), encode_states=st.booleans())
+def test_engine_equals_reference_below_the_cap(run: Run, encode_states: bool) -> None:
+    # At most 3 tweets per author and 3 followees per user: a cap of 100 is never reached.
+    engine = materialize(run, inbox_cap=100, encode_states=encode_states)
+    assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=100)
+    assert engine.rejected == run.garbage
+    check_dimensions(engine, run)
+
+
+@SETTINGS
+@given(run=runs(), inbox_cap=st.integers(1, 2))
+def test_at_the_cap_every_entry_is_a_live_joined_tweet(run: Run, inbox_cap: int) -> None:
+    engine = materialize(run, inbox_cap=inbox_cap, encode_states=False)
+    whole_join = reference_entries(reference_tables(run.history), inbox_cap=None)
+    for uid in engine.view.timelines:
+        entries = engine.view.entries(uid)
+        assert len(entries) <= inbox_cap
+        assert set(entries) <= set(whole_join.get(uid, ()))
+    check_dimensions(engine, run)
+
+
+@SETTINGS
+@given(run=runs(fixed_created_at=True, deletes=False), inbox_cap=st.integers(1, 3))
+def test_at_the_cap_without_deletes_engine_equals_reference(run: Run, inbox_cap: int) -> None:
+    # Only a delete (or an edit moving a tweet back in time) can make room that state cannot refill.
+    engine = materialize(run, inbox_cap=inbox_cap, encode_states=True)
+    assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=inbox_cap)
+
+
+@SETTINGS
+@given(run=runs(), inbox_cap=st.sampled_from([2, 100]))
+def test_replaying_everything_emits_nothing(run: Run, inbox_cap: int) -> None:
+    engine = materialize(run, inbox_cap=inbox_cap, encode_states=False)
+    for key in list(engine.states):
+        before = engine.state(key)
+        changes = [e for e in run.history if join_key(e) == key]
+        result = step(before, changes, inbox_cap=inbox_cap)
+        assert not result.emitted
+        assert result.ts == before.clock
+
+
+@SETTINGS
+@given(run=runs(), split=st.randoms(use_true_random=False), inbox_cap=st.sampled_from([1, 2, 100]))
+def test_one_batch_does_not_depend_on_order(run: Run, split: random.Random, inbox_cap: int) -> None:
+    # Some history before, then the rest as one batch in two different orders: identical results.
+    cut = split.randint(0, len(run.history))
+    before = Materializer(inbox_cap=inbox_cap)
+    before.process_batch(run.history[:cut])
+    batch = run.history[cut:]
+    for key in sorted({join_key(e) for e in batch}):
+        changes = [e for e in batch if join_key(e) == key]
+        shuffled = changes[:]
+        split.shuffle(shuffled)
+        a = step(before.state(key), changes, inbox_cap=inbox_cap)
+        b = step(before.state(key), shuffled, inbox_cap=inbox_cap)
+        assert (a.deltas, a.tweets, a.profiles, a.ts) == (b.deltas, b.tweets, b.profiles, b.ts)
+        assert a.state == b.state
+
+
+@SETTINGS
+@given(run=runs(), inbox_cap=st.sampled_from([1, 100]), clock_start=st.integers(0, 10**12))
+def test_clock_ticks_once_per_emitting_step_and_codec_round_trips(run: Run, inbox_cap: int, clock_start: int) -> None:
+    states: dict[str, AuthorState] = {}
+    ticks: dict[str, int] = {}
+    for batch in run.batches:
+        groups: dict[str, list[Event]] = {}
+        for line in batch:
+            try:
+                ev = parse_event(line)
+            except InvalidEvent:
+                continue
+            groups.setdefault(join_key(ev), []).append(ev)
+        for key, changes in groups.items():
+            prev = states.get(key)
+            result = step(prev, changes, inbox_cap=inbox_cap, clock_start=clock_start)
+            prev_clock = clock_start if prev is None else prev.clock
+            assert result.ts == prev_clock + (1 if result.emitted else 0)
+            assert result.state.clock == result.ts
+            ticks[key] = ticks.get(key, 0) + result.emitted
+            blob = encode_state(result.state)
+            assert decode_state(blob) == result.state
+            states[key] = decode_state(blob)
+    for key, state in states.items():
+        assert state.clock == clock_start + ticks[key]

@@ -1,0 +1,63 @@
+"""``python -m feed_service materialize``, end to end in a subprocess (the contract of issue 3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from feed_service.core.reference import reference_timelines
+
+ROOT = Path(__file__).parents[2]
+
+LINES = [
+    '{"type":"follow","op":"follow","follower_id":"ann","followee_id":"bob","version":1}',
+    '{"type":"tweet","op":"upsert","tweet_id":"t1","author_id":"bob","version":1,"created_at":10,"text":"hi","profile_version":1}',
+    "",
+    "garbage",
+    '{"type":"tweet","op":"upsert","tweet_id":"t2","author_id":"bob","version":1,"created_at":20,"text":"yo","profile_version":2}',
+    '{"type":"follow","op":"follow","follower_id":"cat","followee_id":"cat","version":1}',
+    '{"type":"profile","user_id":"bob","version":1,"display_name":"Bob"}',
+    '{"type":"follow","op":"follow","follower_id":"cat","followee_id":"ann","version":1}',
+    '{"type":"tweet","op":"upsert","tweet_id":"t1","author_id":"bob","version":2,"created_at":10,"text":"hi!","profile_version":1}',
+]
+
+
+def run_cli(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "feed_service", "materialize", str(path), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_materialize_prints_timelines_and_reports_rejects(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    proc = run_cli(path, "--batch-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document == {
+        "timelines": {
+            "ann": [
+                {"tweet_id": "t2", "author_id": "bob", "version": 1, "text": "yo", "author_display_name": None},
+                {"tweet_id": "t1", "author_id": "bob", "version": 2, "text": "hi!", "author_display_name": "Bob"},
+            ]
+        },
+        "rejected": 2,
+    }
+    assert document["timelines"] == reference_timelines(LINES)
+    assert "line 4: bad_json" in proc.stderr
+    assert "line 6: self_follow" in proc.stderr
+
+
+def test_batch_size_and_inbox_cap_options(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(LINES))
+    one = json.loads(run_cli(path, "--batch-size", "1").stdout)
+    capped = json.loads(run_cli(path, "--batch-size", "100", "--inbox-cap", "1").stdout)
+    assert one["timelines"] == reference_timelines(LINES)
+    assert [e["tweet_id"] for e in capped["timelines"]["ann"]] == ["t2"]
+
+
+def test_missing_file_and_bad_options_fail(tmp_path: Path) -> None:
+    assert run_cli(tmp_path / "nope.jsonl").returncode == 2
+    assert run_cli(tmp_path / "nope.jsonl", "--batch-size", "0").returncode == 2

@@ -1,0 +1,385 @@
+"""GetHomeTimeline under load: the materialized inbox vs. naive fan-out-on-read, side by side.
+
+    .venv/bin/python bench/bench_grpc.py                    # populate (once) + both benchmarks
+    .venv/bin/python bench/bench_grpc.py --users 30000      # scale down the materialized data set
+    .venv/bin/python bench/bench_grpc.py --skip-populate    # reuse the data of an earlier run
+
+What runs (against the Cassandra of ``Settings.from_env()``: ``feedctl stack up`` gives 127.0.0.1:9042):
+
+1. populate keyspace ``feed_bench`` (``--keyspace``) through the project's ``TimelineWriter``:
+   ``--users`` home timelines of ``--entries`` entries each, drawn from ``--authors`` authors with
+   2 profile versions each; and, for the baseline, its own tables (not part of the schema):
+   ``follows_by_follower`` and ``tweets_by_author``, with ``--baseline-users`` users following
+   50, 200 and 1,000 of the same authors.
+2. materialized design: ``feedctl serve --workers N`` (the real command) reads ``home_timeline``;
+3. baseline: the same service code, with a store whose ``page`` reads the user's followees, the
+   newest ``page_size`` tweets of each (concurrently) and merges them (``FanoutStore``);
+4. the load generator runs in its own process: ``ghz`` when installed (``go install
+   github.com/bojand/ghz/cmd/ghz@latest``), else a multi-process grpc.aio generator. 20-entry pages,
+   random users, a service token. The materialized design is measured twice: at a fixed rate
+   (``--rate``, open loop: the latency a client sees at that load) and unthrottled (capacity).
+
+Prints a table (and writes the figures as JSON with ``--out FILE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from feed_service.settings import Settings  # noqa: E402
+
+FOLLOWEE_COUNTS = (50, 200, 1000)
+PAGE_SIZE = 20
+BENCH_SECRET = "bench-secret-0123456789abcdef"
+BASELINE_DDL = (
+    "CREATE TABLE IF NOT EXISTS {ks}.follows_by_follower (follower_id text, followee_id text,"
+    " PRIMARY KEY ((follower_id), followee_id))",
+    "CREATE TABLE IF NOT EXISTS {ks}.tweets_by_author (author_id text, created_at bigint, tweet_id text,"
+    " version bigint, text text, profile_version bigint, PRIMARY KEY ((author_id), created_at, tweet_id))"
+    " WITH CLUSTERING ORDER BY (created_at DESC, tweet_id DESC)",
+)
+
+
+# -- data ----------------------------------------------------------------------------------
+def author_tweets(a: int, per_author: int, rng: random.Random) -> list[tuple]:
+    """(tweet_id, author_id, created_at, version, text, profile_version) of author ``a``."""
+    base = 1_700_000_000_000
+    return [(f"t{a}-{i}", f"a{a}", base + rng.randrange(10**9), 1, f"tweet {i} of author {a}: " + "x" * 80,
+             1 + i % 2) for i in range(per_author)]
+
+
+def populate(settings: Settings, args: argparse.Namespace) -> dict:
+    from feed_service.store.schema import apply_schema
+    from feed_service.store.session import connect
+    from feed_service.store.writer import TimelineWriter
+
+    cluster, session = connect(settings)
+    started = time.monotonic()
+    try:
+        apply_schema(session, settings.keyspace)
+        for ddl in BASELINE_DDL:
+            session.execute(ddl.format(ks=settings.keyspace), timeout=60)
+        writer = TimelineWriter(session, settings.keyspace, concurrency=256)
+        rng = random.Random(42)
+        tweets = {a: author_tweets(a, args.tweets_per_author, rng) for a in range(args.authors)}
+        ts = 1
+        writer.write(profiles=[(f"a{a}", v, f"Author {a} v{v}", f"https://img/{a}/{v}.png", None, ts)
+                               for a in range(args.authors) for v in (1, 2)])
+        # baseline: tweets by author, follows by follower
+        ins_tweet = session.prepare(f"INSERT INTO {settings.keyspace}.tweets_by_author (author_id, created_at,"
+                                    " tweet_id, version, text, profile_version) VALUES (?, ?, ?, ?, ?, ?)")
+        ins_follow = session.prepare(f"INSERT INTO {settings.keyspace}.follows_by_follower (follower_id,"
+                                     " followee_id) VALUES (?, ?)")
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        rows = [(t[1], t[2], t[0], t[3], t[4], t[5]) for ts_ in tweets.values() for t in ts_]
+        execute_concurrent_with_args(session, ins_tweet, rows, concurrency=256)
+        follows = [(f"f{k}-{u}", f"a{a}") for k in FOLLOWEE_COUNTS for u in range(args.baseline_users)
+                   for a in rng.sample(range(args.authors), k)]
+        execute_concurrent_with_args(session, ins_follow, follows, concurrency=256)
+        # materialized: one inbox per user, the newest entries of random authors' tweets
+        chunk: list[tuple] = []
+        for u in range(args.users):
+            for t in sorted((rng.choice(tweets[rng.randrange(args.authors)]) for _ in range(args.entries)),
+                            key=lambda t: t[2], reverse=True):
+                chunk.append(("insert", f"u{u}", t[0], t[1], t[2], t[3], t[4], t[5], ts))
+            if len(chunk) >= 20_000:
+                writer.write(timeline=chunk)
+                chunk = []
+            if u and u % 10_000 == 0:
+                print(f"  populated {u} users ({time.monotonic() - started:.0f}s)", flush=True)
+        writer.write(timeline=chunk)
+        session.execute(f"CREATE TABLE IF NOT EXISTS {settings.keyspace}.bench_meta (k text PRIMARY KEY, v text)")
+        meta = {"users": args.users, "entries": args.entries, "authors": args.authors,
+                "baseline_users": args.baseline_users, "tweets_per_author": args.tweets_per_author}
+        session.execute(f"INSERT INTO {settings.keyspace}.bench_meta (k, v) VALUES ('meta', %s)", (json.dumps(meta),))
+    finally:
+        cluster.shutdown()
+    meta["populate_s"] = round(time.monotonic() - started, 1)
+    return meta
+
+
+def read_meta(settings: Settings) -> dict | None:
+    from feed_service.store.session import connect
+
+    cluster, session = connect(settings)
+    try:
+        row = session.execute(f"SELECT v FROM {settings.keyspace}.bench_meta WHERE k = 'meta'").one()
+        return json.loads(row.v) if row else None
+    except Exception:
+        return None
+    finally:
+        cluster.shutdown()
+
+
+# -- the baseline store --------------------------------------------------------------------
+class FanoutStore:
+    """``TimelineStore`` whose ``page`` runs the join at read time: followees, their tweets, merge."""
+
+    def __init__(self, settings: Settings) -> None:
+        from feed_service.store.reader import CassandraReader
+
+        self.reader = CassandraReader.connect(settings)
+        ks, p = settings.keyspace, self.reader.session.prepare
+        self._followees = p(f"SELECT followee_id FROM {ks}.follows_by_follower WHERE follower_id = ?")
+        self._by_author = p(f"SELECT tweet_id, author_id, created_at, version, text, profile_version"
+                            f" FROM {ks}.tweets_by_author WHERE author_id = ? LIMIT ?")
+
+    async def page(self, timeline_id, *, before, limit, timeout):
+        from feed_service.store.reader import EntryRow
+
+        followees = await self.reader._execute(self._followees, (timeline_id,), timeout)
+        per_author = await asyncio.gather(*(self.reader._execute(self._by_author, (f[0], limit), timeout)
+                                            for f in followees))
+        rows = heapq.nlargest(limit, (r for rs in per_author for r in rs), key=lambda r: (r[2], r[0]))
+        return [EntryRow(*r) for r in rows]
+
+    def __getattr__(self, name):  # tweet, profile(s), newer, close: the materialized reader's
+        return getattr(self.reader, name)
+
+
+def serve_baseline(settings: Settings, port: int) -> None:
+    from feed_service.server.app import TimelineServer
+    from feed_service.server.config import ServerConfig
+
+    async def main() -> None:
+        config = ServerConfig(host="127.0.0.1", port=port, metrics_port=None, auth_secret=BENCH_SECRET.encode(),
+                              settings=settings)
+        server = TimelineServer(config, store=FanoutStore(settings))
+        await server.start()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await server.stop(1.0)
+
+    asyncio.run(main())
+
+
+# -- load generation -----------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_serving(port: int, timeout: float = 60) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise TimeoutError(f"server on port {port} never became SERVING")
+
+
+def ghz_path() -> str | None:
+    return shutil.which("ghz") or next((str(p) for p in [Path.home() / "go" / "bin" / "ghz"] if p.exists()), None)
+
+
+def run_ghz(ghz: str, port: int, users: list[str], token: str, *, concurrency: int, duration: float,
+            rate: int = 0, connections: int = 4) -> dict:
+    from grpc_tools import protoc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data.json"
+        data.write_text(json.dumps([{"user_id": u, "page_size": PAGE_SIZE} for u in users]))
+        # a compiled descriptor set: ghz's .proto parser predates proto3 `optional` fields
+        protoset = Path(tmp) / "timeline.protoset"
+        if protoc.main(["protoc", f"-I{REPO / 'proto'}", "--include_imports", f"--descriptor_set_out={protoset}",
+                        "feed/v1/timeline.proto"]) != 0:
+            raise RuntimeError("protoc could not build the descriptor set for ghz")
+        cmd = [ghz, "--insecure", "--protoset", str(protoset), "--call", "feed.v1.TimelineService.GetHomeTimeline",
+               "-D", str(data), "-m", json.dumps({"authorization": f"Bearer {token}"}),
+               "-c", str(concurrency), "--connections", str(connections), "-z", f"{duration}s",
+               "--rps", str(rate), "--format", "json", "--skipFirst", str(min(200, concurrency * 4)),
+               f"127.0.0.1:{port}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if not out.stdout.strip():
+        raise RuntimeError(f"ghz failed: {out.stderr}")
+    report = json.loads(out.stdout)
+    lat = {d["percentage"]: d["latency"] / 1e6 for d in report.get("latencyDistribution") or []}
+    codes = report.get("statusCodeDistribution", {})
+    return {"tool": "ghz", "qps": round(report["rps"], 1), "p50_ms": round(lat.get(50, float("nan")), 2),
+            "p99_ms": round(lat.get(99, float("nan")), 2), "count": report["count"], "codes": codes,
+            "concurrency": concurrency, "rate": rate or "max"}
+
+
+def _py_worker(port: int, users: list[str], token: str, concurrency: int, duration: float, queue) -> None:
+    import grpc
+
+    from feed_service.api import timeline_pb2 as pb
+    from feed_service.api import timeline_pb2_grpc as pb_grpc
+
+    async def main() -> None:
+        latencies, errors = [], 0
+        md = (("authorization", f"Bearer {token}"),)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.TimelineServiceStub(channel)
+            end = time.perf_counter() + duration
+
+            async def loop() -> None:
+                nonlocal errors
+                rng = random.Random()
+                while time.perf_counter() < end:
+                    t = time.perf_counter()
+                    try:
+                        await stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=rng.choice(users),
+                                                                             page_size=PAGE_SIZE), metadata=md)
+                        latencies.append(time.perf_counter() - t)
+                    except grpc.RpcError:
+                        errors += 1
+
+            await asyncio.gather(*(loop() for _ in range(concurrency)))
+        queue.put((latencies, errors))
+
+    asyncio.run(main())
+
+
+def run_python_load(port: int, users: list[str], token: str, *, concurrency: int, duration: float,
+                    processes: int = 2) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    per = max(1, concurrency // processes)
+    procs = [ctx.Process(target=_py_worker, args=(port, users, token, per, duration, queue)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    results = [queue.get() for _ in procs]
+    for p in procs:
+        p.join()
+    latencies = sorted(x for r in results for x in r[0])
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 100 else [float("nan")] * 99
+    return {"tool": "python-grpc.aio", "qps": round(len(latencies) / duration, 1), "p50_ms": round(q[49] * 1000, 2),
+            "p99_ms": round(q[98] * 1000, 2), "count": len(latencies), "errors": sum(r[1] for r in results),
+            "concurrency": concurrency, "rate": "max"}
+
+
+def load(port: int, users: list[str], token: str, *, concurrency: int, duration: float, rate: int = 0) -> dict:
+    ghz = ghz_path()
+    if ghz:
+        return run_ghz(ghz, port, users, token, concurrency=concurrency, duration=duration, rate=rate)
+    return run_python_load(port, users, token, concurrency=concurrency, duration=duration)
+
+
+# -- main ----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keyspace", default="feed_bench")
+    parser.add_argument("--users", type=int, default=100_000, help="materialized timelines (default 100000)")
+    parser.add_argument("--entries", type=int, default=25, help="entries per timeline (default 25)")
+    parser.add_argument("--authors", type=int, default=5_000)
+    parser.add_argument("--tweets-per-author", type=int, default=20)
+    parser.add_argument("--baseline-users", type=int, default=100, help="users per followee count")
+    parser.add_argument("--skip-populate", action="store_true", help="reuse the data of an earlier run")
+    parser.add_argument("--populate-only", action="store_true", help="populate, then stop")
+    parser.add_argument("--workers", type=int, default=2, help="feedctl serve --workers (default 2)")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per materialized run")
+    parser.add_argument("--baseline-duration", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rate", type=int, default=1500, help="fixed-rate run (requests/s; 0 = skip)")
+    parser.add_argument("--out", help="also write the figures as JSON to this file")
+    parser.add_argument("--serve-baseline", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    settings = replace(Settings.from_env(), keyspace=args.keyspace)
+    if args.serve_baseline:
+        serve_baseline(settings, args.serve_baseline)
+        return 0
+
+    from feed_service.server import auth
+
+    meta = read_meta(settings) if args.skip_populate else None
+    if meta is None:
+        print(f"populating {args.keyspace}: {args.users} users x {args.entries} entries, {args.authors} authors,"
+              f" baseline {args.baseline_users} users x {FOLLOWEE_COUNTS} followees", flush=True)
+        meta = populate(settings, args)
+        print(f"populated in {meta['populate_s']}s", flush=True)
+    if args.populate_only:
+        return 0
+    token = auth.mint(BENCH_SECRET.encode(), subject="bench", role="service", ttl_s=3600)
+    rng = random.Random(7)
+    users = [f"u{rng.randrange(meta['users'])}" for _ in range(20_000)]
+    results: dict = {"data": meta, "load_generator": "ghz" if ghz_path() else "python-grpc.aio",
+                     "cpus": os.cpu_count(), "workers": args.workers}
+
+    port = free_port()
+    env = {**os.environ, "FEED_AUTH_SECRET": BENCH_SECRET, "FEED_KEYSPACE": args.keyspace,
+           "FEED_GRPC_HOST": "127.0.0.1", "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0",
+           "FEED_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen([sys.executable, "-m", "feed_service", "serve", "--workers", str(args.workers)],
+                              env=env, cwd=REPO)
+    try:
+        wait_serving(port)
+        load(port, users, token, concurrency=args.concurrency, duration=3)  # warm-up: caches, JIT of the JVM
+        if args.rate:
+            results["materialized_fixed_rate"] = load(port, users, token, concurrency=max(args.concurrency, 64),
+                                                      duration=args.duration, rate=args.rate)
+            print("materialized @%s/s: %s" % (args.rate, results["materialized_fixed_rate"]), flush=True)
+        results["materialized_max"] = load(port, users, token, concurrency=args.concurrency, duration=args.duration)
+        print("materialized max: %s" % results["materialized_max"], flush=True)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+
+    port = free_port()
+    baseline = subprocess.Popen([sys.executable, __file__, "--keyspace", args.keyspace, "--serve-baseline", str(port)],
+                                cwd=REPO)
+    try:
+        wait_serving(port)
+        for k in FOLLOWEE_COUNTS:
+            followers = [f"f{k}-{u}" for u in range(meta["baseline_users"])]
+            load(port, followers, token, concurrency=4, duration=2)
+            results[f"fanout_{k}"] = load(port, followers, token, concurrency=8, duration=args.baseline_duration)
+            print(f"fan-out-on-read, {k} followees: {results[f'fanout_{k}']}", flush=True)
+    finally:
+        baseline.send_signal(signal.SIGTERM)
+        baseline.wait(30)
+
+    m = results["materialized_max"]
+    print("\nGetHomeTimeline, 20-entry pages, %s users, load: %s, server workers: %d, CPUs: %s"
+          % (meta["users"], results["load_generator"], args.workers, os.cpu_count()))
+    print(f"{'design':<34} {'QPS':>9} {'p50 ms':>9} {'p99 ms':>9}")
+    rows = []
+    if "materialized_fixed_rate" in results:
+        rows.append((f"materialized inbox @ {args.rate}/s", results["materialized_fixed_rate"]))
+    rows.append(("materialized inbox (max)", m))
+    rows += [(f"fan-out-on-read, {k} followees", results[f"fanout_{k}"]) for k in FOLLOWEE_COUNTS]
+    for name, r in rows:
+        print(f"{name:<34} {r['qps']:>9} {r['p50_ms']:>9} {r['p99_ms']:>9}")
+    speedup = m["qps"] / max(results["fanout_200"]["qps"], 1e-9)
+    results["speedup_qps_vs_fanout_200"] = round(speedup, 1)
+    print(f"materialized vs fan-out at 200 followees: {speedup:.1f}x QPS,"
+          f" p50 {results['fanout_200']['p50_ms'] / max(m['p50_ms'], 1e-9):.1f}x lower")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2))
+        print(f"figures: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -59,6 +59,9 @@ DEFAULT_FLUSH_TIMEOUT = 90.0
 POLL_EVERY = 1000
 """Serve delivery callbacks after this many produce calls."""
 
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+"""Compact JSON (ASCII: lone surrogates stay encodable); one encoder, not one per ``json.dumps`` call."""
+
 ROLE_OF_TYPE = {"tweet": "tweets", "follow": "follows", "profile": "profiles"}
 """Topic role (``Settings.topics``) of each envelope ``type``."""
 
@@ -275,9 +278,9 @@ class EventProducer:
 
         Unknown extra fields of an envelope are sent as they are.
         """
-        envelope = event_to_json(event) if not isinstance(event, Mapping) else event
+        envelope = event if type(event) is dict or isinstance(event, Mapping) else event_to_json(event)
         parsed = self.validate(envelope)
-        self._send(parsed, json.dumps(envelope, separators=(",", ":")).encode())
+        self._send(parsed, _encode_json(envelope).encode())
         return parsed
 
     def publish_line(self, line: bytes | str) -> Event:

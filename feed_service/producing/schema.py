@@ -52,7 +52,7 @@ _TYPE_TESTS: dict[str, Predicate] = {
     "number": _is_number,
     "boolean": lambda x: type(x) is bool,
     "null": lambda x: x is None,
-    "object": lambda x: isinstance(x, Mapping),
+    "object": lambda x: type(x) is dict or isinstance(x, Mapping),
     "array": lambda x: isinstance(x, list),
 }
 
@@ -135,7 +135,8 @@ def _one_of(branches: tuple[tuple[tuple[tuple[str, str], ...], Predicate], ...])
             if is_object and discriminators:
                 skip = False
                 for key, want in discriminators:
-                    if x.get(key) != want or type(x.get(key)) is not str:
+                    have = x.get(key)
+                    if type(have) is not str or have != want:
                         skip = True
                         break
                 if skip:
@@ -146,6 +147,44 @@ def _one_of(branches: tuple[tuple[tuple[tuple[str, str], ...], Predicate], ...])
                     return False
         return matched == 1
     return check
+
+
+_MISSING = object()
+
+
+def _specialized(node: Mapping[str, Any], build: Callable[[Any], Predicate],
+                 resolve: Callable[[str], Predicate]) -> Predicate | None:
+    """One closure for the shapes the event schemas are made of (same result as the generic path).
+
+    - ``{"type": "string", "minLength": n}``, ``{"type": "integer", "minimum": n}``;
+    - ``{"type": "object", "required": [...], "properties": {...}}``.
+    Anything else returns ``None`` and is compiled keyword by keyword.
+    """
+    keys = set(node) - _ANNOTATIONS
+    kind = node.get("type")
+    if keys == {"type", "minLength"} and kind == "string" and type(node["minLength"]) is int:
+        n = node["minLength"]
+        return lambda x: type(x) is str and len(x) >= n
+    if keys == {"type", "minimum"} and kind == "integer" and _is_number(node["minimum"]):
+        m = node["minimum"]
+        return lambda x: (type(x) is int or (type(x) is float and x.is_integer())) and x >= m
+    if keys <= {"type", "required", "properties"} and kind == "object":
+        required = tuple(node.get("required", ()))
+        props = tuple((name, build(sub)) for name, sub in node.get("properties", {}).items())
+
+        def check(x: Any) -> bool:
+            if type(x) is not dict and not isinstance(x, Mapping):
+                return False
+            for name in required:
+                if name not in x:
+                    return False
+            for name, test in props:
+                value = x.get(name, _MISSING)
+                if value is not _MISSING and not test(value):
+                    return False
+            return True
+        return check
+    return None
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -190,6 +229,9 @@ def compile_schema(schema: Any, root: Mapping[str, Any] | None = None) -> Predic
             return _never
         if not isinstance(node, Mapping):
             raise UnsupportedSchema(f"schema node {node!r}")
+        fast = _specialized(node, build, resolve)
+        if fast is not None:
+            return fast
         checks: list[Predicate] = []
         for keyword, value in node.items():
             if keyword in _ANNOTATIONS:

@@ -40,8 +40,8 @@ WORKLOAD_EPOCH_MS = 1_767_225_600_000
 DEFAULT_USERS = 1000
 DEFAULT_MEAN_FOLLOWING = 20.0
 DEFAULT_ZIPF_EXPONENT = 0.8
-"""Popularity weight of the author at rank r is r ** -0.8: at 100,000 users the top author gets
-~40,000 followers, rank 10 ~7,000, rank 100 ~1,000, the median ~8."""
+"""Popularity weight of the author at rank r is r ** -0.8: at 100,000 users (seed 1) the top author
+gets ~30,000 followers, rank 10 ~6,500, rank 100 ~1,100, the median 8."""
 DEFAULT_MAX_FOLLOWING = 2000
 DEFAULT_SIM_RATE = 1000.0
 """Simulated stream events per second (spacing of ``created_at``) when no rate is given."""

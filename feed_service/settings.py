@@ -9,13 +9,15 @@ Environment variables (defaults follow the local stack, ``feedctl stack up``):
 - ``FEED_CASSANDRA_HOSTS``   comma-separated contact points (default ``127.0.0.1``)
 - ``FEED_CASSANDRA_PORT``    CQL native port (default 9042)
 - ``FEED_KEYSPACE``          Cassandra keyspace (default ``feed``)
+- ``FEED_TOPIC_SUFFIX``      appended to every topic name of ``schemas/topics.json`` (default empty),
+  to run isolated pipelines on one broker (tests, staging)
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from feed_service.stack.config import REPO_ROOT, StackConfig
@@ -62,6 +64,11 @@ class Settings:
     def topic(self, role: str) -> str:
         return self.topics[role].name
 
+    def with_topic_suffix(self, suffix: str) -> "Settings":
+        """The same settings with ``suffix`` appended to every topic name."""
+        topics = {role: replace(spec, name=spec.name + suffix) for role, spec in self.topics.items()}
+        return replace(self, topics=topics)
+
     @classmethod
     def for_stack(cls, stack: StackConfig, *, keyspace: str = "feed") -> "Settings":
         return cls(
@@ -75,9 +82,26 @@ class Settings:
     def from_env(cls) -> "Settings":
         env = os.environ
         base = cls.for_stack(StackConfig.from_env())
-        return cls(
+        settings = cls(
             kafka_bootstrap=env.get("FEED_KAFKA_BOOTSTRAP", base.kafka_bootstrap),
             cassandra_hosts=tuple(env.get("FEED_CASSANDRA_HOSTS", ",".join(base.cassandra_hosts)).split(",")),
             cassandra_port=int(env.get("FEED_CASSANDRA_PORT", base.cassandra_port)),
             keyspace=env.get("FEED_KEYSPACE", base.keyspace),
         )
+        suffix = env.get("FEED_TOPIC_SUFFIX", "")
+        return settings.with_topic_suffix(suffix) if suffix else settings
+
+    def to_env(self) -> dict[str, str]:
+        """Environment variables that make :meth:`from_env` in a child process return these settings
+        (topic names must come from ``schemas/topics.json`` plus one common suffix)."""
+        base = load_topic_specs()
+        suffixes = {spec.name[len(base[role].name):] for role, spec in self.topics.items()}
+        if len(suffixes) != 1 or any(not self.topics[r].name.startswith(base[r].name) for r in base):
+            raise ValueError("to_env: topic names must be the spec names plus one common suffix")
+        return {
+            "FEED_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "FEED_CASSANDRA_HOSTS": ",".join(self.cassandra_hosts),
+            "FEED_CASSANDRA_PORT": str(self.cassandra_port),
+            "FEED_KEYSPACE": self.keyspace,
+            "FEED_TOPIC_SUFFIX": suffixes.pop(),
+        }

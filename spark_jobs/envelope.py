@@ -1,0 +1,179 @@
+"""Parse and validate the JSON event envelope with Spark's native expressions (no Python UDF).
+
+Kafka values are parsed once into a VARIANT (``try_parse_json``); every field is then checked by
+its JSON type (``schema_of_variant``), so the stream accepts exactly what the engine's
+:func:`feed_service.core.events.parse_event` accepts: ``true`` is not an integer, ``5.0`` is not an
+integer, ``"5"`` is not an integer, a number is not a string. One deliberate difference: integers
+beyond signed 64 bits are rejected here (Cassandra's ``bigint`` could not hold them anyway).
+
+:func:`parse_changes` returns one row per Kafka record with the typed event columns, the join key
+and ``reject_code``/``reject_reason`` (null for a valid event). The stream splits on that column:
+valid rows go to the stateful join, the others to the dead-letter topic (:func:`dead_letters`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+INT_TYPE = "BIGINT"
+STRING_TYPE = "STRING"
+
+#: Typed event columns handed to the stateful operator (null where a type has no such field).
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("type", "string"),
+    ("op", "string"),
+    ("tweet_id", "string"),
+    ("author_id", "string"),
+    ("version", "bigint"),
+    ("created_at", "bigint"),
+    ("text", "string"),
+    ("profile_version", "bigint"),
+    ("follower_id", "string"),
+    ("followee_id", "string"),
+    ("user_id", "string"),
+    ("display_name", "string"),
+    ("avatar_url", "string"),
+    ("bio", "string"),
+)
+
+#: Fields each (type, op) requires, with their kind: id (non-empty string), text, natural (int >= 0).
+REQUIRED_FIELDS: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {
+    ("tweet", "upsert"): (("tweet_id", "id"), ("author_id", "id"), ("version", "natural"),
+                          ("created_at", "natural"), ("text", "text"), ("profile_version", "natural")),
+    ("tweet", "delete"): (("tweet_id", "id"), ("author_id", "id"), ("version", "natural")),
+    ("follow", None): (("follower_id", "id"), ("followee_id", "id"), ("version", "natural")),
+    ("profile", None): (("user_id", "id"), ("version", "natural"), ("display_name", "text")),
+}
+OPTIONAL_TEXT_FIELDS = ("avatar_url", "bio")
+
+
+def _kind(field: str) -> "Column":
+    """The JSON type of ``field``: NULL when absent, 'VOID' for JSON null, 'BIGINT', 'STRING', ..."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"schema_of_variant(variant_get(v, '$.{field}'))")
+
+
+def _string(field: str) -> "Column":
+    from pyspark.sql import functions as F
+
+    return F.expr(f"try_variant_get(v, '$.{field}', 'string')")
+
+
+def _field_fault(field: str, kind: str) -> "Column":
+    """(code, reason) struct when ``field`` breaks its rule, else null; mirrors parse_event."""
+    from pyspark.sql import functions as F
+
+    t = _kind(field)
+    fault = lambda code, reason: F.struct(F.lit(code).alias("code"), reason.alias("reason"))  # noqa: E731
+    wrong = fault("wrong_type", F.concat(F.lit(f"field '{field}' must be "
+                                               f"{'an integer' if kind == 'natural' else 'a string'}, got "),
+                                         F.lower(t)))
+    rule = F.when(t.isNull(), fault("missing_field", F.lit(f"missing field '{field}'")))
+    if kind == "natural":
+        value = F.expr(f"try_variant_get(v, '$.{field}', 'bigint')")
+        return rule.when(t != INT_TYPE, wrong).when(
+            value < 0, fault("negative_value", F.concat(F.lit(f"field '{field}' must be non-negative, got "),
+                                                        value.cast("string"))))
+    rule = rule.when(t != STRING_TYPE, wrong)
+    if kind == "id":
+        rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+    return rule
+
+
+def _first_fault(checks: list["Column"]) -> "Column":
+    from pyspark.sql import functions as F
+
+    return F.coalesce(*checks) if len(checks) > 1 else checks[0]
+
+
+def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
+    """Kafka rows -> typed event rows with ``key`` (join key) and ``reject_code``/``reject_reason``."""
+    from pyspark.sql import functions as F
+
+    fault = lambda code, reason: F.struct(F.lit(code).alias("code"), reason.alias("reason"))  # noqa: E731
+    parsed = kafka_df.select(
+        F.col("topic"), F.col("partition"), F.col("offset"),
+        F.col("value").cast("string").alias("raw"),
+    ).withColumn("v", F.expr("try_parse_json(raw)"))
+
+    type_kind, op_kind = _kind("type"), _kind("op")
+    type_s, op_s = _string("type"), _string("op")
+    is_type = lambda name: (type_kind == STRING_TYPE) & (type_s == name)  # noqa: E731
+    is_op = lambda name: (op_kind == STRING_TYPE) & (op_s == name)  # noqa: E731
+
+    def checks(type_name: str, op: str | None) -> "Column":
+        rules = [_field_fault(f, k) for f, k in REQUIRED_FIELDS[(type_name, op)]]
+        return _first_fault(rules)
+
+    optional_text = [
+        F.when(~_kind(f).isin("VOID", STRING_TYPE),
+               fault("wrong_type", F.concat(F.lit(f"field '{f}' must be a string or null, got "), F.lower(_kind(f)))))
+        for f in OPTIONAL_TEXT_FIELDS
+    ]
+    self_follow = F.when(_string("follower_id") == _string("followee_id"),
+                         fault("self_follow", F.concat(F.lit("self-follow of '"), _string("follower_id"), F.lit("'"))))
+    op_name = F.coalesce(F.expr("to_json(variant_get(v, '$.op'))"), F.lit("null"))
+    type_name = F.coalesce(F.expr("to_json(variant_get(v, '$.type'))"), F.lit("null"))
+
+    fault_col = (
+        F.when(F.col("raw").isNull(), fault("bad_json", F.lit("bad JSON: empty record")))
+        .when(F.col("v").isNull(), fault("bad_json", F.lit("bad JSON")))
+        .when(~F.expr("schema_of_variant(v)").startswith("OBJECT"),
+              fault("not_object", F.concat(F.lit("event must be a JSON object, got "),
+                                           F.lower(F.expr("schema_of_variant(v)")))))
+        .when(type_kind.isNull(), fault("missing_field", F.lit("missing field 'type'")))
+        .when(is_type("tweet") & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
+        .when(is_type("tweet") & is_op("upsert"), checks("tweet", "upsert"))
+        .when(is_type("tweet") & is_op("delete"), checks("tweet", "delete"))
+        .when(is_type("tweet"), fault("unknown_op", F.concat(F.lit("unknown tweet op "), op_name)))
+        .when(is_type("follow") & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
+        .when(is_type("follow") & ~(is_op("follow") | is_op("unfollow")),
+              fault("unknown_op", F.concat(F.lit("unknown follow op "), op_name)))
+        .when(is_type("follow"), F.coalesce(checks("follow", None), self_follow))
+        .when(is_type("profile"), F.coalesce(checks("profile", None), *optional_text))
+        .otherwise(fault("unknown_type", F.concat(F.lit("unknown event type "), type_name)))
+    )
+
+    typed = [
+        F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')").alias(name) for name, sql_type in EVENT_COLUMNS
+    ]
+    out = parsed.select("topic", "partition", "offset", "raw", fault_col.alias("fault"), *typed)
+    key = (
+        F.when(F.col("type") == "tweet", F.col("author_id"))
+        .when(F.col("type") == "follow", F.col("followee_id"))
+        .otherwise(F.col("user_id"))
+    )
+    return out.select(
+        "topic", "partition", "offset", "raw",
+        F.col("fault.code").alias("reject_code"), F.col("fault.reason").alias("reject_reason"),
+        key.alias("key"), *(name for name, _ in EVENT_COLUMNS),
+    )
+
+
+def valid_changes(parsed: "DataFrame") -> "DataFrame":
+    """Rows of valid events: the join key and the typed event columns."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("reject_code").isNull()).select("key", *(name for name, _ in EVENT_COLUMNS))
+
+
+def dead_letters(parsed: "DataFrame") -> "DataFrame":
+    """Rejected rows as Kafka records for the dead-letter topic (key = source topic/partition/offset)."""
+    from pyspark.sql import functions as F
+
+    rejected = parsed.where(F.col("reject_code").isNotNull())
+    return rejected.select(
+        F.concat_ws("/", "topic", F.col("partition").cast("string"), F.col("offset").cast("string")).alias("key"),
+        F.to_json(F.struct(
+            F.col("reject_code").alias("reason_code"),
+            F.col("reject_reason").alias("reason"),
+            F.col("topic").alias("source_topic"),
+            F.col("partition").alias("source_partition"),
+            F.col("offset").alias("source_offset"),
+            F.col("raw").alias("value"),
+        )).alias("value"),
+    )

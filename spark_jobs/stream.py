@@ -1,0 +1,231 @@
+"""The streaming job: Kafka changelogs -> validated changes -> stateful join -> Cassandra.
+
+Two queries share one SparkSession and read the same three topics:
+
+- ``timeline-join``: valid changes, keyed by join key, through the join engine in the stateful
+  operator (RocksDB state store), written to Cassandra from the executors in ``foreachBatch``;
+- ``dead-letters``: records that fail validation, with reason, source topic, partition and offset,
+  to the dead-letter topic with Spark's Kafka sink.
+
+Each has its own checkpoint under ``--checkpoint``; state and Kafka offsets survive restarts, and a
+batch replayed after a crash rewrites the same rows with the same timestamps. The write timestamps
+of a new checkpoint start at ``clock_start`` (microseconds at its creation, kept in the checkpoint
+folder), so a later pipeline's writes supersede an earlier one's on the same keyspace.
+
+Run with ``feedctl stream`` (or ``python -m spark_jobs.stream``; ``spark-submit spark_jobs/stream.py``
+works the same when the Kafka connector jars are passed with ``--jars``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from feed_service.core.join import DEFAULT_INBOX_CAP
+from feed_service.settings import Settings
+from spark_jobs.envelope import dead_letters, parse_changes, valid_changes
+from spark_jobs.timeline_join import OPERATORS, Operator, join_timelines
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("feed.stream")
+
+DEFAULT_CHECKPOINT = Path(".stack/local/checkpoints/stream")
+#: Bounds a micro-batch after downtime so the first batches after a restart stay short.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+SOURCE_ROLES = ("tweets", "follows", "profiles")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    checkpoint: Path = DEFAULT_CHECKPOINT
+    inbox_cap: int = DEFAULT_INBOX_CAP
+    operator: Operator = "applyInPandasWithState"
+    max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    trigger_seconds: float = 0.0
+    starting_offsets: str = "earliest"
+
+
+def clock_start_for(checkpoint: Path) -> int:
+    """The checkpoint's first write timestamp (µs since epoch), created on first use and then fixed."""
+    path = checkpoint / "clock_start"
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        value = time.time_ns() // 1000
+        tmp = checkpoint / ".clock_start.tmp"
+        tmp.write_text(str(value))
+        tmp.replace(path)
+        return value
+
+
+def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOptions) -> "DataFrame":
+    topics = ",".join(settings.topic(role) for role in SOURCE_ROLES)
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", topics)
+        .option("startingOffsets", options.starting_offsets)
+        .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
+        # Compacted topics have offset gaps by design; they are not data loss.
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+
+
+def _write_batch(settings: Settings, counter: Any) -> Any:
+    from spark_jobs.cassandra_sink import write_partition
+
+    def write(batch_df: "DataFrame", batch_id: int) -> None:
+        batch_df.foreachPartition(lambda rows: write_partition(settings, rows, counter))
+
+    return write
+
+
+@dataclass
+class RunningStream:
+    """Handles of the two queries, plus the accumulator of timeline rows written."""
+
+    join: "StreamingQuery"
+    dead_letters: "StreamingQuery"
+    timeline_rows: Any
+
+    def stop(self) -> None:
+        for query in (self.join, self.dead_letters):
+            try:
+                query.stop()
+            except Exception:  # noqa: BLE001 - stopping a failed query is best effort
+                log.exception("stopping %s", query.name)
+
+
+def start_stream(spark: "SparkSession", settings: Settings, options: StreamOptions) -> RunningStream:
+    """Start both queries; returns at once (they run in the background of this SparkSession)."""
+    parsed = parse_changes(read_changelogs(spark, settings, options))
+    outputs = join_timelines(
+        valid_changes(parsed),
+        inbox_cap=options.inbox_cap,
+        clock_start=clock_start_for(options.checkpoint),
+        operator=options.operator,
+    )
+    counter = spark.sparkContext.accumulator(0)
+    trigger = {"processingTime": f"{options.trigger_seconds} seconds"}
+    join_query = (
+        outputs.writeStream.queryName("timeline-join")
+        .outputMode("append")
+        .option("checkpointLocation", str(options.checkpoint / "join"))
+        .trigger(**trigger)
+        .foreachBatch(_write_batch(settings, counter))
+        .start()
+    )
+    dlq_query = (
+        dead_letters(parsed).writeStream.queryName("dead-letters")
+        .format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("topic", settings.topic("dead_letter"))
+        .option("checkpointLocation", str(options.checkpoint / "dead-letters"))
+        .trigger(processingTime="2 seconds")
+        .start()
+    )
+    return RunningStream(join_query, dlq_query, counter)
+
+
+def progress_record(stream: RunningStream) -> dict[str, Any]:
+    """What the stream has done: per query, the last batch id and the source end offsets."""
+    record: dict[str, Any] = {"time": time.time(), "timeline_rows_written": stream.timeline_rows.value}
+    for query in (stream.join, stream.dead_letters):
+        progress = query.lastProgress
+        record[query.name] = {
+            "active": query.isActive,
+            "batch_id": progress["batchId"] if progress else None,
+            "end_offsets": {k: v for s in (progress or {}).get("sources", []) for k, v in _offsets(s).items()},
+            "input_rows": progress.get("numInputRows") if progress else None,
+            "duration_ms": progress.get("durationMs", {}).get("triggerExecution") if progress else None,
+        }
+    return record
+
+
+def _offsets(source: dict[str, Any]) -> dict[str, dict[str, int]]:
+    end = source.get("endOffset")
+    if isinstance(end, str):
+        end = json.loads(end)
+    return end or {}
+
+
+def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
+    """Run the stream until SIGTERM/SIGINT or a query fails; writes progress to ``status_file``."""
+    from feed_service.stack.spark import build_session
+
+    spark = build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": "2"})
+    stream = start_stream(spark, settings, options)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    status_file = status_file or options.checkpoint / "progress.json"
+    log.info("stream started: checkpoint %s, operator %s", options.checkpoint, options.operator)
+    failed = None
+    while not stop.is_set():
+        for query in (stream.join, stream.dead_letters):
+            if not query.isActive:
+                failed = query.exception() or RuntimeError(f"query {query.name} stopped")
+        if failed is not None:
+            break
+        tmp = status_file.with_name("." + status_file.name + ".tmp")
+        tmp.write_text(json.dumps(progress_record(stream)))
+        tmp.replace(status_file)
+        stop.wait(1.0)
+    stream.stop()
+    spark.stop()
+    if failed is not None:
+        log.error("stream failed: %s", failed)
+        return 1
+    log.info("stream stopped")
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
+                        help=f"checkpoint folder (state, offsets); default {DEFAULT_CHECKPOINT}")
+    parser.add_argument("--inbox-cap", type=int, default=DEFAULT_INBOX_CAP)
+    parser.add_argument("--operator", choices=OPERATORS, default="applyInPandasWithState")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=DEFAULT_MAX_OFFSETS_PER_TRIGGER)
+    parser.add_argument("--trigger-seconds", type=float, default=0.0,
+                        help="micro-batch interval; 0 = start the next batch as soon as one ends")
+    parser.add_argument("--starting-offsets", default="earliest",
+                        help="for a new checkpoint: earliest, latest or Spark's JSON offsets")
+    parser.add_argument("--status-file", type=Path, default=None,
+                        help="progress JSON, rewritten every second (default CHECKPOINT/progress.json)")
+
+
+def options_from_args(args: argparse.Namespace) -> StreamOptions:
+    return StreamOptions(
+        checkpoint=args.checkpoint.resolve(),
+        inbox_cap=args.inbox_cap,
+        operator=args.operator,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        trigger_seconds=args.trigger_seconds,
+        starting_offsets=args.starting_offsets,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stream", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(Settings.from_env(), options_from_args(args), status_file=args.status_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

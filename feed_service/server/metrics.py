@@ -31,6 +31,14 @@ class ServerMetrics:
         self.profile_cache = Counter("feed_profile_cache", "profile cache lookups", ("result",), registry=r)
         self.store_connected = Gauge("feed_store_connected", "1 while the Cassandra session is up", registry=r)
         self._children: dict[tuple[str, str], tuple] = {}
+        self._in_flight: dict[str, Gauge] = {}
+
+    def in_flight_of(self, method: str) -> Gauge:
+        """The in-flight gauge child of ``method`` (looked up once: label lookup takes a lock)."""
+        child = self._in_flight.get(method)
+        if child is None:
+            child = self._in_flight[method] = self.in_flight.labels(method)
+        return child
 
     def observe(self, method: str, code: str, seconds: float) -> None:
         children = self._children.get((method, code))

@@ -80,7 +80,7 @@ def _unary(method: str) -> Callable:
         async def handler(self: "TimelineServicer", request: Any, context: grpc.aio.ServicerContext) -> Any:
             started = time.perf_counter()
             code, detail = "OK", ""
-            in_flight = self.metrics.in_flight.labels(method)
+            in_flight = self.metrics.in_flight_of(method)
             in_flight.inc()
             try:
                 return await fn(self, request, context)
@@ -120,7 +120,7 @@ def _stream(method: str) -> Callable:
         async def handler(self: "TimelineServicer", request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
             started = time.perf_counter()
             code, detail = "OK", ""
-            in_flight = self.metrics.in_flight.labels(method)
+            in_flight = self.metrics.in_flight_of(method)
             in_flight.inc()
             try:
                 async for message in fn(self, request, context):

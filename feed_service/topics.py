@@ -97,6 +97,17 @@ def describe_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicRep
     return reports
 
 
+def _wait_for_metadata(admin: Any, names: set[str], timeout: float = ADMIN_TIMEOUT) -> None:
+    """Wait until metadata lists topics just created (it can lag the create call on a fresh broker)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while names and time.monotonic() < deadline:
+        if names <= set(admin.list_topics(timeout=ADMIN_TIMEOUT).topics):
+            return
+        time.sleep(0.2)
+
+
 def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicReport]:
     """Create missing topics and align configs of existing ones; return one report per topic."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
@@ -118,6 +129,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicRepor
             except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
+    _wait_for_metadata(admin, created)
     reports = describe_topics(bootstrap, specs)
     for spec, report in zip(specs, reports):
         report.created = spec.name in created

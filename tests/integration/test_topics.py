@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,14 @@ def _write(specs: list[TopicSpec], path: Path) -> Path:
                                                     "replication_factor": s.replication_factor,
                                                     "config": s.config} for s in specs}}))
     return path
+
+
+def _wait_visible(settings: Settings, spec: TopicSpec, seconds: float = 30.0) -> None:
+    """Wait until broker metadata lists a just-created topic (it can lag the create call briefly)."""
+    deadline = time.monotonic() + seconds
+    while describe_topics(settings.kafka_bootstrap, [spec])[0].missing:
+        assert time.monotonic() < deadline, f"{spec.name} not visible after {seconds}s"
+        time.sleep(0.2)
 
 
 def test_ensure_topics_is_idempotent(settings: Settings, unique: str) -> None:
@@ -44,6 +53,7 @@ def test_drift_is_reported_and_configs_are_realigned(settings: Settings, unique:
     # someone made the topic by hand: wrong partition count and no compaction
     by_hand = dataclasses.replace(tweets, partitions=tweets.partitions + 2, config={"cleanup.policy": "delete"})
     ensure_topics(settings.kafka_bootstrap, [by_hand])
+    _wait_visible(settings, by_hand)
     config = _write(specs, tmp_path / "topics.json")
     base = ["--bootstrap", settings.kafka_bootstrap, "--config", str(config)]
 

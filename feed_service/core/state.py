@@ -43,7 +43,9 @@ class AuthorState:
     - ``active``: the active followers, sorted; derived from ``followers``, kept so that fan-out
       reuses one tuple instead of filtering the edges on every tweet.
     - ``tweets``: tweet_id -> content of the newest live tweets by (created_at, tweet_id), at most
-      the inbox cap: an older tweet can never be in any follower's newest-N.
+      the inbox cap: an older tweet can never be in any follower's newest-N. Iterates in ascending
+      (created_at, tweet_id) order, so the oldest is evicted and backfill walks it backwards
+      without sorting (dicts and the codec keep insertion order).
     - ``cold``: tweet_id -> (version, digest) of live tweets pushed out of ``tweets``, so a late
       older upsert cannot bring back stale content. Grows with the author's history.
     - ``deleted``: tombstones; a delete is final. Grows with the author's deletes.

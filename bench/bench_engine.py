@@ -1,0 +1,220 @@
+"""Throughput of the timeline join step on a generated power-law workload (issue 3).
+
+Run: ``.venv/bin/python bench/bench_engine.py`` (about 20 s with the defaults; ``--help`` for sizes).
+
+Workload: every user follows ``--follows-per-user`` authors drawn with Zipf weights, so the top
+authors have thousands of followers; then a stream of tweets (authors also Zipf-weighted), edits,
+deletes, follows and unfollows, in micro-batches grouped by author key exactly as the Spark job does.
+Only ``step`` is timed for the throughput figures; grouping is done up front. Times are CPU
+seconds of this process (``time.process_time``), so a busy machine does not deflate them. Timeline deltas are
+counted exploded (sum of ``len(timeline_ids)``); the cost of exploding them in Python is reported
+separately, since in the real pipeline the JVM does it. The state codec is timed per key on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import json
+import marshal
+import pickle
+import random
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert, join_key  # noqa: E402
+from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult, step  # noqa: E402
+from feed_service.core.state import AuthorState, decode_state, encode_state  # noqa: E402
+
+
+def zipf_sampler(n: int, alpha: float, rnd: random.Random) -> Callable[[], int]:
+    """Return a sampler of ranks 0..n-1 with P(rank k) proportional to 1/(k+1)^alpha."""
+    cumulative = list(itertools.accumulate(1.0 / (k + 1) ** alpha for k in range(n)))
+    total = cumulative[-1]
+    return lambda: bisect.bisect_left(cumulative, rnd.random() * total)
+
+
+def generate(args: argparse.Namespace) -> tuple[list[Event], list[Event]]:
+    """Return (bootstrap events: follows and profiles, stream events)."""
+    rnd = random.Random(args.seed)
+    users = [f"u{i}" for i in range(args.users)]
+    pick_author = zipf_sampler(args.users, args.alpha, rnd)
+    # How much a user tweets is Zipf too, but independent of how many followers they have.
+    by_activity = users[:]
+    rnd.shuffle(by_activity)
+    pick_active = zipf_sampler(args.users, args.alpha, rnd)
+    edges: set[tuple[str, str]] = set()
+    for follower in users:
+        for _ in range(args.follows_per_user):
+            followee = users[pick_author()]
+            if followee != follower:
+                edges.add((follower, followee))
+    boot: list[Event] = [FollowChange(f, a, 1, "follow") for f, a in edges]
+    boot += [ProfileVersion(u, 1, f"User {u}") for u in users]
+    rnd.shuffle(boot)
+
+    stream: list[Event] = []
+    tweets: list[tuple[str, str, int]] = []  # (tweet_id, author, created_at)
+    versions: dict[str, int] = {}
+    edge_list = sorted(edges)
+    for i in range(args.events):
+        r = rnd.random()
+        now = 1_700_000_000_000 + i
+        if r < 0.85 or not tweets:
+            author = by_activity[pick_active()]
+            tid = f"t{i}"
+            tweets.append((tid, author, now))
+            versions[tid] = 1
+            stream.append(TweetUpsert(tid, author, 1, now, f"tweet {i} " + "x" * 60, 1))
+        elif r < 0.90:
+            tid, author, created = tweets[rnd.randrange(len(tweets))]
+            versions[tid] = versions.get(tid, 1) + 1
+            stream.append(TweetUpsert(tid, author, versions[tid], created, f"edited {i}", 1))
+        elif r < 0.93:
+            tid, author, _ = tweets[rnd.randrange(len(tweets))]
+            stream.append(TweetDelete(tid, author, 99))
+        elif r < 0.98:
+            stream.append(FollowChange(users[rnd.randrange(len(users))], users[pick_author()], 2, "follow"))
+        else:
+            follower, followee = edge_list[rnd.randrange(len(edge_list))]
+            stream.append(FollowChange(follower, followee, 3, "unfollow"))
+    stream = [e for e in stream if not (isinstance(e, FollowChange) and e.follower_id == e.followee_id)]
+    return boot, stream
+
+
+def batches_by_key(events: list[Event], batch_size: int) -> list[dict[str, list[Event]]]:
+    """Cut ``events`` into micro-batches, each grouped by join key (the shuffle of the Spark job)."""
+    out = []
+    for i in range(0, len(events), batch_size):
+        groups: dict[str, list[Event]] = {}
+        for e in events[i : i + batch_size]:
+            groups.setdefault(join_key(e), []).append(e)
+        out.append(groups)
+    return out
+
+
+def run_steps(states: dict[str, AuthorState], batches: list[dict[str, list[Event]]], inbox_cap: int,
+              keep: list[StepResult] | None) -> tuple[float, int, int, int, int]:
+    """Run every step; return (seconds, events, steps, delta records, exploded deltas)."""
+    events = steps = records = deltas = 0
+    elapsed = 0.0
+    for groups in batches:
+        t0 = time.process_time()
+        for key, changes in groups.items():
+            result = step(states.get(key), changes, inbox_cap=inbox_cap)
+            states[key] = result.state
+            for d in result.deltas:
+                deltas += len(d.timeline_ids)
+            records += len(result.deltas)
+            if keep is not None and len(keep) < 5000:
+                keep.append(result)
+        elapsed += time.process_time() - t0
+        events += sum(len(c) for c in groups.values())
+        steps += len(groups)
+    return elapsed, events, steps, records, deltas
+
+
+def explode_cost(results: list[StepResult], limit: int = 2_000_000) -> tuple[float, int]:
+    """Time to widen compact deltas into one tuple per timeline row, in Python (the JVM's job)."""
+    n = 0
+    t0 = time.process_time()
+    for r in results:
+        rows = [(uid, op, entry, r.ts) for op, entry, ids in r.deltas for uid in ids]
+        n += len(rows)
+        if n >= limit:
+            break
+    return time.process_time() - t0, n
+
+
+def codec_figures(states: dict[str, AuthorState]) -> list[str]:
+    """Encode/decode cost per key, and the alternatives considered, on all states and the largest."""
+    lines = []
+    all_states = list(states.values())
+    t0 = time.process_time()
+    blobs = [encode_state(s) for s in all_states]
+    t1 = time.process_time()
+    for b in blobs:
+        decode_state(b)
+    t2 = time.process_time()
+    n = len(all_states)
+    lines.append(f"codec (pickle, used): {n} keys, mean {statistics.fmean(map(len, blobs)):.0f} B/key, "
+                 f"encode {1e6 * (t1 - t0) / n:.1f} us/key, decode {1e6 * (t2 - t1) / n:.1f} us/key")
+    by_bytes = all_states[max(range(n), key=lambda i: len(blobs[i]))]
+    by_followers = max(all_states, key=lambda s: len(s.followers))
+    for label, big in (("largest state", by_bytes), ("most followers", by_followers)):
+        lines.append(f"{label}: {len(big.followers)} followers, {len(big.tweets)} tweets, {len(big.cold)} cold, "
+                     f"{len(big.deleted)} tombstones")
+        lines.extend(_compare_codecs(big))
+    return lines
+
+
+def _compare_codecs(big: AuthorState) -> list[str]:
+    plain = (big.key, big.clock, dict(big.followers), big.active, dict(big.tweets), dict(big.cold),
+             frozenset(big.deleted), dict(big.profiles))
+    jsonable = (big.key, big.clock, dict(big.followers), big.active, dict(big.tweets), dict(big.cold),
+                sorted(big.deleted), {str(k): v for k, v in big.profiles.items()})
+    codecs: dict[str, tuple[Callable[[], bytes], Callable[[bytes], object]]] = {
+        "pickle": (lambda: pickle.dumps(plain, protocol=5), pickle.loads),
+        "marshal": (lambda: marshal.dumps(plain), marshal.loads),
+        "json+zlib": (lambda: zlib.compress(json.dumps(jsonable).encode(), 1), lambda b: json.loads(zlib.decompress(b))),
+        "pickle+zlib": (lambda: zlib.compress(pickle.dumps(plain, protocol=5), 1), lambda b: pickle.loads(zlib.decompress(b))),
+    }
+    lines = []
+    for name, (enc, dec) in codecs.items():
+        reps = 20
+        t0 = time.process_time()
+        for _ in range(reps):
+            blob = enc()
+        t1 = time.process_time()
+        for _ in range(reps):
+            dec(blob)
+        t2 = time.process_time()
+        lines.append(f"  {name:12s} {len(blob):9d} B  encode {1e3 * (t1 - t0) / reps:7.2f} ms  "
+                     f"decode {1e3 * (t2 - t1) / reps:7.2f} ms")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=20_000)
+    parser.add_argument("--follows-per-user", type=int, default=20)
+    parser.add_argument("--alpha", type=float, default=0.8, help="Zipf exponent of popularity and activity")
+    parser.add_argument("--events", type=int, default=200_000, help="stream events after the follow graph")
+    parser.add_argument("--batch-size", type=int, default=10_000)
+    parser.add_argument("--inbox-cap", type=int, default=DEFAULT_INBOX_CAP)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    t0 = time.process_time()
+    boot, stream = generate(args)
+    states: dict[str, AuthorState] = {}
+    boot_batches = batches_by_key(boot, args.batch_size)
+    stream_batches = batches_by_key(stream, args.batch_size)
+    print(f"generated {len(boot):,} bootstrap + {len(stream):,} stream events in {time.process_time() - t0:.1f} s CPU")
+
+    el, ev, st, _, _ = run_steps(states, boot_batches, args.inbox_cap, None)
+    followers = sorted((len(s.active) for s in states.values()), reverse=True)
+    print(f"bootstrap: {ev:,} events in {el:.2f} s = {ev / el:,.0f} events/s ({st:,} steps)")
+    print(f"followers per author: max {followers[0]:,}, top-10 {followers[:10]}, median {followers[len(followers) // 2]}")
+
+    kept: list[StepResult] = []
+    el, ev, st, rec, deltas = run_steps(states, stream_batches, args.inbox_cap, kept)
+    print(f"stream: {ev:,} events, {st:,} steps, {rec:,} delta records, {deltas:,} timeline deltas in {el:.2f} s")
+    print(f"  {ev / el:,.0f} events/s   {deltas / el:,.0f} timeline deltas/s   {rec / el:,.0f} delta records/s   "
+          f"{1e6 * el / st:.1f} us/step")
+    ex_t, ex_n = explode_cost(kept)
+    print(f"  exploding in Python (not done by the engine): {ex_n / ex_t:,.0f} rows/s")
+    for line in codec_figures(states):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

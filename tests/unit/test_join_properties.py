@@ -123,6 +123,17 @@ def check_dimensions(engine: Materializer, run: Run) -> None:
     assert {k: (r.display_name, r.avatar_url, r.bio) for k, r in engine.view.profiles.items()} == tables.profiles
 
 
+def check_state_invariants(engine: Materializer) -> None:
+    """What step relies on between batches: ordered, capped retained set; active = live edges, sorted."""
+    for key in engine.states:
+        state = engine.state(key)
+        assert state is not None and state.key == key
+        order = [(c[1], tid) for tid, c in state.tweets.items()]
+        assert order == sorted(order) and len(order) <= engine.inbox_cap
+        assert state.active == tuple(sorted(f for f, (_, active) in state.followers.items() if active))
+        assert not (set(state.tweets) & set(state.cold)) and not (set(state.tweets) | set(state.cold)) & state.deleted
+
+
 @SETTINGS
 @given(run=runs(), encode_states=st.booleans())
 def test_engine_equals_reference_below_the_cap(run: Run, encode_states: bool) -> None:
@@ -131,6 +142,7 @@ def test_engine_equals_reference_below_the_cap(run: Run, encode_states: bool) ->
     assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=100)
     assert engine.rejected == run.garbage
     check_dimensions(engine, run)
+    check_state_invariants(engine)
 
 
 @SETTINGS
@@ -143,6 +155,7 @@ def test_at_the_cap_every_entry_is_a_live_joined_tweet(run: Run, inbox_cap: int)
         assert len(entries) <= inbox_cap
         assert set(entries) <= set(whole_join.get(uid, ()))
     check_dimensions(engine, run)
+    check_state_invariants(engine)
 
 
 @SETTINGS

@@ -68,7 +68,12 @@ def test_drift_is_reported_and_configs_are_realigned(settings: Settings, unique:
         ("cleanup.policy", "min.compaction", "delete.retention", "segment.ms"))]
     assert all(report[s.name]["created"] for s in specs[1:])
 
-    after = {r.name: r for r in describe_topics(settings.kafka_bootstrap, specs)}
+    deadline = time.monotonic() + 30  # altered configs reach the broker's metadata a moment later
+    while True:
+        after = {r.name: r for r in describe_topics(settings.kafka_bootstrap, specs)}
+        if len(after[tweets.name].drift) == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
     assert after[tweets.name].drift == [f"partitions {tweets.partitions + 2} != {tweets.partitions}"]
     assert all(not after[s.name].drift for s in specs[1:])
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterator, Literal, Mapping, NamedTuple, Sequence, TypeAlias
+from typing import Iterator, Literal, Mapping, NamedTuple, NoReturn, Sequence, TypeAlias
 
 from feed_service.core.events import (
     Event,
@@ -163,7 +163,7 @@ def _newest_first(tweets: Mapping[str, TweetContent]) -> Iterator[tuple[str, Twe
     return reversed(tweets.items())  # type: ignore[call-overload]
 
 
-def _foreign(event: Event, key: str) -> None:
+def _foreign(event: Event, key: str) -> NoReturn:
     raise ValueError(f"step: event for key {join_key(event)!r} routed to key {key!r}: {event!r}")
 
 

@@ -57,14 +57,15 @@ class StreamOptions:
     starting_offsets: str = "earliest"
 
 
-def clock_start_for(checkpoint: Path) -> int:
-    """The checkpoint's first write timestamp (µs since epoch), created on first use and then fixed."""
+def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
+    """The checkpoint's first write timestamp, fixed on first use: ``initial`` (a backfill's clock)
+    or now in µs since epoch. Restarts read it back, so replayed batches reuse their timestamps."""
     path = checkpoint / "clock_start"
     try:
         return int(path.read_text())
     except FileNotFoundError:
         checkpoint.mkdir(parents=True, exist_ok=True)
-        value = time.time_ns() // 1000
+        value = initial if initial is not None else time.time_ns() // 1000
         tmp = checkpoint / ".clock_start.tmp"
         tmp.write_text(str(value))
         tmp.replace(path)
@@ -110,14 +111,26 @@ class RunningStream:
                 log.exception("stopping %s", query.name)
 
 
-def start_stream(spark: "SparkSession", settings: Settings, options: StreamOptions) -> RunningStream:
-    """Start both queries; returns at once (they run in the background of this SparkSession)."""
+def start_stream(
+    spark: "SparkSession",
+    settings: Settings,
+    options: StreamOptions,
+    *,
+    initial_state: "DataFrame | None" = None,
+    clock_start: int | None = None,
+) -> RunningStream:
+    """Start both queries; returns at once (they run in the background of this SparkSession).
+
+    ``initial_state`` (``key``, ``state``) and ``clock_start`` bootstrap a new checkpoint from a
+    backfill; ``options.starting_offsets`` then holds the backfill's snapshot offsets.
+    """
     parsed = parse_changes(read_changelogs(spark, settings, options))
     outputs = join_timelines(
         valid_changes(parsed),
         inbox_cap=options.inbox_cap,
-        clock_start=clock_start_for(options.checkpoint),
+        clock_start=clock_start_for(options.checkpoint, clock_start),
         operator=options.operator,
+        initial_state=initial_state,
     )
     counter = spark.sparkContext.accumulator(0)
     trigger = {"processingTime": f"{options.trigger_seconds} seconds"}
@@ -163,8 +176,19 @@ def _offsets(source: dict[str, Any]) -> dict[str, dict[str, int]]:
     return end or {}
 
 
+#: A failed query is restarted from its checkpoint (always safe: replays are idempotent) up to this
+#: many times in a row; a batch that completes resets the count.
+MAX_CONSECUTIVE_RESTARTS = 5
+RESTART_BACKOFF_SECONDS = 5.0
+
+
 def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
-    """Run the stream until SIGTERM/SIGINT or a query fails; writes progress to ``status_file``."""
+    """Run the stream until SIGTERM/SIGINT; writes progress to ``status_file`` every second.
+
+    A query that fails (a Cassandra timeout, a Python worker that did not start in time) is
+    restarted from its checkpoint with a backoff; after ``MAX_CONSECUTIVE_RESTARTS`` failures in a
+    row without progress the job exits non-zero for its supervisor to act.
+    """
     from feed_service.stack.spark import build_session
 
     spark = build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": "2"})
@@ -174,24 +198,33 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
         signal.signal(sig, lambda *_: stop.set())
     status_file = status_file or options.checkpoint / "progress.json"
     log.info("stream started: checkpoint %s, operator %s", options.checkpoint, options.operator)
-    failed = None
+    restarts, last_batch, exit_code = 0, None, 0
     while not stop.is_set():
-        for query in (stream.join, stream.dead_letters):
-            if not query.isActive:
-                failed = query.exception() or RuntimeError(f"query {query.name} stopped")
+        failed = next((q for q in (stream.join, stream.dead_letters) if not q.isActive), None)
         if failed is not None:
-            break
+            restarts += 1
+            log.error("query %s failed (%d in a row): %s", failed.name, restarts, failed.exception())
+            stream.stop()
+            if restarts > MAX_CONSECUTIVE_RESTARTS:
+                exit_code = 1
+                break
+            if stop.wait(RESTART_BACKOFF_SECONDS * restarts):
+                break
+            stream = start_stream(spark, settings, options)
+            continue
+        record = progress_record(stream)
+        batch = record["timeline-join"]["batch_id"]
+        if batch is not None and batch != last_batch:
+            last_batch, restarts = batch, 0
+        record["restarts"] = restarts
         tmp = status_file.with_name("." + status_file.name + ".tmp")
-        tmp.write_text(json.dumps(progress_record(stream)))
+        tmp.write_text(json.dumps(record))
         tmp.replace(status_file)
         stop.wait(1.0)
     stream.stop()
     spark.stop()
-    if failed is not None:
-        log.error("stream failed: %s", failed)
-        return 1
-    log.info("stream stopped")
-    return 0
+    log.info("stream stopped" if exit_code == 0 else "stream gave up after %d restarts", restarts)
+    return exit_code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

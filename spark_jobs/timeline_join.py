@@ -143,6 +143,10 @@ def transform_with_state_processor(inbox_cap: int, clock_start: int) -> Any:
             if out:
                 yield _frame(out)
 
+        def handleInitialState(self, key: Any, initialState: "pd.DataFrame", timerValues: Any) -> None:
+            # A backfill's per-key state (bootstrap of a new checkpoint, first batch only).
+            self.state.update((bytes(initialState["state"].iloc[0]),))
+
         def close(self) -> None:
             pass
 
@@ -155,9 +159,16 @@ def join_timelines(
     inbox_cap: int = DEFAULT_INBOX_CAP,
     clock_start: int = 0,
     operator: Operator = "applyInPandasWithState",
+    initial_state: "DataFrame | None" = None,
 ) -> "DataFrame":
-    """Keyed stateful join of validated changes (``key`` + event columns) into compact output rows."""
+    """Keyed stateful join of validated changes (``key`` + event columns) into compact output rows.
+
+    ``initial_state`` (columns ``key``, ``state`` = :func:`encode_state` blob) seeds a new
+    checkpoint's state, e.g. from a backfill; only ``transformWithStateInPandas`` supports it.
+    """
     grouped = changes.groupBy("key")
+    if initial_state is not None and operator != "transformWithStateInPandas":
+        raise ValueError("initial_state needs operator='transformWithStateInPandas'")
     if operator == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -174,5 +185,6 @@ def join_timelines(
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",
             timeMode="None",
+            initialState=initial_state.groupBy("key") if initial_state is not None else None,
         )
     raise ValueError(f"unknown operator {operator!r}; expected one of {OPERATORS}")

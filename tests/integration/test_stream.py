@@ -69,13 +69,16 @@ def test_stream_matches_reference_and_dead_letters_bad_records(settings: Setting
     assert first  # every record names its source
 
 
-def test_stream_survives_kill_and_restart_with_identical_state(settings: Settings, unique: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("operator", ["applyInPandasWithState", "transformWithStateInPandas"])
+def test_stream_survives_kill_and_restart_with_identical_state(
+    settings: Settings, unique: str, tmp_path: Path, operator: str
+) -> None:
     pipeline = _isolated(settings, unique)
     events = _history(seed=3)
     publish(pipeline, events)
 
     # Small batches so the kill lands in the middle of the stream.
-    args = ["--max-offsets-per-trigger", "60"]
+    args = ["--max-offsets-per-trigger", "60", "--operator", operator]
     checkpoint = tmp_path / "ckpt"
     first = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log", extra_args=args).start()
     try:

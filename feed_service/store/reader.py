@@ -265,10 +265,13 @@ class CassandraReader:
             if not future.done():
                 future.set_exception(_translate(exc))
 
-        response.add_callbacks(
-            lambda rows: loop.call_soon_threadsafe(resolve, rows),
-            lambda exc: loop.call_soon_threadsafe(fail, exc),
-        )
+        def hand_over(fn: Any, value: Any) -> None:  # runs on the driver's I/O thread
+            try:
+                loop.call_soon_threadsafe(fn, value)
+            except RuntimeError:  # the loop closed while the query was in flight: nobody awaits it
+                pass
+
+        response.add_callbacks(lambda rows: hand_over(resolve, rows), lambda exc: hand_over(fail, exc))
         return future
 
     # -- TimelineStore ---------------------------------------------------------------------

@@ -119,6 +119,9 @@ def join_key(event: Event) -> str:
 
 _MISSING = object()
 
+MAX_INT64 = 2**63 - 1
+"""Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
+
 
 def _type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
@@ -161,6 +164,9 @@ def _natural(obj: Mapping[str, Any], name: str) -> int:
         raise InvalidEvent("wrong_type", f"field {name!r} must be an integer, got {_type_name(value)}")
     if value < 0:
         raise InvalidEvent("negative_value", f"field {name!r} must be non-negative, got {value}")
+    if value > MAX_INT64:
+        # Cassandra's bigint and Spark's LongType stop here; the stream rejects the same records.
+        raise InvalidEvent("wrong_type", f"field {name!r} must fit in a signed 64-bit integer, got {value}")
     return value
 
 

@@ -4,7 +4,7 @@ The schema files are the contract; the ``jsonschema`` package is the reference i
 their meaning. It costs about 80-190 µs per envelope here, which alone would cap a producer at
 ~10,000 events/s, so :func:`load_envelope_check` compiles the schema once into plain closures for
 the keywords the event schemas use (``type``, ``const``, ``enum``, ``required``, ``properties``,
-``minLength``, ``minimum``, ``oneOf``, local ``$ref``), with ``jsonschema``'s semantics (an integer is
+``minLength``, ``minimum``, ``maximum``, ``oneOf``, local ``$ref``), with ``jsonschema``'s semantics (an integer is
 an ``int`` that is not a ``bool``, or an integral ``float``; ``1 == 1.0`` but ``True != 1``). A schema
 using any other keyword is not compiled: the check then falls back to ``jsonschema`` itself, slower
 but still right. A unit test compares both on generated envelopes.
@@ -156,7 +156,7 @@ def _specialized(node: Mapping[str, Any], build: Callable[[Any], Predicate],
                  resolve: Callable[[str], Predicate]) -> Predicate | None:
     """One closure for the shapes the event schemas are made of (same result as the generic path).
 
-    - ``{"type": "string", "minLength": n}``, ``{"type": "integer", "minimum": n}``;
+    - ``{"type": "string", "minLength": n}``, ``{"type": "integer", "minimum": n[, "maximum": m]}``;
     - ``{"type": "object", "required": [...], "properties": {...}}``.
     Anything else returns ``None`` and is compiled keyword by keyword.
     """
@@ -168,6 +168,10 @@ def _specialized(node: Mapping[str, Any], build: Callable[[Any], Predicate],
     if keys == {"type", "minimum"} and kind == "integer" and _is_number(node["minimum"]):
         m = node["minimum"]
         return lambda x: (type(x) is int or (type(x) is float and x.is_integer())) and x >= m
+    if keys == {"type", "minimum", "maximum"} and kind == "integer" and _is_number(node["minimum"]) \
+            and _is_number(node["maximum"]):
+        lo, hi = node["minimum"], node["maximum"]
+        return lambda x: (type(x) is int or (type(x) is float and x.is_integer())) and lo <= x <= hi
     if keys <= {"type", "required", "properties"} and kind == "object":
         required = tuple(node.get("required", ()))
         props = tuple((name, build(sub)) for name, sub in node.get("properties", {}).items())
@@ -254,6 +258,8 @@ def compile_schema(schema: Any, root: Mapping[str, Any] | None = None) -> Predic
                 checks.append(lambda x, n=value: type(x) is not str or len(x) >= n)
             elif keyword == "minimum":
                 checks.append(lambda x, n=value: not _is_number(x) or x >= n)
+            elif keyword == "maximum":
+                checks.append(lambda x, n=value: not _is_number(x) or x <= n)
             elif keyword == "oneOf":
                 branches = tuple((_discriminators(sub), build(sub)) for sub in value)
                 checks.append(_one_of(branches))

@@ -105,3 +105,15 @@ def test_reason_names_the_field() -> None:
 def test_join_key_puts_both_sides_of_an_author_on_one_key() -> None:
     events = [parse_event(UPSERT), parse_event(DELETE), parse_event(with_(FOLLOW, followee_id="bob")), parse_event(PROFILE)]
     assert {join_key(e) for e in events} == {"bob"}
+
+
+def test_integers_beyond_64_bits_are_rejected_like_the_stream_does() -> None:
+    import pytest
+
+    from feed_service.core.events import InvalidEvent, parse_event
+
+    ok = {"type": "profile", "user_id": "a", "version": 2**63 - 1, "display_name": "A"}
+    assert parse_event(ok).version == 2**63 - 1
+    with pytest.raises(InvalidEvent) as err:
+        parse_event({**ok, "version": 2**63})
+    assert err.value.code == "wrong_type"

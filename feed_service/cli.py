@@ -50,4 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        logging.getLogger("cassandra").setLevel(logging.WARNING)  # driver start-up chatter
     return int(args.handler(args) or 0)

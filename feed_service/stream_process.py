@@ -1,0 +1,114 @@
+"""Run the streaming job as a child process and watch its progress (demo, tests, benchmarks).
+
+The job writes its progress (per query: last batch, source end offsets) to a status file every
+second; "caught up" means both queries' last batches ended at the topics' current end offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from feed_service.settings import Settings
+from feed_service.stack.config import REPO_ROOT
+
+
+def high_watermarks(settings: Settings) -> dict[str, dict[str, int]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "watermarks"})
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for role in ("tweets", "follows", "profiles"):
+            topic = settings.topic(role)
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            out[topic] = {
+                str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions
+            }
+        return out
+    finally:
+        consumer.close()
+
+
+class StreamNotReady(RuntimeError):
+    """The stream exited or did not reach the expected progress in time; the message has its log tail."""
+
+
+class StreamProcess:
+    """``python -m spark_jobs.stream`` in its own process group, against ``settings``."""
+
+    def __init__(self, settings: Settings, checkpoint: Path, *, log_file: Path, extra_args: list[str] = (),
+                 status_file: Path | None = None) -> None:
+        self.settings = settings
+        self.checkpoint = checkpoint
+        self.status_file = status_file or checkpoint.parent / f"{checkpoint.name}.progress.json"
+        self.log_file = log_file
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "StreamProcess":
+        env = {**os.environ, **self.settings.to_env()}
+        cmd = [sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(self.checkpoint),
+               "--status-file", str(self.status_file), *self.extra_args]
+        self.status_file.unlink(missing_ok=True)
+        with self.log_file.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        return self
+
+    def progress(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.status_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            tail = self.log_file.read_text(errors="replace")[-4000:]
+            code = self.proc.returncode if self.proc else None
+            raise StreamNotReady(f"stream exited with {code}; log {self.log_file}, tail:\n{tail}")
+
+    def wait_for_batch(self, batch_id: int, timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            p = self.progress()
+            if p and (p["timeline-join"]["batch_id"] or -1) >= batch_id:
+                return p
+            time.sleep(0.5)
+        raise StreamNotReady(f"no batch {batch_id} within {timeout}s; progress {self.progress()}")
+
+    def wait_caught_up(self, timeout: float = 300) -> dict[str, Any]:
+        """Until both queries' last batches ended at the topics' current end offsets."""
+        target = high_watermarks(self.settings)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            p = self.progress()
+            if p and all(p[q]["end_offsets"] == target for q in ("timeline-join", "dead-letters")):
+                return p
+            time.sleep(0.5)
+        raise StreamNotReady(f"stream not caught up within {timeout}s: want {target}, progress {self.progress()}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, not a graceful stop."""
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        os.kill(self.proc.pid, signal.SIGTERM)  # the driver only: it stops the queries and its JVM
+        try:
+            return self.proc.wait(90)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(30)

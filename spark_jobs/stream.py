@@ -55,6 +55,8 @@ class StreamOptions:
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     trigger_seconds: float = 0.0
     starting_offsets: str = "earliest"
+    bootstrap_from: Path | None = None
+    """A completed backfill's folder (``feedctl backfill --out``) to continue from (new checkpoint only)."""
 
 
 def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
@@ -191,8 +193,13 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
     """
     from feed_service.stack.spark import build_session
 
+    bootstrap_kwargs: dict[str, Any] = {}
+    if options.bootstrap_from is not None:
+        options, bootstrap_kwargs = _bootstrap(settings, options)  # before the session: refusals are quick
     spark = build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": "2"})
-    stream = start_stream(spark, settings, options)
+    if bootstrap_kwargs:
+        bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
+    stream = start_stream(spark, settings, options, **bootstrap_kwargs)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -210,7 +217,8 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
                 break
             if stop.wait(RESTART_BACKOFF_SECONDS * restarts):
                 break
-            stream = start_stream(spark, settings, options)
+            # Same initial state: if batch 0 never committed, the restart still bootstraps it.
+            stream = start_stream(spark, settings, options, **bootstrap_kwargs)
             continue
         record = progress_record(stream)
         batch = record["timeline-join"]["batch_id"]
@@ -227,6 +235,29 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
     return exit_code
 
 
+def _bootstrap(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
+    """Options and start_stream arguments to continue from a backfill (spark_jobs/backfill.py).
+
+    Refuses a checkpoint that already committed a batch: its state and offsets are the truth then.
+    """
+    from dataclasses import replace
+
+    from spark_jobs.backfill import load_bootstrap
+
+    assert options.bootstrap_from is not None
+    commits = options.checkpoint / "join" / "commits"
+    if commits.is_dir() and any(not f.name.startswith(".") for f in commits.iterdir()):
+        raise SystemExit(f"stream: --bootstrap-from needs a new checkpoint; {options.checkpoint} already has"
+                         " committed batches (restart it without --bootstrap-from)")
+    boot = load_bootstrap(options.bootstrap_from, settings)
+    if options.inbox_cap != boot.inbox_cap:
+        raise SystemExit(f"stream: --inbox-cap {options.inbox_cap} differs from the backfill's {boot.inbox_cap}")
+    options = replace(options, starting_offsets=boot.starting_offsets, operator="transformWithStateInPandas")
+    log.info("bootstrapping from backfill %s: clock start %d, offsets %s", boot.folder, boot.clock_start,
+             boot.starting_offsets)
+    return options, {"state_path": boot.state_path, "clock_start": boot.clock_start}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
                         help=f"checkpoint folder (state, offsets); default {DEFAULT_CHECKPOINT}")
@@ -237,6 +268,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batch interval; 0 = start the next batch as soon as one ends")
     parser.add_argument("--starting-offsets", default="earliest",
                         help="for a new checkpoint: earliest, latest or Spark's JSON offsets")
+    parser.add_argument("--bootstrap-from", type=Path, default=None, metavar="BACKFILL_DIR",
+                        help="new checkpoint only: start from a backfill's snapshot offsets and engine states"
+                             " (feedctl backfill --out); forces --operator transformWithStateInPandas")
     parser.add_argument("--status-file", type=Path, default=None,
                         help="progress JSON, rewritten every second (default CHECKPOINT/progress.json)")
 
@@ -249,6 +283,7 @@ def options_from_args(args: argparse.Namespace) -> StreamOptions:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         trigger_seconds=args.trigger_seconds,
         starting_offsets=args.starting_offsets,
+        bootstrap_from=args.bootstrap_from,
     )
 
 

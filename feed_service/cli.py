@@ -17,6 +17,7 @@ from typing import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "stack",
     "topics",
+    "provision",
     "materialize",
     "publish",
     "workload",

@@ -1,0 +1,229 @@
+"""Streaming job benchmark: throughput, freshness, and the raw Cassandra ceiling in the same run.
+
+Runs against the developer stack (``feedctl stack up``; settings from the environment) on isolated
+topics (suffix) and keyspaces, and prints figures; it asserts nothing.
+
+1. raw ceiling: the same timeline rows written straight from the driver (TimelineWriter, prepared
+   statements, bounded concurrency) in ``--writer-procs`` processes, no Spark;
+2. throughput, per stateful operator: a graph where every author has ``--fanout`` followers is
+   streamed first; then a backlog of ``--tweets`` tweets is published at once and the time until the
+   stream has caught up gives tweets/s and timeline inserts/s;
+3. freshness: ``--rate`` tweets/s for ``--seconds``; for a sample of tweets, the time from the
+   producer's delivery report to the row being readable in a follower's home_timeline partition.
+
+    .venv/bin/python bench/bench_stream.py [--tweets 4000] [--fanout 50] [--rate 100] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+from feed_service.provision import provision
+from feed_service.settings import Settings
+from feed_service.stream_process import StreamProcess
+
+
+def _graph(authors: int, users: int, fanout: int, rng: random.Random, prefix: str) -> dict[str, list[str]]:
+    population = [f"{prefix}u{i}" for i in range(users)]
+    return {f"{prefix}a{a}": rng.sample(population, fanout) for a in range(authors)}
+
+
+def _follow_events(graph: dict[str, list[str]]) -> list[dict]:
+    return [{"type": "follow", "op": "follow", "follower_id": f, "followee_id": a, "version": 1}
+            for a, followers in graph.items() for f in followers]
+
+
+def _tweet(author: str, n: int, now_ms: int) -> dict:
+    return {"type": "tweet", "op": "upsert", "tweet_id": f"{author}-t{n}", "author_id": author, "version": 1,
+            "created_at": now_ms, "text": f"tweet {n} of {author}", "profile_version": 1}
+
+
+def _pipeline(base: Settings, tag: str) -> Settings:
+    settings = replace(base.with_topic_suffix(f".bench.{tag}"), keyspace=f"bench_{tag}")
+    provision(settings)
+    return settings
+
+
+# -- 1. raw ceiling ------------------------------------------------------------------------------
+def _raw_writer(settings: Settings, rows: list[tuple], out: "multiprocessing.Queue[float]") -> None:
+    from feed_service.store.session import connect
+    from feed_service.store.writer import TimelineWriter
+
+    cluster, session = connect(settings)
+    writer = TimelineWriter(session, settings.keyspace, concurrency=128)
+    writer.write(timeline=rows[:200])  # warm the connection pool
+    started = time.perf_counter()
+    for i in range(0, len(rows), 5000):
+        writer.write(timeline=rows[i:i + 5000])
+    out.put(time.perf_counter() - started)
+    cluster.shutdown()
+
+
+def raw_ceiling(settings: Settings, rows: int, procs: int) -> float:
+    per_proc = rows // procs
+    now = int(time.time() * 1000)
+    queue: multiprocessing.Queue[float] = multiprocessing.Queue()
+    workers = []
+    for p in range(procs):
+        batch = [("insert", f"raw{p}-u{i % 2000}", f"raw{p}-t{i}", f"a{i % 200}", now + i, 1, f"tweet {i}", 1, 1)
+                 for i in range(per_proc)]
+        workers.append(multiprocessing.Process(target=_raw_writer, args=(settings, batch, queue)))
+    for w in workers:
+        w.start()
+    times = [queue.get(timeout=600) for _ in workers]
+    for w in workers:
+        w.join()
+    return per_proc * procs / max(times)
+
+
+# -- 2. throughput -------------------------------------------------------------------------------
+def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+    from feed_service.producing.producer import EventProducer
+
+    tag = f"{operator[:5].lower()}{uuid.uuid4().hex[:4]}"
+    settings = _pipeline(base, tag)
+    rng = random.Random(7)
+    graph = _graph(args.authors, args.users, args.fanout, rng, prefix=f"{tag}-")
+    with EventProducer(settings) as producer:
+        for event in _follow_events(graph):
+            producer.publish_event(event)
+    stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
+                           extra_args=["--operator", operator]).start()
+    try:
+        stream.wait_caught_up(timeout=600)
+        rows_before = stream.progress()["timeline_rows_written"]
+        authors = list(graph)
+        now = int(time.time() * 1000)
+        with EventProducer(settings) as producer:
+            for n in range(args.tweets):
+                producer.publish_event(_tweet(authors[n % len(authors)], n, now + n))
+        started = time.perf_counter()
+        progress = stream.wait_caught_up(timeout=1800)
+        elapsed = time.perf_counter() - started
+        rows = progress["timeline_rows_written"] - rows_before
+    finally:
+        stream.stop()
+    return {"tweets_per_s": args.tweets / elapsed, "inserts_per_s": rows / elapsed, "rows": rows,
+            "seconds": elapsed}
+
+
+# -- 3. freshness --------------------------------------------------------------------------------
+def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+    from feed_service.producing.producer import EventProducer
+    from feed_service.store.session import connect
+
+    tag = f"fresh{uuid.uuid4().hex[:4]}"
+    settings = _pipeline(base, tag)
+    rng = random.Random(11)
+    graph = _graph(args.authors, args.users, args.fanout, rng, prefix=f"{tag}-")
+    with EventProducer(settings) as producer:
+        for event in _follow_events(graph):
+            producer.publish_event(event)
+    stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
+                           extra_args=["--operator", args.operator]).start()
+    cluster, session = connect(settings, keyspace=settings.keyspace)
+    lookup = session.prepare("SELECT tweet_id FROM home_timeline WHERE timeline_id = ? AND created_at = ? "
+                             "AND tweet_id = ?")
+    pending: dict[str, tuple[float, tuple]] = {}
+    latencies: list[float] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set() or pending:
+            with lock:
+                items = list(pending.items())
+            for tweet_id, (sent_at, key) in items:
+                if session.execute(lookup, key).one() is not None:
+                    with lock:
+                        latencies.append(time.perf_counter() - sent_at)
+                        del pending[tweet_id]
+            time.sleep(0.02)
+            if done.is_set() and time.perf_counter() - done_at[0] > 60:
+                break
+
+    done_at = [0.0]
+    try:
+        stream.wait_caught_up(timeout=600)
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        authors = list(graph)
+        total = int(args.rate * args.seconds)
+        with EventProducer(settings) as producer:
+            started = time.perf_counter()
+            for n in range(total):
+                target = started + n / args.rate
+                while (delay := target - time.perf_counter()) > 0:
+                    time.sleep(min(delay, 0.01))
+                author = authors[n % len(authors)]
+                now_ms = int(time.time() * 1000)
+                event = _tweet(author, n, now_ms)
+                producer.publish_event(event)
+                if n % 5 == 0:
+                    producer.flush()  # the sample's clock starts when the broker has the record
+                    with lock:
+                        pending[event["tweet_id"]] = (time.perf_counter(),
+                                                      (graph[author][0], now_ms, event["tweet_id"]))
+        done_at[0] = time.perf_counter()
+        done.set()
+        poller.join(120)
+    finally:
+        stream.stop()
+        cluster.shutdown()
+    latencies.sort()
+    q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))]  # noqa: E731
+    return {"samples": len(latencies), "lost": len(pending), "p50_s": q(0.50), "p99_s": q(0.99),
+            "max_s": latencies[-1], "mean_s": statistics.mean(latencies)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tweets", type=int, default=4000)
+    parser.add_argument("--fanout", type=int, default=50)
+    parser.add_argument("--authors", type=int, default=200)
+    parser.add_argument("--users", type=int, default=5000)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--writer-procs", type=int, default=2)
+    parser.add_argument("--operators", default="applyInPandasWithState,transformWithStateInPandas")
+    parser.add_argument("--operator", default="applyInPandasWithState", help="for the freshness run")
+    parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    base = Settings.from_env()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    print(f"bench_stream: kafka {base.kafka_bootstrap}, cassandra {base.cassandra_hosts}:{base.cassandra_port}, "
+          f"logs in {workdir}")
+    results: dict[str, object] = {}
+    if "raw" not in skip:
+        raw_settings = _pipeline(base, f"raw{uuid.uuid4().hex[:4]}")
+        rows = args.tweets * args.fanout
+        ceiling = raw_ceiling(raw_settings, rows, args.writer_procs)
+        results["raw"] = ceiling
+        print(f"raw Cassandra ceiling: {ceiling:,.0f} timeline inserts/s ({rows:,} rows, {args.writer_procs} procs)")
+    if "throughput" not in skip:
+        for operator in args.operators.split(","):
+            r = throughput(base, operator, args, workdir)
+            results[operator] = r
+            share = f", {100 * r['inserts_per_s'] / results['raw']:.0f}% of raw" if "raw" in results else ""
+            print(f"{operator}: {r['tweets_per_s']:,.0f} tweets/s, {r['inserts_per_s']:,.0f} timeline inserts/s "
+                  f"({r['rows']:,} rows in {r['seconds']:.1f}s, fan-out {args.fanout}{share})")
+    if "freshness" not in skip:
+        f = freshness(base, args, workdir)
+        print(f"freshness at {args.rate:.0f} tweets/s for {args.seconds:.0f}s ({args.operator}): "
+              f"p50 {f['p50_s']:.2f}s, p99 {f['p99_s']:.2f}s, max {f['max_s']:.2f}s over {f['samples']} samples "
+              f"({f['lost']} not seen)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,21 +14,12 @@ import sys
 from itertools import islice
 from typing import Any, BinaryIO, TextIO
 
+from feed_service.commands.arg_types import positive_int as _positive
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.core.view import Materializer
 
 DEFAULT_BATCH_SIZE = 1000
 """Lines per micro-batch; large enough to amortize per-key steps, small enough to stay streaming-like."""
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def register(sub: Any) -> None:

@@ -21,19 +21,8 @@ import signal
 import sys
 from typing import Any
 
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+from feed_service.commands.arg_types import port as _port
+from feed_service.commands.arg_types import positive_int as _positive
 
 
 def register(sub: Any) -> None:

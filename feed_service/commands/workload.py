@@ -17,19 +17,12 @@ import sys
 import time
 from typing import Any, Iterator
 
+from feed_service.commands.arg_types import number_at_least
 from feed_service.commands.publish import add_connection_args, settings_from_args
 
 
 def _non_negative(kind: type):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-        return value
-    return parse
+    return number_at_least(0, kind)
 
 
 def _start_ms(text: str) -> int:

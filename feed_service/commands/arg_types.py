@@ -1,0 +1,33 @@
+"""argparse value types shared by the ``feedctl`` commands (one clear message per kind of mistake)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+
+def number_at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
+    """A parser of ``kind`` numbers >= ``minimum``: ``type=number_at_least(1)``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        return value
+
+    return parse
+
+
+positive_int = number_at_least(1)
+"""An integer >= 1."""
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 included (0 = pick a free one, or off, as the option says)."""
+    value = number_at_least(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
+    return value

@@ -190,7 +190,8 @@ def winning_changes(events: "DataFrame") -> Winners:
     top = (ups.withColumn("top", F.max("version").over(by_tweet)).where(F.col("version") == F.col("top"))
            .drop("top").dropDuplicates(["author_id", "tweet_id", "created_at", "text", "profile_version"])
            .withColumn("payloads", F.count(F.lit(1)).over(by_tweet)))
-    digest = F.pandas_udf(payload_digest_hex, "string")  # only for ties, which are rare
+    # A scalar pandas UDF (no type hints: they are strings here), evaluated only for ties, which are rare.
+    digest = F.pandas_udf(lambda c, t, p: payload_digest_hex(c, t, p), "string")
     tied = (top.where(F.col("payloads") > 1)
             .withColumn("digest", digest("created_at", "text", "profile_version"))
             .withColumn("rank", F.row_number().over(by_tweet.orderBy(F.col("digest").desc())))
@@ -322,11 +323,15 @@ def state_timeline_rows(states: "DataFrame") -> "DataFrame":
 
 
 def _ints(series: "pd.Series") -> list[int | None]:
-    return [None if v is None or v != v else int(v) for v in series.tolist()]
+    import pandas as pd
+
+    return [None if pd.isna(v) else int(v) for v in series.tolist()]  # nulls: None, NaN or pd.NA
 
 
 def _texts(series: "pd.Series") -> list[str | None]:
-    return [None if v is None or v != v else v for v in series.tolist()]
+    import pandas as pd
+
+    return [None if pd.isna(v) else v for v in series.tolist()]
 
 
 def write_frames(settings: Settings, table: str, ts: int, *, write: bool) -> Callable:

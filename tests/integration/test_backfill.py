@@ -1,0 +1,242 @@
+"""The backfill job on the real stack: Kafka changelogs -> Spark batch join -> Cassandra, and the
+stream bootstrapped from it. Every test compares with the engine's batch reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from feed_service.core.events import event_to_json, parse_event
+from feed_service.core.reference import reference_timelines
+from feed_service.provision import provision
+from feed_service.settings import Settings
+from feed_service.stack.config import REPO_ROOT
+from feed_service.workload import generate
+from spark_jobs.backfill import (
+    BackfillOptions, Snapshot, classify, join_timelines_batch, read_snapshot, run_backfill, state_timeline_rows,
+    valid_events, winning_changes,
+)
+from spark_jobs.envelope import parse_changes
+
+from .pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines
+
+TABLES = ("home_timeline", "tweets", "profiles")
+
+
+def _isolated(settings: Settings, unique: str) -> Settings:
+    """Own topics and keyspace for one test."""
+    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
+    provision(isolated)
+    return isolated
+
+
+def _history(seed: int, events: int = 600) -> list[dict]:
+    return list(generate(users=30, events=events, seed=seed, mean_following=6, prefix=f"b{seed}-"))
+
+
+def _capped(timelines: dict[str, list], cap: int) -> dict[str, list]:
+    return {uid: rows[:cap] for uid, rows in timelines.items()}
+
+
+def _rows(df) -> list[tuple]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _tables(settings: Settings) -> dict[str, list[tuple]]:
+    return {
+        "tweets": sorted(read_table(settings, "SELECT tweet_id, author_id, created_at, version, text, profile_version"
+                                              " FROM tweets")),
+        "profiles": sorted(read_table(settings, "SELECT user_id, version, display_name, avatar_url, bio FROM profiles")),
+    }
+
+
+def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(settings: Settings, unique: str, tmp_path: Path) -> None:
+    pipeline = _isolated(settings, unique)
+    events = _history(seed=11)
+    publish(pipeline, events, GARBAGE)
+    stream = StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log").start()
+    try:
+        stream.wait_caught_up()
+    finally:
+        assert stream.stop() == 0
+    streamed, streamed_tables = read_timelines(pipeline), _tables(pipeline)
+    assert streamed == reference_timelines(events)
+
+    for table in TABLES:
+        read_table(pipeline, f"TRUNCATE {table}")
+    assert read_timelines(pipeline) == {}
+
+    # The real command, as an operator runs it.
+    out = tmp_path / "backfill"
+    proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], cwd=REPO_ROOT,
+                          env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert read_timelines(pipeline) == streamed
+    assert _tables(pipeline) == streamed_tables
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    summary = manifest["summary"]
+    assert summary["records_read"] == len(events) + len(GARBAGE)
+    assert summary["invalid"] == len(GARBAGE) and summary["tombstones"] == 0
+    assert summary["rows"]["timeline"] == sum(len(t) for t in streamed.values())
+    assert summary["timelines"] == len(streamed)
+    assert "backfill summary" in proc.stderr and "stage write: done" in proc.stderr
+    for topic, parts in manifest["end_offsets"].items():  # per partition progress lines
+        for p in parts:
+            assert f"{topic} p{p}:" in proc.stderr
+
+    # Running it again is a no-op on the data (in place, idempotent), and refuses a used folder.
+    again = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], cwd=REPO_ROOT,
+                           env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "already holds a completed backfill" in again.stderr
+
+
+def _continuation(events: list[dict], seed: int) -> list[dict]:
+    """Later changes that need the stream's state from the backfill to be applied right: deletes and
+    edits of old tweets (followers from state), unfollows (retained tweets from state), new follows of
+    old authors (their tweets backfilled into the new inbox), and fresh tweets."""
+    rnd = random.Random(seed)
+    parsed = [parse_event(e) for e in events]
+    top = max(e["version"] for e in events) + 1
+    ups = [e for e in events if e["type"] == "tweet" and e["op"] == "upsert"]
+    deleted = {e["tweet_id"] for e in events if e["type"] == "tweet" and e["op"] == "delete"}
+    live = [e for e in ups if e["tweet_id"] not in deleted]
+    more: list[dict] = []
+    for e in rnd.sample(live, 15):
+        more.append({**e, "version": top + len(more), "text": "edited later: " + e["text"]})
+    for e in rnd.sample([e for e in live if e not in more], 10):
+        more.append({"type": "tweet", "op": "delete", "tweet_id": e["tweet_id"], "author_id": e["author_id"],
+                     "version": top + len(more)})
+    edges = {(ev.follower_id, ev.followee_id) for ev in parsed if type(ev).__name__ == "FollowChange"}
+    for follower, followee in rnd.sample(sorted(edges), 10):
+        more.append({"type": "follow", "op": rnd.choice(["unfollow", "follow"]), "follower_id": follower,
+                     "followee_id": followee, "version": top + len(more)})
+    users = sorted({e["author_id"] for e in ups})
+    for _ in range(10):
+        a, b = rnd.sample(users, 2)
+        more.append({"type": "follow", "op": "follow", "follower_id": a, "followee_id": b, "version": top + len(more)})
+    more += _history(seed=seed, events=150)[-100:]  # new tweets etc. of another prefix's users
+    return more
+
+
+def test_stream_bootstrapped_from_backfill_continues_exactly(
+    settings: Settings, spark, unique: str, tmp_path: Path
+) -> None:
+    pipeline = _isolated(settings, unique)
+    events = _history(seed=12)
+    publish(pipeline, events)
+    out = tmp_path / "backfill"
+    result = run_backfill(spark, pipeline, BackfillOptions(out=out))
+    backfill_ts = result.manifest["backfill_ts"]
+    assert read_timelines(pipeline) == reference_timelines(events)
+
+    # The DataFrame join and the engine's states hold exactly the same rows.
+    snap = Snapshot(result.manifest["start_offsets"], result.manifest["end_offsets"])
+    winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, pipeline, snap)))))
+    joined = _rows(join_timelines_batch(winners, 800))
+    from_states = _rows(state_timeline_rows(spark.read.parquet(str(out / "state"))))
+    assert joined == from_states and len(joined) == result.summary["rows"]["timeline"]
+
+    more = _continuation(events, seed=13)
+    checkpoint = tmp_path / "ckpt"
+    stream = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream.log",
+                           extra_args=["--bootstrap-from", str(out)]).start()
+    try:
+        publish(pipeline, more)
+        stream.wait_caught_up()
+        assert read_timelines(pipeline) == reference_timelines(events + more)
+    finally:
+        assert stream.stop() == 0
+    assert int((checkpoint / "clock_start").read_text()) == backfill_ts
+
+    # Nothing of the backfilled history was applied twice: rows the continuation did not touch keep
+    # the backfill's timestamp, everything the stream wrote is above it.
+    stamps = [r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_timeline")]
+    assert min(stamps) == backfill_ts and stamps.count(backfill_ts) > len(stamps) // 2
+    assert any(s > backfill_ts for s in stamps)
+
+    # A second bootstrap into the now used checkpoint is refused before Spark starts.
+    again = subprocess.run([sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(checkpoint),
+                            "--bootstrap-from", str(out)], cwd=REPO_ROOT,
+                           env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "committed batches" in again.stderr
+
+
+def _noisy(events: list[dict], seed: int) -> list[dict]:
+    """Duplicates, older versions and same-version ties of every kind, shuffled."""
+    rnd = random.Random(seed)
+    out = list(events)
+    for e in events:
+        if rnd.random() > 0.35:
+            continue
+        out.append(dict(e))  # duplicate
+        if e["type"] == "tweet" and e["op"] == "upsert":
+            out.append({**e, "text": e["text"] + " (same version, other text)"})
+            if e["version"] > 0:
+                out.append({**e, "version": e["version"] - 1, "text": "stale"})
+        elif e["type"] == "tweet":
+            out.append({**e, "version": 0})  # an older delete: still final
+        elif e["type"] == "follow":
+            out.append({**e, "op": "unfollow" if e["op"] == "follow" else "follow"})  # tie: unfollow wins
+            out.append({**e, "op": "follow", "version": max(e["version"] - 1, 0)})  # stale re-follow
+        else:
+            out.append({**e, "display_name": e["display_name"] + " (tie)", "bio": None})
+    rnd.shuffle(out)
+    return out
+
+
+def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
+    settings: Settings, spark, unique: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    pipeline = _isolated(settings, unique)
+    events = _noisy(_history(seed=14, events=400), seed=14)
+    publish(pipeline, events[: len(events) // 2])
+    raw = Producer({"bootstrap.servers": pipeline.kafka_bootstrap})
+    tombstones = 0
+    for e in events[:40]:  # compaction markers (null values) for keys of every topic, mid-log
+        role = {"tweet": "tweets", "follow": "follows", "profile": "profiles"}[e["type"]]
+        raw.produce(pipeline.topic(role), key=f"tombstone-{tombstones}".encode(), value=None)
+        tombstones += 1
+    assert raw.flush(30) == 0
+    publish(pipeline, events[len(events) // 2:])
+
+    cap = 3  # small: authors exceed it, so retention at the cap is exercised too
+    result = run_backfill(spark, pipeline, BackfillOptions(out=tmp_path / "backfill", inbox_cap=cap))
+    summary = result.summary
+    assert summary["tombstones"] == tombstones and summary["invalid"] == 0
+    assert summary["records_read"] == len(events) + tombstones
+
+    # Newest `cap` rows per timeline are the reference's; the full store is the engine states' rows.
+    stored = read_timelines(pipeline)
+    assert _capped(stored, cap) == reference_timelines(events, inbox_cap=cap)
+    from_states = _rows(state_timeline_rows(spark.read.parquet(str(tmp_path / "backfill" / "state"))))
+    assert sum(len(t) for t in stored.values()) == len(from_states) == summary["rows"]["timeline"]
+    assert any(len(t) > cap for t in stored.values())
+
+    # Winners by the engine's rules: tweet text and version, profile payloads per (user, version).
+    from feed_service.core.reference import reference_tables
+
+    tables = reference_tables(events)
+    want_tweets = sorted((tid, a, c[1], c[0], c[2], c[3]) for (a, tid), c in tables.tweets.items())
+    got = _tables(pipeline)
+    assert got["tweets"] == want_tweets
+    assert got["profiles"] == sorted((u, v, *p) for (u, v), p in tables.profiles.items())
+    assert summary["entities"]["tweets_deleted"] == len(tables.deleted)
+    assert summary["entities"]["follow_edges_active"] == sum(1 for _, a in tables.follows.values() if a)
+
+
+def test_backfill_no_write_leaves_cassandra_alone(settings: Settings, spark, unique: str, tmp_path: Path) -> None:
+    pipeline = _isolated(settings, unique)
+    events = [event_to_json(parse_event(e)) for e in _history(seed=15, events=100)]
+    publish(pipeline, events)
+    result = run_backfill(spark, pipeline, BackfillOptions(out=tmp_path / "backfill", write=False))
+    assert read_timelines(pipeline) == {}
+    assert result.summary["written"] is False
+    assert result.summary["rows"]["timeline"] == sum(len(t) for t in reference_timelines(events).values())

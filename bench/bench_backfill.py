@@ -117,9 +117,9 @@ def main() -> int:
     print(f"published {len(events)} events to *.bench{run_id} in {publish_s:.1f}s", file=sys.stderr)
 
     from feed_service.stack.spark import build_session
-    from spark_jobs.backfill import BackfillOptions, run_backfill
+    from spark_jobs.backfill import SESSION_CONF, BackfillOptions, run_backfill
 
-    spark = build_session("bench-backfill", shuffle_partitions=4)
+    spark = build_session("bench-backfill", shuffle_partitions=4, extra_conf=SESSION_CONF)
     out = Path(tempfile.mkdtemp(prefix="bench-backfill-")) / "out"
     t0 = time.perf_counter()
     result = run_backfill(spark, settings, BackfillOptions(out=out, inbox_cap=args.inbox_cap))

@@ -63,6 +63,8 @@ Offsets = dict[str, dict[str, int]]
 #: Columns of a timeline row (the DataFrame join's output and the writer's input, minus op and ts).
 TIMELINE_COLUMNS = ("timeline_id", "tweet_id", "author_id", "created_at", "version", "text", "profile_version")
 STATE_OUTPUT_SCHEMA = "key string, state binary"
+#: Spark's console progress bar off: :class:`Progress` reports stages and tasks on stderr itself.
+SESSION_CONF = {"spark.ui.showConsoleProgress": "false"}
 WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
 
 
@@ -704,7 +706,7 @@ def run(settings: Settings, options: BackfillOptions) -> int:
 
     try:
         _check_out(options.out.resolve())
-        spark = build_session("feed-backfill", shuffle_partitions=4)
+        spark = build_session("feed-backfill", shuffle_partitions=4, extra_conf=SESSION_CONF)
     except BackfillError as exc:
         print(f"feedctl backfill: {exc}", file=sys.stderr)
         return 2

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("feed.stream")
 
 DEFAULT_CHECKPOINT = Path(".stack/local/checkpoints/stream")
+#: transformWithStateInPandas: as fast as applyInPandasWithState here (bench/bench_stream.py; the
+#: Cassandra writes dominate), and the only one of the two that takes an initial state (backfill).
+DEFAULT_OPERATOR: Operator = "transformWithStateInPandas"
 #: Bounds a micro-batch after downtime so the first batches after a restart stay short.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 SOURCE_ROLES = ("tweets", "follows", "profiles")
@@ -51,7 +54,8 @@ SOURCE_ROLES = ("tweets", "follows", "profiles")
 class StreamOptions:
     checkpoint: Path = DEFAULT_CHECKPOINT
     inbox_cap: int = DEFAULT_INBOX_CAP
-    operator: Operator = "applyInPandasWithState"
+    operator: Operator | None = None
+    """None: the operator the checkpoint was created with, or DEFAULT_OPERATOR for a new one."""
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     trigger_seconds: float = 0.0
     starting_offsets: str = "earliest"
@@ -72,6 +76,22 @@ def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
         tmp.write_text(str(value))
         tmp.replace(path)
         return value
+
+
+def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
+    """The checkpoint's stateful operator, fixed at creation (their state layouts differ)."""
+    path = checkpoint / "operator"
+    try:
+        recorded = path.read_text().strip()
+    except FileNotFoundError:
+        chosen = requested or DEFAULT_OPERATOR
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        path.write_text(chosen)
+        return chosen
+    if requested is not None and requested != recorded:
+        raise SystemExit(f"stream: checkpoint {checkpoint} was created with --operator {recorded}; "
+                         f"it cannot continue with {requested} (use a new checkpoint)")
+    return recorded  # type: ignore[return-value]
 
 
 def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOptions) -> "DataFrame":
@@ -131,7 +151,7 @@ def start_stream(
         valid_changes(parsed),
         inbox_cap=options.inbox_cap,
         clock_start=clock_start_for(options.checkpoint, clock_start),
-        operator=options.operator,
+        operator=operator_for(options.checkpoint, options.operator),
         initial_state=initial_state,
     )
     counter = spark.sparkContext.accumulator(0)
@@ -204,7 +224,8 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     status_file = status_file or options.checkpoint / "progress.json"
-    log.info("stream started: checkpoint %s, operator %s", options.checkpoint, options.operator)
+    log.info("stream started: checkpoint %s, operator %s", options.checkpoint,
+             operator_for(options.checkpoint, options.operator))
     restarts, last_batch, exit_code = 0, None, 0
     while not stop.is_set():
         failed = next((q for q in (stream.join, stream.dead_letters) if not q.isActive), None)
@@ -262,7 +283,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
                         help=f"checkpoint folder (state, offsets); default {DEFAULT_CHECKPOINT}")
     parser.add_argument("--inbox-cap", type=int, default=DEFAULT_INBOX_CAP)
-    parser.add_argument("--operator", choices=OPERATORS, default="applyInPandasWithState")
+    parser.add_argument("--operator", choices=OPERATORS, default=None,
+                        help=f"stateful operator of a new checkpoint (default {DEFAULT_OPERATOR}); "
+                             "an existing checkpoint keeps its own")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=DEFAULT_MAX_OFFSETS_PER_TRIGGER)
     parser.add_argument("--trigger-seconds", type=float, default=0.0,
                         help="micro-batch interval; 0 = start the next batch as soon as one ends")

@@ -114,6 +114,10 @@ auto_bootstrap: false
 # Timeline deletes leave tombstones that a page may scan; warn late, fail later.
 tombstone_warn_threshold: 10000
 tombstone_failure_threshold: 200000
+# The writers send small UNLOGGED batches of rows (feed_service/store/writer.py).
+batch_size_warn_threshold: 64KiB
+batch_size_fail_threshold: 640KiB
+unlogged_batch_across_partitions_warn_threshold: 100
 materialized_views_enabled: false
 sasi_indexes_enabled: false
 user_defined_functions_enabled: false

@@ -35,6 +35,12 @@ ProfileWrite: TypeAlias = tuple[str, int, str, str | None, str | None, int]
 #: In-flight requests per writer: enough to keep one node busy, bounded to cap memory and timeouts.
 DEFAULT_CONCURRENCY = 64
 
+#: Rows per UNLOGGED batch request. The driver's per-request cost in Python, not the server, bounds
+#: a writer; batching a few rows per request roughly halves that cost (bench/bench_stream.py). Each
+#: statement keeps its own USING TIMESTAMP, so batching changes nothing in what the rows become.
+#: Unlogged batches spanning partitions load their coordinator; keep this small on large clusters.
+DEFAULT_BATCH_ROWS = 16
+
 
 class WriteError(RuntimeError):
     """Some writes failed after the driver's retries; the batch must be retried (it is idempotent)."""
@@ -57,9 +63,17 @@ class WriteCounts:
 class TimelineWriter:
     """Prepared statements for the view's three tables, executed with bounded concurrency."""
 
-    def __init__(self, session: "Session", keyspace: str, *, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+    def __init__(
+        self,
+        session: "Session",
+        keyspace: str,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> None:
         self.session = session
         self.concurrency = concurrency
+        self.batch_rows = batch_rows
         ks = keyspace
         self._timeline_upsert = session.prepare(
             f"INSERT INTO {ks}.home_timeline (timeline_id, created_at, tweet_id, author_id, version, text,"
@@ -78,6 +92,22 @@ class TimelineWriter:
             f"INSERT INTO {ks}.profiles (user_id, version, display_name, avatar_url, bio)"
             " VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
+
+    def _batched(self, statements: list[tuple]) -> list[tuple]:
+        """Group (statement, values) pairs into UNLOGGED batches of ``batch_rows``."""
+        from cassandra.query import BatchStatement, BatchType
+
+        out: list[tuple] = []
+        for i in range(0, len(statements), self.batch_rows):
+            chunk = statements[i : i + self.batch_rows]
+            if len(chunk) == 1:
+                out.append(chunk[0])
+                continue
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for statement, values in chunk:
+                batch.add(statement, values)
+            out.append((batch, None))
+        return out
 
     # -- statement builders: one bound statement per row -------------------------------------
     def _timeline(self, rows: Iterable[TimelineRow]) -> Iterator[tuple]:
@@ -112,6 +142,8 @@ class TimelineWriter:
 
         timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles)]
+        if self.batch_rows > 1:
+            statements = self._batched(statements)
         if statements:
             results = execute_concurrent(
                 self.session, statements, concurrency=self.concurrency, raise_on_first_error=False,

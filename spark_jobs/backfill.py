@@ -563,7 +563,10 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
 
             with progress.stage("write" if options.write else "count (--no-write)"):
                 reports = []
-                for table, df in (("timeline", timelines), ("tweets", tweet_rows(winners)),
+                # Round robin: the join's partitions follow author keys, so a celebrity's fan-out would
+                # leave one writer working alone (seen in bench/bench_backfill.py).
+                writers = max(2, spark.sparkContext.defaultParallelism)
+                for table, df in (("timeline", timelines.repartition(writers)), ("tweets", tweet_rows(winners)),
                                   ("profiles", winners.profiles)):
                     t0 = time.monotonic()
                     rows = df.mapInPandas(write_frames(settings, table, backfill_ts, write=options.write),

@@ -1,4 +1,5 @@
-"""Write the join's compact output rows to Cassandra from the executors (``foreachPartition``).
+"""Write the join's compact output rows from the executors (``foreachPartition``): timeline, tweet
+and profile rows to Cassandra, passed-through rejected records to the dead-letter topic.
 
 Each Python worker keeps one driver session per settings (workers are reused across tasks), so a
 micro-batch pays for statements, not for connections. Rows are written in chunks through
@@ -19,6 +20,43 @@ from feed_service.store.writer import ProfileWrite, TimelineRow, TimelineWriter,
 CHUNK_ROWS = 2000
 
 _writers: dict[tuple, TimelineWriter] = {}
+_producers: dict[str, Any] = {}
+
+
+class DeadLetterError(RuntimeError):
+    """A dead-letter record was not delivered; the batch fails and is retried (at least once)."""
+
+
+def producer_for(settings: Settings) -> Any:
+    """The worker process's Kafka producer for dead letters (idempotent, acks=all)."""
+    producer = _producers.get(settings.kafka_bootstrap)
+    if producer is None:
+        from confluent_kafka import Producer
+
+        producer = _producers[settings.kafka_bootstrap] = Producer({
+            "bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5,
+        })
+    return producer
+
+
+def publish_dead_letters(settings: Settings, letters: list[tuple[str, str]]) -> None:
+    """Publish (key, value) dead-letter records and wait for every delivery report."""
+    producer = producer_for(settings)
+    failures: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    topic = settings.topic("dead_letter")
+    for key, value in letters:
+        producer.produce(topic, key=key.encode(), value=value.encode(), on_delivery=report)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if failures or remaining:
+        raise DeadLetterError(f"{len(failures) + remaining} of {len(letters)} dead letters not delivered: "
+                              f"{failures[:1]}")
 
 
 def writer_for(settings: Settings) -> TimelineWriter:
@@ -34,14 +72,19 @@ def writer_for(settings: Settings) -> TimelineWriter:
     return writer
 
 
-def split_rows(rows: Iterable[Any]) -> tuple[list[TimelineRow], list[TweetRow], list[ProfileWrite]]:
-    """Compact output rows -> flat rows per table (timeline rows exploded per follower)."""
+def split_rows(
+    rows: Iterable[Any],
+) -> tuple[list[TimelineRow], list[TweetRow], list[ProfileWrite], list[tuple[str, str]]]:
+    """Compact output rows -> flat rows per table (timeline rows exploded per follower) and dead letters."""
     timeline: list[TimelineRow] = []
     tweets: list[TweetRow] = []
     profiles: list[ProfileWrite] = []
+    letters: list[tuple[str, str]] = []
     for r in rows:
         kind = r["kind"]
-        if kind == "timeline":
+        if kind == "dead_letter":
+            letters.append((r["dl_key"], r["dl_value"]))
+        elif kind == "timeline":
             head = (r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"],
                     r["ts"])
             op = r["op"]
@@ -54,7 +97,7 @@ def split_rows(rows: Iterable[Any]) -> tuple[list[TimelineRow], list[TweetRow], 
                                r["profile_version"], r["ts"]))
         else:
             profiles.append((r["user_id"], r["version"], r["display_name"], r["avatar_url"], r["bio"], r["ts"]))
-    return timeline, tweets, profiles
+    return timeline, tweets, profiles, letters
 
 
 def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -73,7 +116,9 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     writer = writer_for(settings)
     total = WriteCounts()
     for chunk in _chunks(rows, CHUNK_ROWS):
-        timeline, tweets, profiles = split_rows(chunk)
+        timeline, tweets, profiles, letters = split_rows(chunk)
         total = total + writer.write(timeline=timeline, tweets=tweets, profiles=profiles)
+        if letters:
+            publish_dead_letters(settings, letters)
     if counter is not None:
         counter.add(total.timeline_upserts + total.timeline_deletes)

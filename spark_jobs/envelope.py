@@ -161,19 +161,52 @@ def valid_changes(parsed: "DataFrame") -> "DataFrame":
     return parsed.where(F.col("reject_code").isNull()).select("key", *(name for name, _ in EVENT_COLUMNS))
 
 
-def dead_letters(parsed: "DataFrame") -> "DataFrame":
-    """Rejected rows as Kafka records for the dead-letter topic (key = source topic/partition/offset)."""
+#: ``route`` of a row headed for the join (grouped by its join key) or for the dead-letter topic.
+ROUTE_JOIN = "join"
+ROUTE_DEAD_LETTER = "dead_letter"
+
+
+def routed_changes(parsed: "DataFrame") -> "DataFrame":
+    """Every row, valid or not, for one stateful query: ``route``, ``key``, event columns, and for
+    rejected rows the dead-letter record (``dl_key``, ``dl_value``) built here in the JVM.
+
+    Rejected rows are grouped under one key per source topic so they cost one call per batch, and
+    the sink publishes them; one query reads the topics once (a second query for dead letters would
+    double the per-batch fixed cost on a small machine).
+    """
     from pyspark.sql import functions as F
 
-    rejected = parsed.where(F.col("reject_code").isNotNull())
-    return rejected.select(
-        F.concat_ws("/", "topic", F.col("partition").cast("string"), F.col("offset").cast("string")).alias("key"),
-        F.to_json(F.struct(
-            F.col("reject_code").alias("reason_code"),
-            F.col("reject_reason").alias("reason"),
-            F.col("topic").alias("source_topic"),
-            F.col("partition").alias("source_partition"),
-            F.col("offset").alias("source_offset"),
-            F.col("raw").alias("value"),
-        )).alias("value"),
+    rejected = F.col("reject_code").isNotNull()
+    letter_key, letter_value = dead_letter_columns()
+    return parsed.select(
+        F.when(rejected, F.lit(ROUTE_DEAD_LETTER)).otherwise(F.lit(ROUTE_JOIN)).alias("route"),
+        F.when(rejected, F.col("topic")).otherwise(F.col("key")).alias("key"),
+        *(name for name, _ in EVENT_COLUMNS),
+        F.when(rejected, letter_key).alias("dl_key"),
+        F.when(rejected, letter_value).alias("dl_value"),
     )
+
+
+def dead_letter_columns() -> tuple["Column", "Column"]:
+    """(key, value) of a rejected row's dead-letter record: key = source topic/partition/offset,
+    value = JSON with the reason, the source coordinates and the raw record."""
+    from pyspark.sql import functions as F
+
+    key = F.concat_ws("/", "topic", F.col("partition").cast("string"), F.col("offset").cast("string"))
+    value = F.to_json(F.struct(
+        F.col("reject_code").alias("reason_code"),
+        F.col("reject_reason").alias("reason"),
+        F.col("topic").alias("source_topic"),
+        F.col("partition").alias("source_partition"),
+        F.col("offset").alias("source_offset"),
+        F.col("raw").alias("value"),
+    ))
+    return key, value
+
+
+def dead_letters(parsed: "DataFrame") -> "DataFrame":
+    """Rejected rows as Kafka records (``key``, ``value``) for the dead-letter topic."""
+    from pyspark.sql import functions as F
+
+    key, value = dead_letter_columns()
+    return parsed.where(F.col("reject_code").isNotNull()).select(key.alias("key"), value.alias("value"))

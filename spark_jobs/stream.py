@@ -1,14 +1,14 @@
 """The streaming job: Kafka changelogs -> validated changes -> stateful join -> Cassandra.
 
-Two queries share one SparkSession and read the same three topics:
+One query, ``timeline-join``, reads the three topics: valid changes, keyed by join key, go through
+the join engine in the stateful operator (RocksDB state store); records that fail validation pass
+through it under a dead-letter route; ``foreachBatch`` writes from the executors, rows to Cassandra
+and dead letters (reason, source topic, partition and offset) to the dead-letter topic. (A second
+query for the dead letters doubled the fixed cost of every micro-batch on this 2-core machine.)
 
-- ``timeline-join``: valid changes, keyed by join key, through the join engine in the stateful
-  operator (RocksDB state store), written to Cassandra from the executors in ``foreachBatch``;
-- ``dead-letters``: records that fail validation, with reason, source topic, partition and offset,
-  to the dead-letter topic with Spark's Kafka sink.
-
-Each has its own checkpoint under ``--checkpoint``; state and Kafka offsets survive restarts, and a
-batch replayed after a crash rewrites the same rows with the same timestamps. The write timestamps
+Its checkpoint lives under ``--checkpoint``; state and Kafka offsets survive restarts, and a batch
+replayed after a crash rewrites the same rows with the same timestamps (dead letters are at least
+once: a replayed batch can publish a record twice). The write timestamps
 of a new checkpoint start at ``clock_start`` (microseconds at its creation, kept in the checkpoint
 folder), so a later pipeline's writes supersede an earlier one's on the same keyspace.
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.settings import Settings
-from spark_jobs.envelope import dead_letters, parse_changes, valid_changes
+from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.timeline_join import OPERATORS, Operator, join_timelines
 
 if TYPE_CHECKING:
@@ -119,18 +119,16 @@ def _write_batch(settings: Settings, counter: Any) -> Any:
 
 @dataclass
 class RunningStream:
-    """Handles of the two queries, plus the accumulator of timeline rows written."""
+    """The query's handle, plus the accumulator of timeline rows written."""
 
     join: "StreamingQuery"
-    dead_letters: "StreamingQuery"
     timeline_rows: Any
 
     def stop(self) -> None:
-        for query in (self.join, self.dead_letters):
-            try:
-                query.stop()
-            except Exception:  # noqa: BLE001 - stopping a failed query is best effort
-                log.exception("stopping %s", query.name)
+        try:
+            self.join.stop()
+        except Exception:  # noqa: BLE001 - stopping a failed query is best effort
+            log.exception("stopping %s", self.join.name)
 
 
 def start_stream(
@@ -141,14 +139,14 @@ def start_stream(
     initial_state: "DataFrame | None" = None,
     clock_start: int | None = None,
 ) -> RunningStream:
-    """Start both queries; returns at once (they run in the background of this SparkSession).
+    """Start the query; returns at once (it runs in the background of this SparkSession).
 
     ``initial_state`` (``key``, ``state``) and ``clock_start`` bootstrap a new checkpoint from a
     backfill; ``options.starting_offsets`` then holds the backfill's snapshot offsets.
     """
     parsed = parse_changes(read_changelogs(spark, settings, options))
     outputs = join_timelines(
-        valid_changes(parsed),
+        routed_changes(parsed),
         inbox_cap=options.inbox_cap,
         clock_start=clock_start_for(options.checkpoint, clock_start),
         operator=operator_for(options.checkpoint, options.operator),
@@ -164,22 +162,13 @@ def start_stream(
         .foreachBatch(_write_batch(settings, counter))
         .start()
     )
-    dlq_query = (
-        dead_letters(parsed).writeStream.queryName("dead-letters")
-        .format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("topic", settings.topic("dead_letter"))
-        .option("checkpointLocation", str(options.checkpoint / "dead-letters"))
-        .trigger(processingTime="2 seconds")
-        .start()
-    )
-    return RunningStream(join_query, dlq_query, counter)
+    return RunningStream(join_query, counter)
 
 
 def progress_record(stream: RunningStream) -> dict[str, Any]:
-    """What the stream has done: per query, the last batch id and the source end offsets."""
+    """What the stream has done: the last batch id and the source end offsets."""
     record: dict[str, Any] = {"time": time.time(), "timeline_rows_written": stream.timeline_rows.value}
-    for query in (stream.join, stream.dead_letters):
+    for query in (stream.join,):
         progress = query.lastProgress
         record[query.name] = {
             "active": query.isActive,
@@ -228,7 +217,7 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
              operator_for(options.checkpoint, options.operator))
     restarts, last_batch, exit_code = 0, None, 0
     while not stop.is_set():
-        failed = next((q for q in (stream.join, stream.dead_letters) if not q.isActive), None)
+        failed = stream.join if not stream.join.isActive else None
         if failed is not None:
             restarts += 1
             log.error("query %s failed (%d in a row): %s", failed.name, restarts, failed.exception())
@@ -245,6 +234,9 @@ def run(settings: Settings, options: StreamOptions, *, status_file: Path | None 
         batch = record["timeline-join"]["batch_id"]
         if batch is not None and batch != last_batch:
             last_batch, restarts = batch, 0
+            p = stream.join.lastProgress or {}
+            log.info("batch %s: %s input rows, %s", batch, p.get("numInputRows"),
+                     " ".join(f"{k}={v}ms" for k, v in sorted((p.get("durationMs") or {}).items())))
         record["restarts"] = restarts
         tmp = status_file.with_name("." + status_file.name + ".tmp")
         tmp.write_text(json.dumps(record))

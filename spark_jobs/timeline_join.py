@@ -6,7 +6,8 @@ read once and written at most once, as one encoded blob (``shared/design/spark-n
 of Python stateful operators grows with state calls, not bytes).
 
 Output rows are compact: one row per (op, tweet, follower list); the sink explodes the lists. The
-row's ``kind`` says which table it is for: ``timeline``, ``tweet`` or ``profile``.
+row's ``kind`` says where it goes: ``timeline``, ``tweet`` or ``profile`` (Cassandra tables) or
+``dead_letter`` (a rejected record passed through, for the dead-letter topic).
 
 Operator: ``applyInPandasWithState`` (default) hands the state to Python inside the Arrow batch,
 with no per-call round trip to the JVM; ``transformWithStateInPandas`` is kept as the alternative
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
 from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert
 from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult, step
 from feed_service.core.state import decode_state, encode_state
+from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +45,8 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("avatar_url", "string"),
     ("bio", "string"),
     ("ts", "bigint"),
+    ("dl_key", "string"),
+    ("dl_value", "string"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in OUTPUT_FIELDS)
 OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
@@ -73,7 +77,7 @@ def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
     ts = result.ts
     rows: list[tuple[Any, ...]] = [
         ("timeline", d.op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-         list(d.timeline_ids), None, None, None, None, ts)
+         list(d.timeline_ids), None, None, None, None, ts, None, None)
         for d in result.deltas
         for e in (d.entry,)
     ]
@@ -81,13 +85,13 @@ def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
         e = t.entry
         if e is None:
             rows.append(("tweet", "delete", t.tweet_id, t.author_id, None, None, None, None, None,
-                         None, None, None, None, ts))
+                         None, None, None, None, ts, None, None))
         else:
             rows.append(("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text,
-                         e.profile_version, None, None, None, None, None, ts))
+                         e.profile_version, None, None, None, None, None, ts, None, None))
     for p in result.profiles:
         rows.append(("profile", "upsert", None, None, None, p.version, None, None, None,
-                     p.user_id, p.display_name, p.avatar_url, p.bio, ts))
+                     p.user_id, p.display_name, p.avatar_url, p.bio, ts, None, None))
     return rows
 
 
@@ -104,6 +108,12 @@ def run_key(
     return (None if blob == state_blob else blob), result_rows(result)
 
 
+def dead_letter_rows(frames: Iterator["pd.DataFrame"]) -> list[tuple[Any, ...]]:
+    """Rejected records pass through the operator untouched, to be published by the sink."""
+    return [("dead_letter", None, None, None, None, None, None, None, None, None, None, None, None, None, k, v)
+            for pdf in frames for k, v in zip(pdf["dl_key"], pdf["dl_value"])]
+
+
 def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":
     import pandas as pd
 
@@ -114,6 +124,9 @@ def apply_in_pandas_fn(inbox_cap: int, clock_start: int) -> Callable:
     """The function for ``applyInPandasWithState``: (key, frames, GroupState) -> output frames."""
 
     def fn(key: tuple, frames: Iterator["pd.DataFrame"], state: Any) -> Iterator["pd.DataFrame"]:
+        if key[0] == ROUTE_DEAD_LETTER:
+            yield _frame(dead_letter_rows(frames))
+            return
         blob = state.get[0] if state.exists else None
         new_blob, rows = run_key(blob, frames, inbox_cap=inbox_cap, clock_start=clock_start)
         if new_blob is not None:
@@ -135,6 +148,9 @@ def transform_with_state_processor(inbox_cap: int, clock_start: int) -> Any:
             self.state = handle.getValueState("author_state", schema)
 
         def handleInputRows(self, key: Any, rows: Iterator["pd.DataFrame"], timerValues: Any) -> Iterator["pd.DataFrame"]:
+            if key[0] == ROUTE_DEAD_LETTER:
+                yield _frame(dead_letter_rows(rows))
+                return
             blob = self.state.get()[0] if self.state.exists() else None
             new_blob, out = run_key(bytes(blob) if blob is not None else None, rows,
                                     inbox_cap=inbox_cap, clock_start=clock_start)
@@ -161,12 +177,13 @@ def join_timelines(
     operator: Operator = "applyInPandasWithState",
     initial_state: "DataFrame | None" = None,
 ) -> "DataFrame":
-    """Keyed stateful join of validated changes (``key`` + event columns) into compact output rows.
+    """Keyed stateful join of routed changes (``route``, ``key``, event and dead-letter columns, as
+    :func:`spark_jobs.envelope.routed_changes` makes them) into compact output rows.
 
     ``initial_state`` (columns ``key``, ``state`` = :func:`encode_state` blob) seeds a new
     checkpoint's state, e.g. from a backfill; only ``transformWithStateInPandas`` supports it.
     """
-    grouped = changes.groupBy("key")
+    grouped = changes.groupBy("route", "key")
     if initial_state is not None and operator != "transformWithStateInPandas":
         raise ValueError("initial_state needs operator='transformWithStateInPandas'")
     if operator == "applyInPandasWithState":
@@ -180,11 +197,14 @@ def join_timelines(
             timeoutConf=GroupStateTimeout.NoTimeout,
         )
     if operator == "transformWithStateInPandas":
+        from pyspark.sql import functions as F
+
         return grouped.transformWithStateInPandas(
             statefulProcessor=transform_with_state_processor(inbox_cap, clock_start),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",
             timeMode="None",
-            initialState=initial_state.groupBy("key") if initial_state is not None else None,
+            initialState=(initial_state.withColumn("route", F.lit(ROUTE_JOIN)).groupBy("route", "key")
+                          if initial_state is not None else None),
         )
     raise ValueError(f"unknown operator {operator!r}; expected one of {OPERATORS}")

@@ -84,22 +84,15 @@ def _unary(method: str) -> Callable:
             in_flight.inc()
             try:
                 return await fn(self, request, context)
-            except RpcFailure as failure:
-                code, detail = failure.code.name, failure.message
-                await context.abort(failure.code, failure.message)
-            except StoreError as exc:
-                failure = self._store_failure(exc, context)
-                code, detail = failure.code.name, failure.message
-                await context.abort(failure.code, failure.message)
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
+            except grpc.aio.AbortError:
+                raise
             except Exception as exc:
-                if isinstance(exc, grpc.aio.AbortError):
-                    raise
-                code, detail = "INTERNAL", repr(exc)
-                log.exception("unhandled error", extra={"fields": {"method": method}})
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                failure, detail = self._failure_of(exc, method, context)
+                code = failure.code.name
+                await context.abort(failure.code, failure.message)
             finally:
                 in_flight.dec()
                 elapsed = time.perf_counter() - started
@@ -125,22 +118,15 @@ def _stream(method: str) -> Callable:
             try:
                 async for message in fn(self, request, context):
                     yield message
-            except RpcFailure as failure:
-                code, detail = failure.code.name, failure.message
-                await context.abort(failure.code, failure.message)
-            except StoreError as exc:
-                failure = self._store_failure(exc, context)
-                code, detail = failure.code.name, failure.message
-                await context.abort(failure.code, failure.message)
             except (asyncio.CancelledError, GeneratorExit):
                 code = "CANCELLED"
                 raise
+            except grpc.aio.AbortError:
+                raise
             except Exception as exc:
-                if isinstance(exc, grpc.aio.AbortError):
-                    raise
-                code, detail = "INTERNAL", repr(exc)
-                log.exception("unhandled error", extra={"fields": {"method": method}})
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                failure, detail = self._failure_of(exc, method, context)
+                code = failure.code.name
+                await context.abort(failure.code, failure.message)
             finally:
                 in_flight.dec()
                 elapsed = time.perf_counter() - started
@@ -236,6 +222,17 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         if remaining <= 0:
             raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded before the read")
         return min(remaining, self.request_timeout_s)
+
+    @staticmethod
+    def _failure_of(exc: Exception, method: str, context: grpc.aio.ServicerContext) -> tuple[RpcFailure, str]:
+        """The status a handler's exception ends its call with, and the detail to log."""
+        if isinstance(exc, RpcFailure):
+            return exc, exc.message
+        if isinstance(exc, StoreError):
+            failure = TimelineServicer._store_failure(exc, context)
+            return failure, failure.message
+        log.exception("unhandled error", extra={"fields": {"method": method}})
+        return RpcFailure(grpc.StatusCode.INTERNAL, "internal error"), repr(exc)
 
     @staticmethod
     def _store_failure(exc: StoreError, context: grpc.aio.ServicerContext) -> RpcFailure:

@@ -63,6 +63,8 @@ def build_session(
         .config("spark.jars", jars)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        # Commit a batch's state as a changelog instead of a full RocksDB snapshot upload.
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")

@@ -53,6 +53,22 @@ def _pipeline(base: Settings, tag: str) -> Settings:
     return settings
 
 
+def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: argparse.Namespace,
+                    workdir: Path) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
+    """Isolated topics and keyspace, the follow graph published, and the stream started on them."""
+    from feed_service.producing.producer import EventProducer
+
+    tag = f"{name}{uuid.uuid4().hex[:4]}"
+    settings = _pipeline(base, tag)
+    graph = _graph(args.authors, args.users, args.fanout, random.Random(seed), prefix=f"{tag}-")
+    with EventProducer(settings) as producer:
+        for event in _follow_events(graph):
+            producer.publish_event(event)
+    stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
+                           extra_args=["--operator", operator]).start()
+    return settings, graph, stream
+
+
 # -- 1. raw ceiling ------------------------------------------------------------------------------
 def _raw_writer(settings: Settings, rows: list[tuple], batch_rows: int, out: "multiprocessing.Queue[float]") -> None:
     from feed_service.store.session import connect
@@ -89,15 +105,7 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int) -> f
 def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     from feed_service.producing.producer import EventProducer
 
-    tag = f"{operator[:5].lower()}{uuid.uuid4().hex[:4]}"
-    settings = _pipeline(base, tag)
-    rng = random.Random(7)
-    graph = _graph(args.authors, args.users, args.fanout, rng, prefix=f"{tag}-")
-    with EventProducer(settings) as producer:
-        for event in _follow_events(graph):
-            producer.publish_event(event)
-    stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
-                           extra_args=["--operator", operator]).start()
+    settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}", 7, operator, args, workdir)
     try:
         stream.wait_caught_up(timeout=600)
         rows_before = stream.progress()["timeline_rows_written"]
@@ -121,15 +129,7 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
     from feed_service.producing.producer import EventProducer
     from feed_service.store.session import connect
 
-    tag = f"fresh{uuid.uuid4().hex[:4]}"
-    settings = _pipeline(base, tag)
-    rng = random.Random(11)
-    graph = _graph(args.authors, args.users, args.fanout, rng, prefix=f"{tag}-")
-    with EventProducer(settings) as producer:
-        for event in _follow_events(graph):
-            producer.publish_event(event)
-    stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
-                           extra_args=["--operator", args.operator]).start()
+    settings, graph, stream = _graph_pipeline(base, "fresh", 11, args.operator, args, workdir)
     cluster, session = connect(settings, keyspace=settings.keyspace)
     lookup = session.prepare("SELECT tweet_id FROM home_timeline WHERE timeline_id = ? AND created_at = ? "
                              "AND tweet_id = ?")

@@ -108,22 +108,15 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if args.file is not None:
         return _run_file(args, settings)
-    producer = EventProducer(settings)
     try:
-        event = _publish_one(producer, args)
-        producer.close()
+        with EventProducer(settings) as producer:  # closes (flushes) on the way out, raising failures
+            event = _publish_one(producer, args)
     except EventRejected as exc:
         print(f"feedctl publish: invalid {args.kind}: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except DeliveryFailed as exc:
         print(f"feedctl publish: delivery failed: {exc}", file=sys.stderr)
         return EXIT_DELIVERY
-    finally:
-        if not producer.closed:
-            try:
-                producer.close()
-            except DeliveryFailed:
-                pass
     print(json.dumps(event_to_json(event), separators=(",", ":")))
     return EXIT_OK
 
@@ -154,12 +147,10 @@ def _run_file(args: argparse.Namespace, settings: Settings) -> int:
     def on_reject(line_no: int, code: str, reason: str) -> None:
         progress.note(f"line {line_no}: {code}: {reason}")
 
-    producer = EventProducer(settings)
     try:
-        with stream:
+        with stream, EventProducer(settings) as producer:
             stats = publish_lines(producer, stream, on_reject=on_reject, on_tick=on_tick, flush=False)
         current = stats
-        producer.close()
     except DeliveryFailed as exc:
         progress.done()
         print(f"feedctl publish: delivery failed: {exc}", file=sys.stderr)
@@ -167,12 +158,6 @@ def _run_file(args: argparse.Namespace, settings: Settings) -> int:
     except OSError as exc:
         print(f"feedctl publish: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_INVALID
-    finally:
-        if not producer.closed:
-            try:
-                producer.close()
-            except DeliveryFailed:
-                pass
     progress.done()
     stats.elapsed = progress.elapsed()
     print(f"publish: {stats.summary()}", file=sys.stderr)

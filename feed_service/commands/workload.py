@@ -103,21 +103,14 @@ def run(args: argparse.Namespace) -> int:
 def _to_kafka(args: argparse.Namespace, phases: list[Iterator[dict[str, Any]]]) -> int:
     from feed_service.producing.producer import DeliveryFailed, EventProducer, EventRejected
 
-    producer = EventProducer(settings_from_args(args))
     try:
-        for events in phases:
-            for event in events:
-                producer.publish_event(event)
-        producer.close()
+        with EventProducer(settings_from_args(args)) as producer:  # flushes on close, raising failures
+            for events in phases:
+                for event in events:
+                    producer.publish_event(event)
     except (DeliveryFailed, EventRejected) as exc:
         print(f"\nfeedctl workload: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if not producer.closed:
-            try:
-                producer.close()
-            except DeliveryFailed:
-                pass
     return 0
 
 

@@ -310,20 +310,32 @@ def paced(
     events: Iterable[dict[str, Any]], *, rate: float = 0.0, duration: float | None = None,
     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[dict[str, Any]]:
-    """Yield ``events`` at ``rate`` per second (0: as fast as possible), for at most ``duration`` s."""
+    """Yield ``events`` at ``rate`` per second (0: as fast as possible), for at most ``duration`` s.
+
+    The deadline is checked before the next event is pulled, so an event taken from ``events`` is
+    always yielded (callers that record what they pull see exactly what was sent).
+    """
     started = clock()
     deadline = None if duration is None else started + duration
-    for i, event in enumerate(events):
+    iterator = iter(events)
+    i = 0
+    while True:
         if rate > 0:
             due = started + i / rate
-            now = clock()
             if deadline is not None and due >= deadline:
                 return
-            if due > now:
-                sleep(due - now)
         elif deadline is not None and (i & 255) == 0 and clock() >= deadline:
             return
+        try:
+            event = next(iterator)
+        except StopIteration:
+            return
+        if rate > 0:
+            now = clock()
+            if due > now:
+                sleep(due - now)
         yield event
+        i += 1
 
 
 def publish_workload(

@@ -122,3 +122,19 @@ def test_write_jsonl_round_trips(tmp_path) -> None:
     path = tmp_path / "events.jsonl"
     assert write_jsonl(iter(events), path) == len(events)
     assert [parse_event(line) for line in path.read_text().splitlines()] == [parse_event(e) for e in events]
+
+
+def test_paced_never_pulls_an_event_it_does_not_yield() -> None:
+    from feed_service.workload import paced
+
+    pulled: list[int] = []
+
+    def source():
+        for n in range(100):
+            pulled.append(n)
+            yield n
+
+    now = [0.0]
+    out = list(paced(source(), rate=10, duration=1.0, clock=lambda: now[0],
+                     sleep=lambda s: now.__setitem__(0, now[0] + s)))
+    assert out == list(range(10)) and pulled == out

@@ -30,6 +30,8 @@ from pathlib import Path
 from feed_service.provision import provision
 from feed_service.settings import Settings
 from feed_service.stream_process import StreamProcess
+from spark_jobs.stream import DEFAULT_OPERATOR
+from spark_jobs.timeline_join import OPERATORS
 
 
 def _graph(authors: int, users: int, fanout: int, rng: random.Random, prefix: str) -> dict[str, list[str]]:
@@ -194,8 +196,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--writer-procs", type=int, default=2)
-    parser.add_argument("--operators", default="applyInPandasWithState,transformWithStateInPandas")
-    parser.add_argument("--operator", default="applyInPandasWithState", help="for the freshness run")
+    parser.add_argument("--operators", default=",".join(OPERATORS), help="comma list, for the throughput runs")
+    parser.add_argument("--operator", default=DEFAULT_OPERATOR, help="for the freshness run")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))

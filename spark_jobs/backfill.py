@@ -281,9 +281,9 @@ def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, backfill_ts: int) -
     """
     from feed_service.core.join import step
     from feed_service.core.state import encode_state
-    from spark_jobs.timeline_join import events_from_frame
+    from spark_jobs.timeline_join import events_from_rows
 
-    events = events_from_frame(events_pdf)
+    events = events_from_rows(events_pdf.itertuples(index=False))
     result = step(None, events, inbox_cap=inbox_cap, clock_start=backfill_ts - 1)
     state = result.state if result.state.clock == backfill_ts else replace(result.state, clock=backfill_ts)
     return state.key, encode_state(state)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.settings import Settings
 from spark_jobs.envelope import parse_changes, routed_changes
-from spark_jobs.timeline_join import OPERATORS, Operator, join_timelines
+from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, Operator, join_timelines
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,9 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("feed.stream")
 
 DEFAULT_CHECKPOINT = Path(".stack/local/checkpoints/stream")
-#: transformWithStateInPandas: as fast as applyInPandasWithState here (bench/bench_stream.py; the
-#: Cassandra writes dominate), and the only one of the two that takes an initial state (backfill).
-DEFAULT_OPERATOR: Operator = "transformWithStateInPandas"
+#: transformWithState (Row API): a micro-batch costs about half of what the pandas operators cost
+#: (no pandas frame built per key, in or out; bench/bench_stream.py, docs/streaming.md), and the
+#: transformWithState family takes an initial state (backfill bootstrap).
+DEFAULT_OPERATOR: Operator = "transformWithState"
 #: Bounds a micro-batch after downtime so the first batches after a restart stay short.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 SOURCE_ROLES = ("tweets", "follows", "profiles")
@@ -265,7 +266,8 @@ def _bootstrap(settings: Settings, options: StreamOptions) -> tuple[StreamOption
     boot = load_bootstrap(options.bootstrap_from, settings)
     if options.inbox_cap != boot.inbox_cap:
         raise SystemExit(f"stream: --inbox-cap {options.inbox_cap} differs from the backfill's {boot.inbox_cap}")
-    options = replace(options, starting_offsets=boot.starting_offsets, operator="transformWithStateInPandas")
+    operator = options.operator if options.operator in INITIAL_STATE_OPERATORS else DEFAULT_OPERATOR
+    options = replace(options, starting_offsets=boot.starting_offsets, operator=operator)
     log.info("bootstrapping from backfill %s: clock start %d, offsets %s", boot.folder, boot.clock_start,
              boot.starting_offsets)
     return options, {"state_path": boot.state_path, "clock_start": boot.clock_start}
@@ -285,7 +287,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="for a new checkpoint: earliest, latest or Spark's JSON offsets")
     parser.add_argument("--bootstrap-from", type=Path, default=None, metavar="BACKFILL_DIR",
                         help="new checkpoint only: start from a backfill's snapshot offsets and engine states"
-                             " (feedctl backfill --out); forces --operator transformWithStateInPandas")
+                             " (feedctl backfill --out); needs an operator of the transformWithState family")
     parser.add_argument("--status-file", type=Path, default=None,
                         help="progress JSON, rewritten every second (default CHECKPOINT/progress.json)")
 

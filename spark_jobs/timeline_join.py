@@ -9,14 +9,17 @@ Output rows are compact: one row per (op, tweet, follower list); the sink explod
 row's ``kind`` says where it goes: ``timeline``, ``tweet`` or ``profile`` (Cassandra tables) or
 ``dead_letter`` (a rejected record passed through, for the dead-letter topic).
 
-Operator: ``applyInPandasWithState`` (default) hands the state to Python inside the Arrow batch,
-with no per-call round trip to the JVM; ``transformWithStateInPandas`` is kept as the alternative
-measured in ``bench/bench_stream.py``.
+Operators (measured side by side in ``bench/bench_stream.py``; the checkpoint records which one
+it was created with): ``transformWithState`` (Row API, the default) hands each key's rows over as
+``Row`` objects and takes ``Row`` objects back; ``transformWithStateInPandas`` builds a pandas frame
+per key on the way in and on the way out, which here doubles the cost of a micro-batch;
+``applyInPandasWithState`` ships the state inside the Arrow batch (no state round trips) but builds
+the same per-key frames, and takes no initial state.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, TypeAlias
 
 from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert
 from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult, step
@@ -27,8 +30,10 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
-Operator: TypeAlias = Literal["applyInPandasWithState", "transformWithStateInPandas"]
-OPERATORS: tuple[Operator, ...] = ("applyInPandasWithState", "transformWithStateInPandas")
+Operator: TypeAlias = Literal["transformWithState", "transformWithStateInPandas", "applyInPandasWithState"]
+OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas", "applyInPandasWithState")
+#: The operators of the transformWithState family: they take an initial state (backfill bootstrap).
+INITIAL_STATE_OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas")
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),
@@ -53,11 +58,15 @@ OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
 STATE_SCHEMA = "state binary"
 
 
-def events_from_frame(pdf: "pd.DataFrame") -> list[Event]:
-    """Typed events from validated rows (validation already happened in the JVM: no re-parse)."""
+def events_from_rows(rows: Iterable[Any]) -> list[Event]:
+    """Typed events from validated rows (validation already happened in the JVM: no re-parse).
+
+    ``rows`` are records with the routed columns as attributes: Spark ``Row`` objects (Row API) or
+    the named tuples of ``DataFrame.itertuples`` (pandas APIs, where a null may arrive as NaN).
+    """
     events: list[Event] = []
     none = lambda v: None if v is None or v != v else v  # noqa: E731 - pandas gives NaN for nulls
-    for r in pdf.itertuples(index=False):
+    for r in rows:
         if r.type == "tweet":
             if r.op == "upsert":
                 events.append(TweetUpsert(r.tweet_id, r.author_id, int(r.version), int(r.created_at), r.text,
@@ -70,6 +79,11 @@ def events_from_frame(pdf: "pd.DataFrame") -> list[Event]:
             events.append(ProfileVersion(r.user_id, int(r.version), r.display_name, none(r.avatar_url),
                                          none(r.bio)))
     return events
+
+
+def _frame_rows(frames: Iterator["pd.DataFrame"]) -> Iterator[Any]:
+    for pdf in frames:
+        yield from pdf.itertuples(index=False)
 
 
 def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
@@ -96,10 +110,10 @@ def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
 
 
 def run_key(
-    state_blob: bytes | None, frames: Iterator["pd.DataFrame"], *, inbox_cap: int, clock_start: int
+    state_blob: bytes | None, rows: Iterable[Any], *, inbox_cap: int, clock_start: int
 ) -> tuple[bytes | None, list[tuple[Any, ...]]]:
     """One key, one batch: (new state blob or None if unchanged, output rows)."""
-    events = [ev for pdf in frames for ev in events_from_frame(pdf)]
+    events = events_from_rows(rows)
     if not events:
         return None, []
     previous = decode_state(state_blob) if state_blob is not None else None
@@ -108,10 +122,10 @@ def run_key(
     return (None if blob == state_blob else blob), result_rows(result)
 
 
-def dead_letter_rows(frames: Iterator["pd.DataFrame"]) -> list[tuple[Any, ...]]:
+def dead_letter_rows(rows: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Rejected records pass through the operator untouched, to be published by the sink."""
-    return [("dead_letter", None, None, None, None, None, None, None, None, None, None, None, None, None, k, v)
-            for pdf in frames for k, v in zip(pdf["dl_key"], pdf["dl_value"])]
+    return [("dead_letter", None, None, None, None, None, None, None, None, None, None, None, None, None,
+             r.dl_key, r.dl_value) for r in rows]
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":
@@ -125,10 +139,10 @@ def apply_in_pandas_fn(inbox_cap: int, clock_start: int) -> Callable:
 
     def fn(key: tuple, frames: Iterator["pd.DataFrame"], state: Any) -> Iterator["pd.DataFrame"]:
         if key[0] == ROUTE_DEAD_LETTER:
-            yield _frame(dead_letter_rows(frames))
+            yield _frame(dead_letter_rows(_frame_rows(frames)))
             return
         blob = state.get[0] if state.exists else None
-        new_blob, rows = run_key(blob, frames, inbox_cap=inbox_cap, clock_start=clock_start)
+        new_blob, rows = run_key(blob, _frame_rows(frames), inbox_cap=inbox_cap, clock_start=clock_start)
         if new_blob is not None:
             state.update((new_blob,))
         if rows:
@@ -137,31 +151,53 @@ def apply_in_pandas_fn(inbox_cap: int, clock_start: int) -> Callable:
     return fn
 
 
-def transform_with_state_processor(inbox_cap: int, clock_start: int) -> Any:
-    """A ``StatefulProcessor`` for ``transformWithStateInPandas`` with one binary ValueState per key."""
+def _stored_blob(state: Any) -> bytes | None:
+    """The key's state blob, in one round trip (``get`` answers None for a key without state)."""
+    value = state.get()
+    return bytes(value[0]) if value is not None and value[0] is not None else None
+
+
+def transform_with_state_processor(inbox_cap: int, clock_start: int, *, rows_api: bool) -> Any:
+    """A ``StatefulProcessor`` with one binary ValueState per key, for ``transformWithState``
+    (``rows_api``: Spark ``Row`` in and out) or ``transformWithStateInPandas`` (pandas frames).
+
+    Per key and batch it makes two state calls, a ``get`` and at most one ``update``: each is a
+    socket round trip to the JVM (``shared/design/spark-notes.md``).
+    """
+    from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
+
+    output_row = Row(*OUTPUT_COLUMNS)
+
+    def inputs(rows: Iterator[Any]) -> Iterator[Any]:
+        return rows if rows_api else _frame_rows(rows)
+
+    def outputs(out: list[tuple[Any, ...]]) -> Iterator[Any]:
+        if rows_api:
+            return (output_row(*r) for r in out)
+        return iter((_frame(out),))
 
     class TimelineJoinProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             schema = StructType([StructField("state", BinaryType(), True)])
             self.state = handle.getValueState("author_state", schema)
 
-        def handleInputRows(self, key: Any, rows: Iterator["pd.DataFrame"], timerValues: Any) -> Iterator["pd.DataFrame"]:
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             if key[0] == ROUTE_DEAD_LETTER:
-                yield _frame(dead_letter_rows(rows))
+                yield from outputs(dead_letter_rows(inputs(rows)))
                 return
-            blob = self.state.get()[0] if self.state.exists() else None
-            new_blob, out = run_key(bytes(blob) if blob is not None else None, rows,
+            new_blob, out = run_key(_stored_blob(self.state), inputs(rows),
                                     inbox_cap=inbox_cap, clock_start=clock_start)
             if new_blob is not None:
                 self.state.update((new_blob,))
             if out:
-                yield _frame(out)
+                yield from outputs(out)
 
-        def handleInitialState(self, key: Any, initialState: "pd.DataFrame", timerValues: Any) -> None:
+        def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
             # A backfill's per-key state (bootstrap of a new checkpoint, first batch only).
-            self.state.update((bytes(initialState["state"].iloc[0]),))
+            blob = initialState.state if rows_api else initialState["state"].iloc[0]
+            self.state.update((bytes(blob),))
 
         def close(self) -> None:
             pass
@@ -174,18 +210,18 @@ def join_timelines(
     *,
     inbox_cap: int = DEFAULT_INBOX_CAP,
     clock_start: int = 0,
-    operator: Operator = "applyInPandasWithState",
+    operator: Operator = "transformWithState",
     initial_state: "DataFrame | None" = None,
 ) -> "DataFrame":
     """Keyed stateful join of routed changes (``route``, ``key``, event and dead-letter columns, as
     :func:`spark_jobs.envelope.routed_changes` makes them) into compact output rows.
 
     ``initial_state`` (columns ``key``, ``state`` = :func:`encode_state` blob) seeds a new
-    checkpoint's state, e.g. from a backfill; only ``transformWithStateInPandas`` supports it.
+    checkpoint's state, e.g. from a backfill; only the transformWithState operators support it.
     """
     grouped = changes.groupBy("route", "key")
-    if initial_state is not None and operator != "transformWithStateInPandas":
-        raise ValueError("initial_state needs operator='transformWithStateInPandas'")
+    if initial_state is not None and operator not in INITIAL_STATE_OPERATORS:
+        raise ValueError(f"initial_state needs one of the operators {INITIAL_STATE_OPERATORS}")
     if operator == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -196,11 +232,13 @@ def join_timelines(
             outputMode="append",
             timeoutConf=GroupStateTimeout.NoTimeout,
         )
-    if operator == "transformWithStateInPandas":
+    if operator in INITIAL_STATE_OPERATORS:
         from pyspark.sql import functions as F
 
-        return grouped.transformWithStateInPandas(
-            statefulProcessor=transform_with_state_processor(inbox_cap, clock_start),
+        rows_api = operator == "transformWithState"
+        transform = grouped.transformWithState if rows_api else grouped.transformWithStateInPandas
+        return transform(
+            statefulProcessor=transform_with_state_processor(inbox_cap, clock_start, rows_api=rows_api),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",
             timeMode="None",

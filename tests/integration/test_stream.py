@@ -14,6 +14,7 @@ from feed_service.core.reference import reference_timelines
 from feed_service.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload import generate
+from spark_jobs.timeline_join import OPERATORS
 
 from .pipeline import GARBAGE, GARBAGE_CODES, StreamProcess, consume_all, publish, read_table, read_timelines
 
@@ -69,7 +70,7 @@ def test_stream_matches_reference_and_dead_letters_bad_records(settings: Setting
     assert first  # every record names its source
 
 
-@pytest.mark.parametrize("operator", ["applyInPandasWithState", "transformWithStateInPandas"])
+@pytest.mark.parametrize("operator", OPERATORS)
 def test_stream_survives_kill_and_restart_with_identical_state(
     settings: Settings, unique: str, tmp_path: Path, operator: str
 ) -> None:

@@ -238,7 +238,14 @@ def run_ghz(ghz: str, port: int, users: list[str], token: str, *, concurrency: i
         raise RuntimeError(f"ghz failed: {out.stderr}")
     report = json.loads(out.stdout)
     lat = {d["percentage"]: d["latency"] / 1e6 for d in report.get("latencyDistribution") or []}
-    codes = report.get("statusCodeDistribution", {})
+    codes = dict(report.get("statusCodeDistribution", {}))
+    # ghz ends a timed run by closing its connections: calls in flight then fail on the client with
+    # "transport is closing" without reaching a handler. They are not server errors; count them apart.
+    cut = sum(n for err, n in (report.get("errorDistribution") or {}).items() if "transport is closing" in err)
+    if cut:
+        codes["Unavailable"] = codes.get("Unavailable", 0) - cut
+        codes = {code: n for code, n in codes.items() if n}
+        codes["cut at end of run"] = cut
     return {"tool": "ghz", "qps": round(report["rps"], 1), "p50_ms": round(lat.get(50, float("nan")), 2),
             "p99_ms": round(lat.get(99, float("nan")), 2), "count": report["count"], "codes": codes,
             "concurrency": concurrency, "rate": rate or "max"}

@@ -11,7 +11,7 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
 3. freshness: ``--rate`` tweets/s for ``--seconds``; for a sample of tweets, the time from the
    producer's delivery report to the row being readable in a follower's home_timeline partition.
 
-    .venv/bin/python bench/bench_stream.py [--tweets 4000] [--fanout 50] [--rate 100] [--seconds 30]
+    .venv/bin/python bench/bench_stream.py [--tweets 10000] [--fanout 50] [--rate 100] [--seconds 30]
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tweets", type=int, default=4000)
+    parser.add_argument("--tweets", type=int, default=10_000, help="backlog of the throughput runs")
     parser.add_argument("--fanout", type=int, default=50)
     parser.add_argument("--authors", type=int, default=200)
     parser.add_argument("--users", type=int, default=5000)

@@ -195,6 +195,61 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the server's workers), from /proc."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return pids
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of ``pids`` (processes that are gone count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cassandra_pid() -> int | None:
+    """The local stack's Cassandra (``feedctl stack up``), to account its CPU per request."""
+    from feed_service.stack.config import StackConfig
+    from feed_service.stack.process import ServiceProcess
+
+    home = StackConfig.from_env().data_dir / "cassandra"
+    return ServiceProcess("cassandra", home / "cassandra.pid", home / "cassandra.log").pid()
+
+
+def measured(run, server_pid: int) -> dict:
+    """``run()``'s figures plus the CPU each party spent per OK request: the gRPC server's
+    processes, the local Cassandra and the load generator (a child process of this one)."""
+    cass = cassandra_pid()
+    server = _process_tree(server_pid)
+    before = (_cpu_seconds(server), _cpu_seconds([cass]) if cass else 0.0, os.times())
+    result = run()
+    after = (_cpu_seconds(server), _cpu_seconds([cass]) if cass else 0.0, os.times())
+    ok = (result.get("codes") or {}).get("OK", result.get("count", 0))
+    if ok:
+        per = lambda seconds: round(seconds * 1e6 / ok)  # noqa: E731
+        result["cpu_us_per_request"] = {
+            "server": per(after[0] - before[0]),
+            "cassandra": per(after[1] - before[1]) if cass else None,
+            "load_generator": per((after[2].children_user + after[2].children_system)
+                                  - (before[2].children_user + before[2].children_system)),
+        }
+    return result
+
+
 def wait_serving(port: int, timeout: float = 60) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -358,10 +413,12 @@ def main(argv: list[str] | None = None) -> int:
         wait_serving(port)
         load(port, users, token, concurrency=args.concurrency, duration=3)  # warm-up: caches, JIT of the JVM
         if args.rate:
-            results["materialized_fixed_rate"] = load(port, users, token, concurrency=max(args.concurrency, 64),
-                                                      duration=args.duration, rate=args.rate)
+            results["materialized_fixed_rate"] = measured(
+                lambda: load(port, users, token, concurrency=max(args.concurrency, 64), duration=args.duration,
+                             rate=args.rate), server.pid)
             print("materialized @%s/s: %s" % (args.rate, results["materialized_fixed_rate"]), flush=True)
-        results["materialized_max"] = load(port, users, token, concurrency=args.concurrency, duration=args.duration)
+        results["materialized_max"] = measured(
+            lambda: load(port, users, token, concurrency=args.concurrency, duration=args.duration), server.pid)
         print("materialized max: %s" % results["materialized_max"], flush=True)
     finally:
         server.send_signal(signal.SIGTERM)
@@ -394,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     rows += [(f"fan-out-on-read, {k} followees", results[f"fanout_{k}"]) for k in FOLLOWEE_COUNTS]
     for name, r in rows:
         print(f"{name:<34} {r['qps']:>9} {r['p50_ms']:>9} {r['p99_ms']:>9}  {r.get('codes', r.get('errors'))}")
+    for name, r in rows:
+        if "cpu_us_per_request" in r:
+            cpu = r["cpu_us_per_request"]
+            print(f"CPU per request, {name}: server {cpu['server']} us, cassandra {cpu['cassandra']} us,"
+                  f" load generator {cpu['load_generator']} us")
     f200 = results["fanout_200"]
     if f200["qps"] > 0 and m["qps"] > 0:
         results["speedup_qps_vs_fanout_200"] = round(m["qps"] / f200["qps"], 1)

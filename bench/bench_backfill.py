@@ -3,7 +3,7 @@
 Run on the developer stack (``feedctl stack up``; Kafka 127.0.0.1:9092, Cassandra 127.0.0.1:9042, left
 running): ``.venv/bin/python bench/bench_backfill.py`` (``--help`` for sizes).
 
-1. Generate ``--events`` envelopes with :func:`feed_service.workload.generate` (power-law follow graph,
+1. Generate ``--events`` envelopes with :func:`feed_service.workload.generator.generate` (power-law follow graph,
    setup included in the count) and publish them to topics and a keyspace of their own.
 2. Run the backfill job in-process (``local[2]``) and take its stage timings: events/s read
    (records / read stage), timeline rows/s written (rows / timeline write), end to end.
@@ -30,13 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from feed_service.core.reference import reference_tables  # noqa: E402
-from feed_service.provision import provision  # noqa: E402
+from feed_service.ops.provision import provision  # noqa: E402
 from feed_service.settings import Settings  # noqa: E402
-from feed_service.workload import generate  # noqa: E402
+from feed_service.workload.generator import generate  # noqa: E402
 
 
 def publish(settings: Settings, events: list[dict]) -> float:
-    from feed_service.producing.producer import EventProducer
+    from feed_service.kafka.producer import EventProducer
 
     t0 = time.perf_counter()
     with EventProducer(settings) as producer:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from feed_service.producer import EventProducer  # noqa: E402
+from feed_service.kafka.producer import EventProducer  # noqa: E402
 from feed_service.settings import Settings  # noqa: E402
-from feed_service.topics import ensure_topics  # noqa: E402
-from feed_service.workload import generate  # noqa: E402
+from feed_service.kafka.topics import ensure_topics  # noqa: E402
+from feed_service.workload.generator import generate  # noqa: E402
 
 TARGET = 50_000
 

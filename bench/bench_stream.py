@@ -28,9 +28,9 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from feed_service.provision import provision
+from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.stream_process import StreamProcess
+from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS
 
@@ -59,7 +59,7 @@ def _pipeline(base: Settings, tag: str) -> Settings:
 def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: argparse.Namespace,
                     workdir: Path) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
     """Isolated topics and keyspace, the follow graph published, and the stream started on them."""
-    from feed_service.producing.producer import EventProducer
+    from feed_service.kafka.producer import EventProducer
 
     tag = f"{name}{uuid.uuid4().hex[:4]}"
     settings = _pipeline(base, tag)
@@ -106,7 +106,7 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int) -> f
 
 # -- 2. throughput -------------------------------------------------------------------------------
 def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
-    from feed_service.producing.producer import EventProducer
+    from feed_service.kafka.producer import EventProducer
 
     settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}", 7, operator, args, workdir)
     try:
@@ -129,7 +129,7 @@ def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir:
 
 # -- 3. freshness --------------------------------------------------------------------------------
 def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
-    from feed_service.producing.producer import EventProducer
+    from feed_service.kafka.producer import EventProducer
     from feed_service.store.session import connect
 
     settings, graph, stream = _graph_pipeline(base, "fresh", 11, args.operator, args, workdir)

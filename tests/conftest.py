@@ -80,7 +80,7 @@ def stack_config() -> Iterator[StackConfig]:
 @pytest.fixture(scope="session")
 def settings(stack_config: StackConfig) -> Settings:
     """Settings of the test stack, provisioned (topics, keyspace ``feed_test`` and tables)."""
-    from feed_service.provision import provision
+    from feed_service.ops.provision import provision
 
     settings = Settings.for_stack(stack_config, keyspace="feed_test")
     provision(settings)

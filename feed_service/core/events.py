@@ -21,6 +21,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, TypeAlias
+from feed_service.errors import InvalidEvent
 
 FollowOp: TypeAlias = Literal["follow", "unfollow"]
 """``follow`` makes the edge active, ``unfollow`` inactive; on a version tie ``unfollow`` wins."""
@@ -37,15 +38,6 @@ RejectCode: TypeAlias = Literal[
     "self_follow",
 ]
 """Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
-
-
-class InvalidEvent(ValueError):
-    """An input record that is not a valid event; it is counted and skipped, never applied."""
-
-    def __init__(self, code: RejectCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code: RejectCode = code
-        self.reason: str = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +170,7 @@ def parse_event(raw: RawEvent) -> Event:
     >>> parse_event({"type": "profile", "user_id": "a", "version": True, "display_name": "A"})
     Traceback (most recent call last):
     ...
-    feed_service.core.events.InvalidEvent: field 'version' must be an integer, got bool
+    feed_service.errors.InvalidEvent: field 'version' must be an integer, got bool
     """
     if isinstance(raw, (str, bytes, bytearray)):
         try:

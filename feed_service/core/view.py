@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from feed_service.errors import ViewContractError
 from feed_service.core.events import (
     Event,
     FollowChange,
@@ -38,10 +39,6 @@ be; an edit that moves created_at is therefore a delete and an insert, never an 
 
 
 _EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion)
-
-
-class ViewContractError(RuntimeError):
-    """A delta that does not fit the view (insert of a present row, update/delete of a missing one)."""
 
 
 def sort_key(entry: Entry) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ Claims(subject='ann', role='user', expires_at=1060)
 >>> verify(secret, token, now=lambda: 1_060)
 Traceback (most recent call last):
 ...
-feed_service.server.auth.TokenError: token expired
+feed_service.errors.AuthError: token expired
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Callable, Literal, TypeAlias
+from feed_service.errors import AuthError
 
 Role: TypeAlias = Literal["user", "service"]
 """``user``: an end user, reads its own timeline; ``service``: a backend, reads any timeline."""
@@ -35,10 +36,6 @@ ROLES: tuple[Role, ...] = ("user", "service")
 DEFAULT_TTL_S = 3600
 MAX_SUBJECT_LEN = 128
 _HEADER = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').rstrip(b"=").decode()
-
-
-class TokenError(ValueError):
-    """The token is malformed, forged or expired (UNAUTHENTICATED); the message says which."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +53,7 @@ def _unb64(text: str) -> bytes:
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
-        raise TokenError("token is not base64url") from None
+        raise AuthError("token is not base64url") from None
 
 
 def _sign(secret: bytes, signing_input: str) -> bytes:
@@ -78,45 +75,45 @@ def mint(
 
 
 def verify(secret: bytes, token: str, *, now: Callable[[], float] = time.time) -> Claims:
-    """The token's claims; raises :class:`TokenError` unless signed by ``secret`` and unexpired."""
+    """The token's claims; raises :class:`AuthError` unless signed by ``secret`` and unexpired."""
     parts = token.split(".")
     if len(parts) != 3:
-        raise TokenError("token is not header.claims.signature")
+        raise AuthError("token is not header.claims.signature")
     header_b64, claims_b64, signature_b64 = parts
     signing_input = f"{header_b64}.{claims_b64}"
     if not hmac.compare_digest(_sign(secret, signing_input), _unb64(signature_b64)):
-        raise TokenError("token signature is invalid")
+        raise AuthError("token signature is invalid")
     try:
         header = json.loads(_unb64(header_b64))
         claims = json.loads(_unb64(claims_b64))
     except (ValueError, UnicodeDecodeError):
-        raise TokenError("token is not JSON") from None
+        raise AuthError("token is not JSON") from None
     if not isinstance(header, dict) or header.get("alg") != "HS256":
-        raise TokenError("token algorithm must be HS256")
+        raise AuthError("token algorithm must be HS256")
     if not isinstance(claims, dict):
-        raise TokenError("token claims are not an object")
+        raise AuthError("token claims are not an object")
     subject, role, expires_at = claims.get("sub"), claims.get("role"), claims.get("exp")
     if not isinstance(subject, str) or not subject:
-        raise TokenError("token has no subject")
+        raise AuthError("token has no subject")
     if role not in ROLES:
-        raise TokenError(f"token role must be one of {ROLES}")
+        raise AuthError(f"token role must be one of {ROLES}")
     if not isinstance(expires_at, int) or isinstance(expires_at, bool):
-        raise TokenError("token has no expiry")
+        raise AuthError("token has no expiry")
     if expires_at <= now():
-        raise TokenError("token expired")
+        raise AuthError("token expired")
     return Claims(subject, role, expires_at)
 
 
 def bearer_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str:
-    """The token of the ``authorization: Bearer <token>`` metadata entry; :class:`TokenError` if absent."""
+    """The token of the ``authorization: Bearer <token>`` metadata entry; :class:`AuthError` if absent."""
     for key, value in metadata or ():
         if key == "authorization":
             text = value.decode() if isinstance(value, bytes) else value
             scheme, _, token = text.strip().partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                raise TokenError("authorization metadata must be 'Bearer <token>'")
+                raise AuthError("authorization metadata must be 'Bearer <token>'")
             return token.strip()
-    raise TokenError("missing 'authorization: Bearer <token>' metadata")
+    raise AuthError("missing 'authorization: Bearer <token>' metadata")
 
 
 def may_read_timeline(claims: Claims, timeline_id: str) -> bool:

@@ -34,15 +34,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from feed_service.errors import ConfigError
 from feed_service.settings import Settings
 
 DEFAULT_GRPC_PORT = 50051
 DEFAULT_METRICS_PORT = 9464
 MIN_SECRET_BYTES = 16
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid or incomplete (the server refuses to start)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ PageCursor(timeline_id='ann', position=(1700000000000, 't9'), served=20, kind=1)
 >>> codec.decode(token, timeline_id="bob")
 Traceback (most recent call last):
 ...
-feed_service.server.page_token.PageTokenError: page token was issued for another timeline
+feed_service.errors.PageTokenError: page token was issued for another timeline
 """
 
 from __future__ import annotations
@@ -31,16 +31,14 @@ import hmac
 import struct
 from dataclasses import dataclass
 
+from feed_service.errors import PageTokenError
+
 KIND_PAGE = 1
 KIND_WATCH = 2
 _VERSION = 1
 _TAG_BYTES = 16
 _HEAD = struct.Struct(">BBIq")  # version, kind, served, created_at
 MAX_TOKEN_CHARS = 1024
-
-
-class PageTokenError(ValueError):
-    """Malformed, tampered, foreign or wrong-kind token (INVALID_ARGUMENT)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
-from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec, PageTokenError
+from feed_service.errors import AuthError, FeedError, PageTokenError
+from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
 from feed_service.store.reader import (
     EntryRow,
     ProfileCache,
@@ -53,7 +54,7 @@ _TOKEN_CACHE_SIZE = 10_000
 log = logging.getLogger("feed_service.server")
 
 
-class RpcFailure(Exception):
+class RpcFailure(FeedError):
     """Ends a call with ``code`` and ``message`` (raised by the steps, turned into an abort once)."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
@@ -198,8 +199,8 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
                 self._verified[token] = claims
             elif claims.expires_at <= self._now():
                 del self._verified[token]
-                raise auth.TokenError("token expired")
-        except auth.TokenError as exc:
+                raise AuthError("token expired")
+        except AuthError as exc:
             raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
         return claims
 

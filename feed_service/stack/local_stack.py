@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from feed_service.errors import StackError
 from feed_service.stack import maven
 from feed_service.stack.cassandra_node import CassandraNode
 from feed_service.stack.config import StackConfig, port_open
@@ -24,12 +25,8 @@ KAFKA_READY_TIMEOUT = 90.0
 CASSANDRA_READY_TIMEOUT = 240.0
 
 
-class _Exited(RuntimeError):
+class _Exited(StackError):
     """The service process is gone: waiting longer cannot help."""
-
-
-class StackError(RuntimeError):
-    """A stack service could not be fetched or did not come up; the message names its log."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from feed_service.errors import StackError as FetchError
 from feed_service.stack.versions import maven_properties
 
 log = logging.getLogger(__name__)
@@ -21,10 +22,6 @@ log = logging.getLogger(__name__)
 MAVEN_DIR = Path(__file__).resolve().parents[2] / "stack" / "maven"
 
 COMPONENTS = ("kafka", "cassandra", "spark-kafka")
-
-
-class FetchError(RuntimeError):
-    """Maven could not fetch a component's jars; the message names the log file."""
 
 
 def _fingerprint(component: str) -> str:

@@ -7,7 +7,7 @@ import time
 from typing import Any, Iterable
 
 from feed_service.settings import Settings
-from feed_service.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
+from feed_service.stack.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
 
 #: Raw records that are not valid events, each with the reason code the pipeline must give.
 GARBAGE: tuple[tuple[str, bytes], ...] = (
@@ -33,7 +33,7 @@ def publish(settings: Settings, events: Iterable[dict[str, Any]], garbage: Itera
     """Publish valid events with the project's producer and raw garbage records; returns the count."""
     from confluent_kafka import Producer
 
-    from feed_service.producing.producer import EventProducer
+    from feed_service.kafka.producer import EventProducer
 
     count = 0
     with EventProducer(settings) as producer:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from feed_service.core.events import event_to_json, parse_event
 from feed_service.core.reference import reference_timelines
-from feed_service.provision import provision
+from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.stack.config import REPO_ROOT
-from feed_service.workload import generate
+from feed_service.workload.generator import generate
 from spark_jobs.backfill import (
     BackfillOptions, Snapshot, classify, join_timelines_batch, read_snapshot, run_backfill, state_timeline_rows,
     valid_events, winning_changes,

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from feed_service.cli import main as feedctl
+from feed_service.cli.main import main as feedctl
 from feed_service.core.events import parse_event
-from feed_service.producer import DeliveryFailed, EventProducer, EventRejected, record_key
+from feed_service.kafka.keys import record_key
+from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 from feed_service.settings import Settings
 from feed_service.stack.config import REPO_ROOT
-from feed_service.topics import ensure_topics
-from feed_service.workload import generate, publish_workload
+from feed_service.kafka.topics import ensure_topics
+from feed_service.workload.generator import generate, publish_workload
 
 ROLES = ("tweets", "follows", "profiles")
 

@@ -8,7 +8,7 @@ import time
 from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig
 from feed_service.stack.local_stack import LocalStack
-from feed_service.topics import describe_topics, ensure_topics
+from feed_service.kafka.topics import describe_topics, ensure_topics
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:

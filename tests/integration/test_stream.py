@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from feed_service.core.reference import reference_timelines
-from feed_service.provision import provision
+from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.workload import generate
+from feed_service.workload.generator import generate
 from spark_jobs.timeline_join import OPERATORS
 
 from .pipeline import GARBAGE, GARBAGE_CODES, StreamProcess, consume_all, publish, read_table, read_timelines

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from feed_service.cli import main as feedctl
+from feed_service.cli.main import main as feedctl
 from feed_service.settings import Settings, TopicSpec
-from feed_service.topics import describe_topics, ensure_topics
+from feed_service.kafka.topics import describe_topics, ensure_topics
 
 
 def _specs(settings: Settings, unique: str) -> list[TopicSpec]:

@@ -17,7 +17,7 @@ from feed_service.core.join import step
 from feed_service.core.reference import reference_tables
 from feed_service.core.state import decode_state
 from feed_service.settings import Settings
-from feed_service.workload import generate
+from feed_service.workload.generator import generate
 from spark_jobs.backfill import (
     MANIFEST_FORMAT, BackfillError, Snapshot, key_state, load_bootstrap, payload_digest_hex,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from feed_service.cli import build_parser
+from feed_service.cli.main import build_parser
 from feed_service.stack.config import REPO_ROOT
 
 K8S = REPO_ROOT / "k8s"

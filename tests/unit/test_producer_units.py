@@ -9,17 +9,12 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
-from feed_service.producer import (
-    DeliveryFailed,
-    EventProducer,
-    EventRejected,
-    ProducerClosed,
-    VersionClock,
-    load_envelope_check,
-    publish_lines,
-    record_key,
-)
-from feed_service.producing.schema import UnsupportedSchema, compile_schema
+from feed_service.kafka.envelope_schema import load_envelope_check
+from feed_service.kafka.keys import record_key
+from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected, ProducerClosed
+from feed_service.kafka.replay import publish_lines
+from feed_service.kafka.versions import VersionClock
+from feed_service.kafka.envelope_schema import UnsupportedSchema, compile_schema
 from feed_service.settings import TOPICS_FILE, Settings
 
 

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from feed_service.server import auth, logs, page_token
-from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec, PageTokenError
+from feed_service.errors import AuthError, PageTokenError
+from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
 
 SECRET = b"unit-secret-0123456789"
 
@@ -46,7 +47,7 @@ def _resign(token: str, claims: dict, secret: bytes = SECRET) -> str:
 )
 def test_verify_refuses(mutate, message: str) -> None:
     token = auth.mint(SECRET, subject="ann", role="user")
-    with pytest.raises(auth.TokenError, match=message):
+    with pytest.raises(AuthError, match=message):
         auth.verify(SECRET, mutate(token))
 
 
@@ -54,7 +55,7 @@ def test_verify_refuses_other_algorithms() -> None:
     header = base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode()
     body = base64.urlsafe_b64encode(b'{"sub":"ann","role":"service","exp":99999999999}').rstrip(b"=").decode()
     signed = f"{header}.{body}.{auth._b64(auth._sign(SECRET, f'{header}.{body}'))}"
-    with pytest.raises(auth.TokenError, match="HS256"):
+    with pytest.raises(AuthError, match="HS256"):
         auth.verify(SECRET, signed)
 
 
@@ -72,7 +73,7 @@ def test_bearer_token(metadata, expected: str) -> None:
 
 @pytest.mark.parametrize("metadata", [None, (), (("authorization", "Basic abc"),), (("authorization", "Bearer "),)])
 def test_bearer_token_missing_or_malformed(metadata) -> None:
-    with pytest.raises(auth.TokenError):
+    with pytest.raises(AuthError):
         auth.bearer_token(metadata)
 
 
@@ -131,6 +132,6 @@ def test_page_token_foreign_kind_and_key() -> None:
     with pytest.raises(PageTokenError, match="invalid"):
         PageTokenCodec(b"other-secret-0123456789").decode(token, timeline_id="ann")
     # a page token is not a bearer token, even though both come from the same secret
-    with pytest.raises(auth.TokenError):
+    with pytest.raises(AuthError):
         auth.verify(SECRET, token)
     assert KIND_PAGE != KIND_WATCH

@@ -10,8 +10,8 @@ from itertools import islice
 import pytest
 
 from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
-from feed_service.producing.schema import load_envelope_check
-from feed_service.workload import Mix, generate, in_degrees, paced, write_jsonl
+from feed_service.kafka.envelope_schema import load_envelope_check
+from feed_service.workload.generator import Mix, generate, in_degrees, paced, write_jsonl
 
 
 def test_same_seed_same_events_and_other_seed_other_events() -> None:
@@ -125,7 +125,7 @@ def test_write_jsonl_round_trips(tmp_path) -> None:
 
 
 def test_paced_never_pulls_an_event_it_does_not_yield() -> None:
-    from feed_service.workload import paced
+    from feed_service.workload.generator import paced
 
     pulled: list[int] = []
 

@@ -15,7 +15,7 @@ What :func:`generate` yields, in order:
 
 Time is simulated: setup happens at ``start_ms``, stream event *i* at ``start_ms + i * 1000 /
 events_per_second``; ``created_at`` and versions come from that clock (a
-:class:`~feed_service.producing.versions.VersionClock` on simulated time), so one seed always gives
+:class:`~feed_service.kafka.versions.VersionClock` on simulated time), so one seed always gives
 the same list of events, versions included. Versions increase per entity: an edit is above its
 tweet, a delete above every upsert of its tweet, a re-follow above the unfollow before it.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-from feed_service.producing.versions import VersionClock
+from feed_service.kafka.versions import VersionClock
 
 WORKLOAD_EPOCH_MS = 1_767_225_600_000
 """Default simulated start: 2026-01-01T00:00:00Z (fixed, so a seed reproduces the same events)."""
@@ -352,7 +352,7 @@ def publish_workload(
     A producer can be passed in (it is flushed, not closed); otherwise one is made and closed.
     Raises ``EventRejected`` for an invalid event and ``DeliveryFailed`` if the broker refused any.
     """
-    from feed_service.producing.producer import EventProducer
+    from feed_service.kafka.producer import EventProducer
 
     own = producer is None
     producer = producer or EventProducer(settings)

@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any, Iterator
 
-from feed_service.commands.arg_types import number_at_least
-from feed_service.commands.publish import add_connection_args, settings_from_args
+from feed_service.cli.arg_types import number_at_least
+from feed_service.cli.commands.publish import add_connection_args, settings_from_args
 
 
 def _non_negative(kind: type):
@@ -33,7 +33,7 @@ def _start_ms(text: str) -> int:
 
 def register(sub: Any) -> None:
     """Add the ``workload`` parser to the ``feedctl`` subcommands."""
-    from feed_service import workload as wl
+    from feed_service.workload import generator as wl
 
     parser = sub.add_parser("workload", help="generate a seeded power-law workload to Kafka or a JSONL file",
                             description="Generate a seeded workload (profiles, a power-law follow graph, then "
@@ -64,8 +64,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``feedctl workload``."""
-    from feed_service.producing.progress import ProgressLine
-    from feed_service.workload import WorkloadModel, paced
+    from feed_service.cli.progress import ProgressLine
+    from feed_service.workload.generator import WorkloadModel, paced
 
     if args.users < 1:
         print("feedctl workload: --users must be >= 1", file=sys.stderr)
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _to_kafka(args: argparse.Namespace, phases: list[Iterator[dict[str, Any]]]) -> int:
-    from feed_service.producing.producer import DeliveryFailed, EventProducer, EventRejected
+    from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 
     try:
         with EventProducer(settings_from_args(args)) as producer:  # flushes on close, raising failures
@@ -115,7 +115,7 @@ def _to_kafka(args: argparse.Namespace, phases: list[Iterator[dict[str, Any]]]) 
 
 
 def _to_file(path: str, phases: list[Iterator[dict[str, Any]]]) -> int:
-    from feed_service.workload import write_jsonl
+    from feed_service.workload.generator import write_jsonl
 
     try:
         if path == "-":

@@ -100,11 +100,11 @@ def _read_timeline(address: str, token: str, user_id: str, page_size: int) -> tu
 def run(args: argparse.Namespace) -> int:
     from feed_service.core.join import DEFAULT_INBOX_CAP
     from feed_service.core.reference import reference_timelines
-    from feed_service.provision import provision
+    from feed_service.ops.provision import provision
     from feed_service.server import auth
     from feed_service.stack.local_stack import LocalStack, StackError
-    from feed_service.stream_process import StreamNotReady, StreamProcess
-    from feed_service.workload import generate, publish_workload
+    from feed_service.stack.stream_process import StreamNotReady, StreamProcess
+    from feed_service.workload.generator import generate, publish_workload
 
     say = _Narrator().say
     stack_config = StackConfig.from_env()

@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from feed_service.provision import provision
+    from feed_service.ops.provision import provision
     from feed_service.settings import Settings
 
     settings = Settings.from_env()

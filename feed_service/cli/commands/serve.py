@@ -21,8 +21,8 @@ import signal
 import sys
 from typing import Any
 
-from feed_service.commands.arg_types import port as _port
-from feed_service.commands.arg_types import positive_int as _positive
+from feed_service.cli.arg_types import port as _port
+from feed_service.cli.arg_types import positive_int as _positive
 
 
 def register(sub: Any) -> None:

@@ -1,4 +1,4 @@
-"""``feedctl``: one entry point, one module per subcommand under ``feed_service.commands``.
+"""``feedctl``: one entry point, one module per subcommand under ``feed_service.cli.commands``.
 
 Each command module exposes ``register(subparsers)`` which adds its parser and sets
 ``handler`` (a callable ``(args) -> int``). Keeping them apart lets each adapter be
@@ -34,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"feed_service.commands.{name}")
+            module = importlib.import_module(f"feed_service.cli.commands.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"feed_service.commands.{name}":
+            if exc.name == f"feed_service.cli.commands.{name}":
                 continue  # command not built yet
             raise
         module.register(sub)

@@ -101,7 +101,7 @@ def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``feedctl publish``."""
-    from feed_service.producing.producer import DeliveryFailed, EventProducer, EventRejected
+    from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 
     if (args.file is None) == (args.kind is None):
         args._parser.error("give either an event kind (tweet, delete, follow, unfollow, profile) or --file")
@@ -122,9 +122,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_file(args: argparse.Namespace, settings: Settings) -> int:
-    from feed_service.producing.producer import DeliveryFailed, EventProducer
-    from feed_service.producing.progress import ProgressLine
-    from feed_service.producing.replay import ReplayStats, publish_lines
+    from feed_service.kafka.producer import DeliveryFailed, EventProducer
+    from feed_service.cli.progress import ProgressLine
+    from feed_service.kafka.replay import ReplayStats, publish_lines
 
     try:
         stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")

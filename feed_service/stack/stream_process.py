@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from feed_service.errors import StreamNotReady
 from feed_service.settings import Settings
 from feed_service.stack.config import REPO_ROOT
 
@@ -34,10 +35,6 @@ def high_watermarks(settings: Settings) -> dict[str, dict[str, int]]:
         return out
     finally:
         consumer.close()
-
-
-class StreamNotReady(RuntimeError):
-    """The stream exited or did not reach the expected progress in time; the message has its log tail."""
 
 
 class StreamProcess:

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from feed_service.commands.publish import add_connection_args, settings_from_args
+from feed_service.cli.commands.publish import add_connection_args, settings_from_args
 
 
 def register(sub: Any) -> None:
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``feedctl topics``."""
-    from feed_service.topics import describe_topics, ensure_topics
+    from feed_service.kafka.topics import describe_topics, ensure_topics
 
     settings = settings_from_args(args)
     specs = list(settings.topics.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from feed_service.settings import Settings
 from feed_service.store.schema import apply_schema
 from feed_service.store.session import connect
-from feed_service.topics import TopicReport, ensure_topics
+from feed_service.kafka.topics import TopicReport, ensure_topics
 
 
 def provision(settings: Settings) -> list[TopicReport]:

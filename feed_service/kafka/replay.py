@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, TypeAlias
 
-from feed_service.producing.producer import EventProducer, EventRejected
+from feed_service.kafka.producer import EventProducer, EventRejected
 
 Reject: TypeAlias = Callable[[int, str, str], None]
 """Called for each rejected line with (1-based line number, code, reason)."""
@@ -40,7 +40,7 @@ def publish_lines(
 
     Each good line is sent as it is, so extra fields and formatting survive. With ``flush`` (the
     default) the producer is flushed at the end: a failed delivery raises
-    :class:`~feed_service.producing.producer.DeliveryFailed` and ``sent`` is then not reliable.
+    :class:`~feed_service.kafka.producer.DeliveryFailed` and ``sent`` is then not reliable.
     """
     stats = ReplayStats()
     started = time.monotonic()

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         for step, seconds in timings.items():
             print(f"  {step:<22} {seconds:6.1f}s")
         if not args.no_provision:
-            from feed_service.provision import provision
+            from feed_service.ops.provision import provision
 
             started = time.monotonic()
             for report in provision(Settings.from_env()):

@@ -14,7 +14,7 @@ import sys
 from itertools import islice
 from typing import Any, BinaryIO, TextIO
 
-from feed_service.commands.arg_types import positive_int as _positive
+from feed_service.cli.arg_types import positive_int as _positive
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.core.view import Materializer
 

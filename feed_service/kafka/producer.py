@@ -1,11 +1,7 @@
 """The event producer: validated envelopes onto the changelog topics, delivery checked.
 
-Exceptions (all from :class:`ProducerError`)::
-
-    ProducerError
-    ├── EventRejected     the event is invalid; nothing was sent (``code``, ``reason``)
-    ├── DeliveryFailed    the broker did not take one or more events (``errors``)
-    └── ProducerClosed    the producer was used after :meth:`EventProducer.close`
+Errors: :class:`~feed_service.errors.ProducerError` and its subclasses (``EventRejected``,
+``DeliveryFailed``, ``ProducerClosed``; see :mod:`feed_service.errors`).
 
 Records: the value is the JSON envelope of issue 3; the key names the entity whose latest record
 compaction must keep, as ``schemas/topics.json`` says (tweet: ``tweet_id``; follow edge:
@@ -32,8 +28,10 @@ from feed_service.core.events import (
     event_to_json,
     parse_event,
 )
-from feed_service.producing.schema import EnvelopeCheck, load_envelope_check
-from feed_service.producing.versions import VersionClock
+from feed_service.kafka.envelope_schema import EnvelopeCheck, load_envelope_check
+from feed_service.errors import DeliveryFailed, EventRejected, FailedDelivery, ProducerClosed, ProducerError
+from feed_service.kafka.keys import ROLE_OF_TYPE, record_key, topic_role
+from feed_service.kafka.versions import VersionClock
 from feed_service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,44 +60,6 @@ POLL_EVERY = 1000
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
 """Compact JSON (ASCII: lone surrogates stay encodable); one encoder, not one per ``json.dumps`` call."""
 
-ROLE_OF_TYPE = {"tweet": "tweets", "follow": "follows", "profile": "profiles"}
-"""Topic role (``Settings.topics``) of each envelope ``type``."""
-
-
-class ProducerError(Exception):
-    """Base of the producer's errors."""
-
-
-class EventRejected(ProducerError, ValueError):
-    """The event is invalid and was not sent. ``code`` is an ``InvalidEvent`` code or ``"schema"``."""
-
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(f"{code}: {reason}")
-        self.code = code
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class FailedDelivery:
-    """One event the broker did not take."""
-
-    topic: str
-    key: str
-    error: str
-
-
-class DeliveryFailed(ProducerError):
-    """Events were not delivered; ``errors`` lists the first failures, ``count`` all of them."""
-
-    def __init__(self, message: str, errors: list[FailedDelivery] | None = None, count: int = 0) -> None:
-        super().__init__(message)
-        self.errors = errors or []
-        self.count = count
-
-
-class ProducerClosed(ProducerError, RuntimeError):
-    """The producer was used after :meth:`EventProducer.close`."""
-
 
 class State(enum.Enum):
     OPEN = "open"
@@ -112,36 +72,6 @@ class KafkaClient(Protocol):
     def produce(self, topic: str, value: bytes | None = ..., key: str | bytes | None = ...) -> None: ...
     def poll(self, timeout: float = ...) -> int: ...
     def flush(self, timeout: float = ...) -> int: ...
-
-
-def _key_part(text: str) -> str:
-    # An id containing "|" would make two follow edges share one key (and compaction keep only
-    # one of them), so "%" and "|" are percent-escaped; ordinary ids are left as they are.
-    if "|" in text or "%" in text:
-        return text.replace("%", "%25").replace("|", "%7C")
-    return text
-
-
-def record_key(event: Event) -> str:
-    """Return the Kafka record key of ``event`` (the entity compaction keeps the latest record of).
-
-    >>> record_key(FollowChange("ann", "bob", 7, "unfollow")), record_key(ProfileVersion("ann", 3, "Ann"))
-    ('ann|bob', 'ann|3')
-    """
-    if isinstance(event, (TweetUpsert, TweetDelete)):
-        return event.tweet_id
-    if isinstance(event, FollowChange):
-        return f"{_key_part(event.follower_id)}|{_key_part(event.followee_id)}"
-    return f"{_key_part(event.user_id)}|{event.version}"
-
-
-def topic_role(event: Event) -> str:
-    """Return the topic role (``tweets``, ``follows`` or ``profiles``) ``event`` is published to."""
-    if isinstance(event, (TweetUpsert, TweetDelete)):
-        return "tweets"
-    if isinstance(event, FollowChange):
-        return "follows"
-    return "profiles"
 
 
 @dataclass(slots=True)

@@ -1,0 +1,1 @@
+"""``feedctl``, the command line: one module per subcommand under :mod:`feed_service.cli.commands`."""

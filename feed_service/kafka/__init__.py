@@ -1,0 +1,1 @@
+"""Kafka adapter: topic provisioning, the event producer, record keys, versions and replay files."""

@@ -1,0 +1,1 @@
+"""Operations on a running deployment (any cluster, not only the local stack): provisioning."""

@@ -1,1 +1,0 @@
-"""The producer library; import it from :mod:`feed_service.producer`."""

@@ -9,7 +9,7 @@ running): ``.venv/bin/python bench/bench_backfill.py`` (``--help`` for sizes).
    (records / read stage), timeline rows/s written (rows / timeline write), end to end.
 3. Raw ceiling, same run, same node, Spark stopped: the same timeline rows (recomputed in Python from
    the batch reference with the per-author retention of the engine), ``USING TIMESTAMP`` prepared
-   inserts with :class:`~feed_service.store.writer.TimelineWriter` from ``--ceiling-processes``
+   inserts with :class:`~feed_service.store.cassandra_writer.CassandraWriter` from ``--ceiling-processes``
    processes into a fresh keyspace, on the first ``--ceiling-rows`` rows (a rate, not a total).
 
 Prints one JSON document of figures at the end.
@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from feed_service.core.rows import Entry, TimelineWrite  # noqa: E402
 from feed_service.core.reference import reference_tables  # noqa: E402
 from feed_service.ops.provision import provision  # noqa: E402
 from feed_service.settings import Settings  # noqa: E402
@@ -58,16 +59,16 @@ def timeline_rows(events: list[dict], inbox_cap: int, ts: int) -> list[tuple]:
     for (follower, followee), (_, active) in tables.follows.items():
         if active:
             for created_at, tid, c in by_author.get(followee, ()):
-                rows.append(("insert", follower, tid, followee, created_at, c[0], c[2], c[3], ts))
+                rows.append(TimelineWrite("insert", follower, Entry(tid, followee, created_at, c[0], c[2], c[3]), ts))
     return rows
 
 
 def _write_share(settings: Settings, rows: list[tuple], chunk: int, start, done) -> None:
     from feed_service.store.session import connect
-    from feed_service.store.writer import TimelineWriter
+    from feed_service.store.cassandra_writer import CassandraWriter
 
     cluster, session = connect(settings)
-    writer = TimelineWriter(session, settings.keyspace)
+    writer = CassandraWriter(session, settings.keyspace)
     start.wait()
     t0 = time.perf_counter()
     for i in range(0, len(rows), chunk):

@@ -6,7 +6,7 @@
 
 What runs (against the Cassandra of ``Settings.from_env()``: ``feedctl stack up`` gives 127.0.0.1:9042):
 
-1. populate keyspace ``feed_bench`` (``--keyspace``) through the project's ``TimelineWriter``:
+1. populate keyspace ``feed_bench`` (``--keyspace``) through the project's ``CassandraWriter``:
    ``--users`` home timelines of ``--entries`` entries each, drawn from ``--authors`` authors with
    2 profile versions each; and, for the baseline, its own tables (not part of the schema):
    ``follows_by_follower`` and ``tweets_by_author``, with ``--baseline-users`` users following
@@ -70,7 +70,9 @@ def author_tweets(a: int, per_author: int, rng: random.Random) -> list[tuple]:
 def populate(settings: Settings, args: argparse.Namespace) -> dict:
     from feed_service.store.schema import apply_schema
     from feed_service.store.session import connect
-    from feed_service.store.writer import TimelineWriter, WriteError
+    from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite
+    from feed_service.errors import WriteFailed
+    from feed_service.store.cassandra_writer import CassandraWriter
 
     cluster, session = connect(settings)
     started = time.monotonic()
@@ -78,14 +80,14 @@ def populate(settings: Settings, args: argparse.Namespace) -> dict:
         apply_schema(session, settings.keyspace)
         for ddl in BASELINE_DDL:
             session.execute(ddl.format(ks=settings.keyspace), timeout=60)
-        writer = TimelineWriter(session, settings.keyspace, concurrency=64)
+        writer = CassandraWriter(session, settings.keyspace, concurrency=64)
 
         def write(**rows) -> None:  # writes are idempotent: a timed-out chunk is simply written again
             for attempt in range(5):
                 try:
                     writer.write(**rows)
                     return
-                except WriteError:
+                except WriteFailed:
                     if attempt == 4:
                         raise
                     time.sleep(1 + attempt)
@@ -93,7 +95,7 @@ def populate(settings: Settings, args: argparse.Namespace) -> dict:
         rng = random.Random(42)
         tweets = {a: author_tweets(a, args.tweets_per_author, rng) for a in range(args.authors)}
         ts = 1
-        write(profiles=[(f"a{a}", v, f"Author {a} v{v}", f"https://img/{a}/{v}.png", None, ts)
+        write(profiles=[ProfileWrite(ProfileRow(f"a{a}", v, f"Author {a} v{v}", f"https://img/{a}/{v}.png", None), ts)
                                for a in range(args.authors) for v in (1, 2)])
         # baseline: tweets by author, follows by follower
         ins_tweet = session.prepare(f"INSERT INTO {settings.keyspace}.tweets_by_author (author_id, created_at,"
@@ -112,7 +114,7 @@ def populate(settings: Settings, args: argparse.Namespace) -> dict:
         for u in range(args.users):
             for t in sorted((rng.choice(tweets[rng.randrange(args.authors)]) for _ in range(args.entries)),
                             key=lambda t: t[2], reverse=True):
-                chunk.append(("insert", f"u{u}", t[0], t[1], t[2], t[3], t[4], t[5], ts))
+                chunk.append(TimelineWrite("insert", f"u{u}", Entry(*t[:6]), ts))
             if len(chunk) >= 20_000:
                 write(timeline=chunk)
                 chunk = []
@@ -147,7 +149,7 @@ class FanoutStore:
     """``TimelineStore`` whose ``page`` runs the join at read time: followees, their tweets, merge."""
 
     def __init__(self, settings: Settings) -> None:
-        from feed_service.store.reader import CassandraReader
+        from feed_service.store.cassandra_reader import CassandraReader
 
         self.reader = CassandraReader.connect(settings)
         ks, p = settings.keyspace, self.reader.session.prepare
@@ -156,13 +158,13 @@ class FanoutStore:
                             f" FROM {ks}.tweets_by_author WHERE author_id = ? LIMIT ?")
 
     async def page(self, timeline_id, *, before, limit, timeout):
-        from feed_service.store.reader import EntryRow
+        from feed_service.core.rows import Entry
 
         followees = await self.reader._execute(self._followees, (timeline_id,), timeout)
         per_author = await asyncio.gather(*(self.reader._execute(self._by_author, (f[0], limit), timeout)
                                             for f in followees))
         rows = heapq.nlargest(limit, (r for rs in per_author for r in rs), key=lambda r: (r[2], r[0]))
-        return [EntryRow(*r) for r in rows]
+        return [Entry(*r) for r in rows]
 
     def __getattr__(self, name):  # tweet, profile(s), newer, close: the materialized reader's
         return getattr(self.reader, name)

@@ -3,7 +3,7 @@
 Runs against the developer stack (``feedctl stack up``; settings from the environment) on isolated
 topics (suffix) and keyspaces, and prints figures; it asserts nothing.
 
-1. raw ceiling: the same timeline rows written straight from the driver (TimelineWriter, prepared
+1. raw ceiling: the same timeline rows written straight from the driver (CassandraWriter, prepared
    statements, bounded concurrency) in ``--writer-procs`` processes, no Spark;
 2. throughput, per stateful operator: a graph where every author has ``--fanout`` followers is
    streamed first; then a backlog of ``--tweets`` tweets is published at once and the time until the
@@ -28,6 +28,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+from feed_service.core.rows import Entry, TimelineWrite
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.stack.stream_process import StreamProcess
@@ -75,10 +76,10 @@ def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: a
 # -- 1. raw ceiling ------------------------------------------------------------------------------
 def _raw_writer(settings: Settings, rows: list[tuple], batch_rows: int, out: "multiprocessing.Queue[float]") -> None:
     from feed_service.store.session import connect
-    from feed_service.store.writer import TimelineWriter
+    from feed_service.store.cassandra_writer import CassandraWriter
 
     cluster, session = connect(settings)
-    writer = TimelineWriter(session, settings.keyspace, concurrency=128, batch_rows=batch_rows)
+    writer = CassandraWriter(session, settings.keyspace, concurrency=128, batch_rows=batch_rows)
     writer.write(timeline=rows[:200])  # warm the connection pool
     started = time.perf_counter()
     for i in range(0, len(rows), 5000):
@@ -93,7 +94,7 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int) -> f
     queue: multiprocessing.Queue[float] = multiprocessing.Queue()
     workers = []
     for p in range(procs):
-        batch = [("insert", f"raw{p}-u{i % 2000}", f"raw{p}-t{i}", f"a{i % 200}", now + i, 1, f"tweet {i}", 1, 1)
+        batch = [TimelineWrite("insert", f"raw{p}-u{i % 2000}", Entry(f"raw{p}-t{i}", f"a{i % 200}", now + i, 1, f"tweet {i}", 1), 1)
                  for i in range(per_proc)]
         workers.append(multiprocessing.Process(target=_raw_writer, args=(settings, batch, batch_rows, queue)))
     for w in workers:
@@ -215,7 +216,7 @@ def main() -> int:
     if "raw" not in skip:
         raw_settings = _pipeline(base, f"raw{uuid.uuid4().hex[:4]}")
         rows = args.tweets * args.fanout
-        from feed_service.store.writer import DEFAULT_BATCH_ROWS
+        from feed_service.store.cassandra_writer import DEFAULT_BATCH_ROWS
 
         single = raw_ceiling(raw_settings, rows, args.writer_procs, batch_rows=1)
         print(f"raw Cassandra, one statement per request: {single:,.0f} timeline inserts/s "

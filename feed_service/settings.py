@@ -1,9 +1,11 @@
-"""Where the service finds Kafka, Cassandra and its topics: one frozen object, built from the environment.
+"""Where the service finds Kafka, Cassandra and its topics, and the view's one shape setting.
 
-Every adapter takes a :class:`Settings` instead of reading the environment itself, so tests hand in
-the settings of their private stack and the demo hands in those of the developer's stack.
+One frozen object, built from the environment and validated on construction: every adapter and
+job takes a :class:`Settings` instead of reading the environment itself, so tests hand in the
+settings of their private stack, and an invalid value fails once, where it is set, with a
+:class:`~feed_service.errors.ConfigError` (never later, inside an executor).
 
-Environment variables (defaults follow the local stack, ``feedctl stack up``):
+Environment variables (defaults: the local stack of ``feedctl stack up``):
 
 - ``FEED_KAFKA_BOOTSTRAP``   Kafka bootstrap servers (default ``127.0.0.1:<FEED_KAFKA_PORT or 9092>``)
 - ``FEED_CASSANDRA_HOSTS``   comma-separated contact points (default ``127.0.0.1``)
@@ -11,36 +13,40 @@ Environment variables (defaults follow the local stack, ``feedctl stack up``):
 - ``FEED_KEYSPACE``          Cassandra keyspace (default ``feed``)
 - ``FEED_TOPIC_SUFFIX``      appended to every topic name of ``schemas/topics.json`` (default empty),
   to run isolated pipelines on one broker (tests, staging)
+- ``FEED_INBOX_CAP``         entries per home timeline (default 800): the stream, the backfill,
+  ``materialize`` and the read service must agree on it
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from typing import Mapping
 
-from feed_service.stack.config import REPO_ROOT, StackConfig
+from feed_service import resources
+from feed_service.core.join import DEFAULT_INBOX_CAP
+from feed_service.errors import ConfigError
 
-SCHEMAS_DIR = REPO_ROOT / "schemas"
-TOPICS_FILE = SCHEMAS_DIR / "topics.json"
-CQL_FILE = SCHEMAS_DIR / "cql" / "feed.cql"
+_KEYSPACE_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """A desired topic: name, layout and the configs provisioning enforces."""
+    """A desired topic: name, record key, layout and the configs provisioning enforces."""
 
     role: str
     name: str
     partitions: int
     replication_factor: int
     config: dict[str, str] = field(default_factory=dict)
+    key: str = ""
+    """What the record key names (documentation of the compaction contract)."""
 
 
-def load_topic_specs(path: Path = TOPICS_FILE) -> dict[str, TopicSpec]:
-    """Topic specs by role (``tweets``, ``follows``, ``profiles``, ``dead_letter``)."""
-    raw = json.loads(path.read_text())["topics"]
+def load_topic_specs(raw: Mapping | None = None) -> dict[str, TopicSpec]:
+    """Topic specs by role (``tweets``, ``follows``, ``profiles``, ``dead_letter``) from ``schemas/topics.json``."""
+    topics = (raw if raw is not None else resources.read_json(resources.TOPICS))["topics"]
     return {
         role: TopicSpec(
             role=role,
@@ -48,9 +54,17 @@ def load_topic_specs(path: Path = TOPICS_FILE) -> dict[str, TopicSpec]:
             partitions=int(spec["partitions"]),
             replication_factor=int(spec["replication_factor"]),
             config={k: str(v) for k, v in spec.get("config", {}).items()},
+            key=spec.get("key", ""),
         )
-        for role, spec in raw.items()
+        for role, spec in topics.items()
     }
+
+
+def check_inbox_cap(value: int) -> int:
+    """``value`` if it is a usable inbox cap (an integer >= 1), else :class:`ConfigError`."""
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"inbox cap must be an integer >= 1, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +74,22 @@ class Settings:
     cassandra_port: int = 9042
     keyspace: str = "feed"
     topics: dict[str, TopicSpec] = field(default_factory=load_topic_specs)
+    inbox_cap: int = DEFAULT_INBOX_CAP
+    """Entries per home timeline, and tweets retained per author key."""
+
+    def __post_init__(self) -> None:
+        check_inbox_cap(self.inbox_cap)
+        if not _KEYSPACE_NAME.fullmatch(self.keyspace):
+            raise ConfigError(f"invalid keyspace name {self.keyspace!r} (lower case letter, then [a-z0-9_])")
+        if not self.cassandra_hosts or not all(self.cassandra_hosts):
+            raise ConfigError(f"no Cassandra contact points in {self.cassandra_hosts!r}")
 
     def topic(self, role: str) -> str:
         return self.topics[role].name
+
+    def replace(self, **changes: object) -> "Settings":
+        """A copy with ``changes`` applied, validated like any new settings."""
+        return replace(self, **changes)
 
     def with_topic_suffix(self, suffix: str) -> "Settings":
         """The same settings with ``suffix`` appended to every topic name."""
@@ -70,24 +97,20 @@ class Settings:
         return replace(self, topics=topics)
 
     @classmethod
-    def for_stack(cls, stack: StackConfig, *, keyspace: str = "feed") -> "Settings":
-        return cls(
-            kafka_bootstrap=stack.kafka_bootstrap,
-            cassandra_hosts=(stack.host,),
-            cassandra_port=stack.cassandra_port,
-            keyspace=keyspace,
-        )
-
-    @classmethod
-    def from_env(cls) -> "Settings":
-        env = os.environ
-        base = cls.for_stack(StackConfig.from_env())
-        settings = cls(
-            kafka_bootstrap=env.get("FEED_KAFKA_BOOTSTRAP", base.kafka_bootstrap),
-            cassandra_hosts=tuple(env.get("FEED_CASSANDRA_HOSTS", ",".join(base.cassandra_hosts)).split(",")),
-            cassandra_port=int(env.get("FEED_CASSANDRA_PORT", base.cassandra_port)),
-            keyspace=env.get("FEED_KEYSPACE", base.keyspace),
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        try:
+            settings = cls(
+                kafka_bootstrap=env.get("FEED_KAFKA_BOOTSTRAP", f"127.0.0.1:{env.get('FEED_KAFKA_PORT', '9092')}"),
+                cassandra_hosts=tuple(h.strip() for h in env.get("FEED_CASSANDRA_HOSTS", "127.0.0.1").split(",")),
+                cassandra_port=int(env.get("FEED_CASSANDRA_PORT", "9042")),
+                keyspace=env.get("FEED_KEYSPACE", "feed"),
+                inbox_cap=int(env.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))),
+            )
+        except ValueError as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(f"invalid FEED_* environment value: {exc}") from None
         suffix = env.get("FEED_TOPIC_SUFFIX", "")
         return settings.with_topic_suffix(suffix) if suffix else settings
 
@@ -97,11 +120,12 @@ class Settings:
         base = load_topic_specs()
         suffixes = {spec.name[len(base[role].name):] for role, spec in self.topics.items()}
         if len(suffixes) != 1 or any(not self.topics[r].name.startswith(base[r].name) for r in base):
-            raise ValueError("to_env: topic names must be the spec names plus one common suffix")
+            raise ConfigError("to_env: topic names must be the spec names plus one common suffix")
         return {
             "FEED_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "FEED_CASSANDRA_HOSTS": ",".join(self.cassandra_hosts),
             "FEED_CASSANDRA_PORT": str(self.cassandra_port),
             "FEED_KEYSPACE": self.keyspace,
             "FEED_TOPIC_SUFFIX": suffixes.pop(),
+            "FEED_INBOX_CAP": str(self.inbox_cap),
         }

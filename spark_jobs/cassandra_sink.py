@@ -3,7 +3,7 @@ and profile rows to Cassandra, passed-through rejected records to the dead-lette
 
 Each Python worker keeps one driver session per settings (workers are reused across tasks), so a
 micro-batch pays for statements, not for connections. Rows are written in chunks through
-:class:`feed_service.store.writer.TimelineWriter` (prepared statements, bounded concurrency,
+:class:`feed_service.store.cassandra_writer.CassandraWriter` (prepared statements, bounded concurrency,
 logical-clock timestamps: see docs/idempotent-writes.md). A failed write raises, which fails the
 micro-batch; Spark then retries it from the checkpoint and, writes being idempotent, converges.
 """
@@ -14,17 +14,16 @@ import atexit
 from typing import Any, Iterable, Iterator
 
 from feed_service.settings import Settings
-from feed_service.store.writer import ProfileWrite, TimelineRow, TimelineWriter, TweetRow, WriteCounts
+from feed_service.errors import DeliveryFailed
+from feed_service.store.cassandra_writer import CassandraWriter
+from feed_service.store.ports import WriteCounts
+from spark_jobs.output_rows import writes_of
 
 #: Compact rows per write call: bounds executor memory, keeps enough requests in flight.
 CHUNK_ROWS = 2000
 
-_writers: dict[tuple, TimelineWriter] = {}
+_writers: dict[tuple, CassandraWriter] = {}
 _producers: dict[str, Any] = {}
-
-
-class DeadLetterError(RuntimeError):
-    """A dead-letter record was not delivered; the batch fails and is retried (at least once)."""
 
 
 def producer_for(settings: Settings) -> Any:
@@ -55,11 +54,11 @@ def publish_dead_letters(settings: Settings, letters: list[tuple[str, str]]) -> 
         producer.poll(0)
     remaining = producer.flush(60)
     if failures or remaining:
-        raise DeadLetterError(f"{len(failures) + remaining} of {len(letters)} dead letters not delivered: "
+        raise DeliveryFailed(f"{len(failures) + remaining} of {len(letters)} dead letters not delivered: "
                               f"{failures[:1]}")
 
 
-def writer_for(settings: Settings) -> TimelineWriter:
+def writer_for(settings: Settings) -> CassandraWriter:
     """The worker process's writer for ``settings`` (connected once, closed at exit)."""
     cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace)
     writer = _writers.get(cache_key)
@@ -68,36 +67,8 @@ def writer_for(settings: Settings) -> TimelineWriter:
 
         cluster, session = connect(settings)
         atexit.register(cluster.shutdown)
-        writer = _writers[cache_key] = TimelineWriter(session, settings.keyspace)
+        writer = _writers[cache_key] = CassandraWriter(session, settings.keyspace)
     return writer
-
-
-def split_rows(
-    rows: Iterable[Any],
-) -> tuple[list[TimelineRow], list[TweetRow], list[ProfileWrite], list[tuple[str, str]]]:
-    """Compact output rows -> flat rows per table (timeline rows exploded per follower) and dead letters."""
-    timeline: list[TimelineRow] = []
-    tweets: list[TweetRow] = []
-    profiles: list[ProfileWrite] = []
-    letters: list[tuple[str, str]] = []
-    for r in rows:
-        kind = r["kind"]
-        if kind == "dead_letter":
-            letters.append((r["dl_key"], r["dl_value"]))
-        elif kind == "timeline":
-            head = (r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"],
-                    r["ts"])
-            op = r["op"]
-            timeline.extend((op, tid, *head[:6], head[6]) for tid in r["timeline_ids"])
-        elif kind == "tweet":
-            if r["op"] == "delete":
-                tweets.append((r["tweet_id"], r["author_id"], None, None, None, None, r["ts"]))
-            else:
-                tweets.append((r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"],
-                               r["profile_version"], r["ts"]))
-        else:
-            profiles.append((r["user_id"], r["version"], r["display_name"], r["avatar_url"], r["bio"], r["ts"]))
-    return timeline, tweets, profiles, letters
 
 
 def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -116,9 +87,9 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     writer = writer_for(settings)
     total = WriteCounts()
     for chunk in _chunks(rows, CHUNK_ROWS):
-        timeline, tweets, profiles, letters = split_rows(chunk)
-        total = total + writer.write(timeline=timeline, tweets=tweets, profiles=profiles)
-        if letters:
-            publish_dead_letters(settings, letters)
+        writes = writes_of(chunk)
+        total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles)
+        if writes.dead_letters:
+            publish_dead_letters(settings, writes.dead_letters)
     if counter is not None:
         counter.add(total.timeline_upserts + total.timeline_deletes)

@@ -5,9 +5,8 @@ Changes are grouped by join key (tweet author = followee = profile owner) and ea
 read once and written at most once, as one encoded blob (``shared/design/spark-notes.md``: the cost
 of Python stateful operators grows with state calls, not bytes).
 
-Output rows are compact: one row per (op, tweet, follower list); the sink explodes the lists. The
-row's ``kind`` says where it goes: ``timeline``, ``tweet`` or ``profile`` (Cassandra tables) or
-``dead_letter`` (a rejected record passed through, for the dead-letter topic).
+Output rows are compact (:mod:`spark_jobs.output_rows`): one row per (op, tweet, follower list);
+the sink explodes the lists.
 
 Operators (measured side by side in ``bench/bench_stream.py``; the checkpoint records which one
 it was created with): ``transformWithState`` (Row API, the default) hands each key's rows over as
@@ -22,9 +21,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, TypeAlias
 
 from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert
-from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult, step
+from feed_service.core.join import DEFAULT_INBOX_CAP, step
 from feed_service.core.state import decode_state, encode_state
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
+from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_SCHEMA, dead_letter_rows, result_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,26 +35,6 @@ OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPa
 #: The operators of the transformWithState family: they take an initial state (backfill bootstrap).
 INITIAL_STATE_OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas")
 
-OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
-    ("kind", "string"),
-    ("op", "string"),
-    ("tweet_id", "string"),
-    ("author_id", "string"),
-    ("created_at", "bigint"),
-    ("version", "bigint"),
-    ("text", "string"),
-    ("profile_version", "bigint"),
-    ("timeline_ids", "array<string>"),
-    ("user_id", "string"),
-    ("display_name", "string"),
-    ("avatar_url", "string"),
-    ("bio", "string"),
-    ("ts", "bigint"),
-    ("dl_key", "string"),
-    ("dl_value", "string"),
-)
-OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in OUTPUT_FIELDS)
-OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
 STATE_SCHEMA = "state binary"
 
 
@@ -86,29 +66,6 @@ def _frame_rows(frames: Iterator["pd.DataFrame"]) -> Iterator[Any]:
         yield from pdf.itertuples(index=False)
 
 
-def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
-    """One step's outputs as compact output rows (see :data:`OUTPUT_FIELDS`)."""
-    ts = result.ts
-    rows: list[tuple[Any, ...]] = [
-        ("timeline", d.op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-         list(d.timeline_ids), None, None, None, None, ts, None, None)
-        for d in result.deltas
-        for e in (d.entry,)
-    ]
-    for t in result.tweets:
-        e = t.entry
-        if e is None:
-            rows.append(("tweet", "delete", t.tweet_id, t.author_id, None, None, None, None, None,
-                         None, None, None, None, ts, None, None))
-        else:
-            rows.append(("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text,
-                         e.profile_version, None, None, None, None, None, ts, None, None))
-    for p in result.profiles:
-        rows.append(("profile", "upsert", None, None, None, p.version, None, None, None,
-                     p.user_id, p.display_name, p.avatar_url, p.bio, ts, None, None))
-    return rows
-
-
 def run_key(
     state_blob: bytes | None, rows: Iterable[Any], *, inbox_cap: int, clock_start: int
 ) -> tuple[bytes | None, list[tuple[Any, ...]]]:
@@ -120,12 +77,6 @@ def run_key(
     result = step(previous, events, inbox_cap=inbox_cap, clock_start=clock_start)
     blob = encode_state(result.state)
     return (None if blob == state_blob else blob), result_rows(result)
-
-
-def dead_letter_rows(rows: Iterable[Any]) -> list[tuple[Any, ...]]:
-    """Rejected records pass through the operator untouched, to be published by the sink."""
-    return [("dead_letter", None, None, None, None, None, None, None, None, None, None, None, None, None,
-             r.dl_key, r.dl_value) for r in rows]
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":

@@ -82,7 +82,7 @@ def settings(stack_config: StackConfig) -> Settings:
     """Settings of the test stack, provisioned (topics, keyspace ``feed_test`` and tables)."""
     from feed_service.ops.provision import provision
 
-    settings = Settings.for_stack(stack_config, keyspace="feed_test")
+    settings = stack_config.settings(keyspace="feed_test")
     provision(settings)
     return settings
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterator, Literal, Mapping, NamedTuple, NoReturn, Sequence, TypeAlias
+from typing import AbstractSet, Iterator, Mapping, NoReturn, Sequence
 
 from feed_service.core.events import (
     Event,
@@ -40,53 +40,11 @@ from feed_service.core.events import (
     profile_of,
     profile_rank,
 )
+from feed_service.core.rows import DeltaOp, Entry, ProfileRow, TimelineDelta, TweetChange
 from feed_service.core.state import AuthorState, ColdTweet, Edge
 
 DEFAULT_INBOX_CAP = 800
 """Entries kept per home timeline (issue 3), and tweets kept per author key."""
-
-DeltaOp: TypeAlias = Literal["insert", "update", "delete"]
-"""``insert``: the rows did not exist; ``update``: they exist and their content changed in place
-(same created_at, so the same clustering key); ``delete``: remove the rows, ``entry`` is the old
-content (a retraction carries what it retracts)."""
-
-
-class Entry(NamedTuple):
-    """One timeline row's content, without the display name (joined at read time)."""
-
-    tweet_id: str
-    author_id: str
-    created_at: int
-    version: int
-    text: str
-    profile_version: int
-
-
-class TimelineDelta(NamedTuple):
-    """One change to the same row of several timelines (compact: explode ``timeline_ids`` downstream)."""
-
-    op: DeltaOp
-    entry: Entry
-    timeline_ids: tuple[str, ...]
-
-
-class TweetChange(NamedTuple):
-    """New row of the tweets dimension table; ``entry`` is None when the tweet is deleted (tombstone)."""
-
-    tweet_id: str
-    author_id: str
-    entry: Entry | None
-
-
-class ProfileRow(NamedTuple):
-    """New row of the profiles table, keyed by (user_id, version)."""
-
-    user_id: str
-    version: int
-    display_name: str
-    avatar_url: str | None
-    bio: str | None
-
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
@@ -167,6 +125,46 @@ def _foreign(event: Event, key: str) -> NoReturn:
     raise ValueError(f"step: event for key {join_key(event)!r} routed to key {key!r}: {event!r}")
 
 
+@dataclass(slots=True)
+class _Batch:
+    """A batch folded per entity: each entity's highest-ranked change (order and duplicates gone)."""
+
+    upserts: dict[str, TweetContent]
+    deletes: set[str]
+    edges: dict[str, Edge]
+    profiles: dict[int, Profile]
+
+
+@dataclass(slots=True)
+class _TweetsDiff:
+    """The author's retained tweets before and after the batch, and which tweets moved."""
+
+    before: Mapping[str, TweetContent]
+    after: Mapping[str, TweetContent]
+    cold: Mapping[str, ColdTweet]
+    deleted: frozenset[str] | AbstractSet[str]
+    changed: dict[str, TweetContent]
+    """Upserts that beat what the state knew (new content of retained or new tweets)."""
+    removed: list[str]
+    """Retained tweets deleted by the batch."""
+    evicted: list[str]
+    """Retained tweets pushed out of the newest ``inbox_cap`` (now cold)."""
+    new_deletes: set[str]
+
+
+@dataclass(slots=True)
+class _EdgesDiff:
+    """The follow edges after the batch and which followers changed side."""
+
+    followers: Mapping[str, Edge]
+    active_before: tuple[str, ...]
+    active_after: tuple[str, ...]
+    stayed: tuple[str, ...]
+    """Active before and after the batch."""
+    added: list[str]
+    dropped: list[str]
+
+
 def step(
     state: AuthorState | None,
     changes: Sequence[Event],
@@ -218,8 +216,25 @@ def step(
             raise ValueError("step: a new key needs at least one change")
         state = AuthorState.empty(join_key(changes[0]), clock=clock_start)
     key = state.key
+    batch = _fold(key, changes)
+    tweets = _apply_tweets(state, batch, inbox_cap)
+    edges = _apply_edges(state, batch.edges)
+    profiles, profile_rows = _apply_profiles(state, batch.profiles)
+    deltas, entries = _timeline_deltas(key, tweets, edges)
 
-    # 1. Fold the batch: each entity's highest-ranked change (order-independent, duplicates vanish).
+    tweet_rows = [_tuple_new(TweetChange, (tid, key, entries[tid])) for tid in sorted(tweets.changed)]
+    tweet_rows += [_tuple_new(TweetChange, (tid, key, None)) for tid in sorted(tweets.new_deletes)]
+    emitted = bool(deltas or tweet_rows or profile_rows)
+    clock = state.clock + 1 if emitted else state.clock
+    unchanged = (tweets.after is state.tweets and edges.followers is state.followers and profiles is state.profiles
+                 and tweets.deleted is state.deleted and tweets.cold is state.cold and clock == state.clock)
+    new_state = state if unchanged else AuthorState(
+        key, clock, edges.followers, edges.active_after, tweets.after, tweets.cold, tweets.deleted, profiles)
+    return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows))
+
+
+def _fold(key: str, changes: Sequence[Event]) -> _Batch:
+    """Each entity's highest-ranked change in the batch; every change must belong to ``key``."""
     ups: dict[str, TweetContent] = {}
     dels: set[str] = set()
     edges: dict[str, Edge] = {}
@@ -255,127 +270,129 @@ def step(
                 profs[ev.version] = p
         else:
             raise TypeError(f"step: not an event: {ev!r}")
+    return _Batch(ups, dels, edges, profs)
 
-    # 2. Tweets: merge with state, keep the newest inbox_cap live ones, remember the rest as cold.
-    r0, cold0, deleted0 = state.tweets, state.cold, state.deleted
-    new_dels = dels - deleted0 if dels else set()
+
+def _apply_tweets(state: AuthorState, batch: _Batch, inbox_cap: int) -> _TweetsDiff:
+    """Merge the batch's tweets: keep the newest ``inbox_cap`` live ones, remember the rest as cold."""
+    before, cold, deleted = state.tweets, state.cold, state.deleted
+    new_deletes = batch.deletes - deleted if batch.deletes else set()
     changed: dict[str, TweetContent] = {}
-    for tid, c in ups.items():
-        if tid in dels or tid in deleted0:
+    for tid, c in batch.upserts.items():
+        if tid in batch.deletes or tid in deleted:
             continue
-        old = r0.get(tid)
+        old = before.get(tid)
         if old is not None:
             if not content_beats(c, old):
                 continue
         else:
-            was_cold = cold0.get(tid)
+            was_cold = cold.get(tid)
             if was_cold is not None and not _beats_cold(c, was_cold):
                 continue
         changed[tid] = c
-    r1, cold1, deleted1 = r0, cold0, deleted0
+    after = before
     removed: list[str] = []
     evicted: list[str] = []
-    if changed or new_dels:
-        removed = [tid for tid in new_dels if tid in r0]
-        r1 = dict(r0)
+    if changed or new_deletes:
+        removed = [tid for tid in new_deletes if tid in before]
+        after = dict(before)
         for tid in removed:
-            del r1[tid]
+            del after[tid]
         if changed:
-            r1 = _merge_ordered(r1, changed)
-        excess = len(r1) - inbox_cap
+            after = _merge_ordered(after, changed)
+        excess = len(after) - inbox_cap
         if excess > 0:
-            evicted = list(islice(r1, excess))  # the oldest: r1 is in ascending order
-        leave_cold = [tid for tid in changed if tid in cold0] + [tid for tid in new_dels if tid in cold0]
+            evicted = list(islice(after, excess))  # the oldest: ``after`` is in ascending order
+        leave_cold = [tid for tid in changed if tid in cold] + [tid for tid in new_deletes if tid in cold]
         if evicted or leave_cold:
-            cold1 = dict(cold0)
+            cold = dict(cold)
             for tid in leave_cold:
-                del cold1[tid]
+                del cold[tid]
             for tid in evicted:
-                c = r1.pop(tid)
-                cold1[tid] = (c[0], content_digest(c))
-        if new_dels:
-            deleted1 = frozenset(deleted0 | new_dels)
+                c = after.pop(tid)
+                cold[tid] = (c[0], content_digest(c))
+        if new_deletes:
+            deleted = frozenset(deleted | new_deletes)
+    return _TweetsDiff(before, after, cold, deleted, changed, removed, evicted, new_deletes)
 
-    # 3. Edges: which followers became active or inactive.
-    f0 = state.followers
-    f1 = f0
+
+def _apply_edges(state: AuthorState, edges: dict[str, Edge]) -> _EdgesDiff:
+    """Apply the batch's winning edge changes; which followers became active or inactive."""
+    before = state.followers
+    after = before
     added: list[str] = []
     dropped: list[str] = []
-    for f, e in edges.items():
-        old_e = f0.get(f)
-        if old_e is not None and edge_rank(*e) <= edge_rank(*old_e):
+    for follower, e in edges.items():
+        old = before.get(follower)
+        if old is not None and edge_rank(*e) <= edge_rank(*old):
             continue
-        if f1 is f0:
-            f1 = dict(f0)
-        f1[f] = e  # type: ignore[index]
-        was = old_e is not None and old_e[1]
-        if e[1] and not was:
-            added.append(f)
-        elif was and not e[1]:
-            dropped.append(f)
-    active0 = state.active
-    stay = active1 = active0
+        if after is before:
+            after = dict(before)
+        after[follower] = e  # type: ignore[index]
+        was_active = old is not None and old[1]
+        if e[1] and not was_active:
+            added.append(follower)
+        elif was_active and not e[1]:
+            dropped.append(follower)
+    active_before = state.active
+    stayed = active_after = active_before
     if dropped:
         dropped.sort()
         gone = set(dropped)
-        stay = active1 = tuple(f for f in active0 if f not in gone)
+        stayed = active_after = tuple(f for f in active_before if f not in gone)
     if added:
         added.sort()
-        active1 = tuple(sorted(stay + tuple(added)))
+        active_after = tuple(sorted(stayed + tuple(added)))
+    return _EdgesDiff(after, active_before, active_after, stayed, added, dropped)
 
-    # 4. Profiles: one row per (user, version); a different payload at the same version wins by rank.
-    p0 = state.profiles
-    p1 = p0
-    profile_rows: list[ProfileRow] = []
+
+def _apply_profiles(state: AuthorState, profs: dict[int, Profile]) -> tuple[Mapping[int, Profile], list[ProfileRow]]:
+    """One row per (user, version); a different payload at the same version wins by rank."""
+    before = state.profiles
+    after = before
+    rows: list[ProfileRow] = []
     for v in sorted(profs):
         p = profs[v]
-        old_p = p0.get(v)
-        if old_p is not None and (old_p == p or profile_rank(p) <= profile_rank(old_p)):
+        old = before.get(v)
+        if old is not None and (old == p or profile_rank(p) <= profile_rank(old)):
             continue
-        if p1 is p0:
-            p1 = dict(p0)
-        p1[v] = p  # type: ignore[index]
-        profile_rows.append(ProfileRow(key, v, *p))
+        if after is before:
+            after = dict(before)
+        after[v] = p  # type: ignore[index]
+        rows.append(ProfileRow(state.key, v, *p))
+    return after, rows
 
-    # 5. Timeline deltas: touched tweets x followers (stay, or all when the row set changes),
-    #    then added/dropped followers x retained tweets.
+
+def _timeline_deltas(key: str, tweets: _TweetsDiff, edges: _EdgesDiff) -> tuple[list[TimelineDelta], dict[str, Entry]]:
+    """Touched tweets x followers (those who stayed, or all when the row set changes), then
+    added/dropped followers x retained tweets; also the entries of the changed tweets."""
     deltas: list[TimelineDelta] = []
     whole: set[str] = set()  # tweets whose rows were fully handled for every follower
-    new_entries = {tid: _entry(tid, key, c) for tid, c in changed.items()}
-    if r1 is not r0:
-        for tid in sorted({*changed, *removed, *evicted}):
-            o = r0.get(tid)
-            n = r1.get(tid)
-            if o == n:
+    entries = {tid: _entry(tid, key, c) for tid, c in tweets.changed.items()}
+    before, after = tweets.before, tweets.after
+    if after is not before:
+        for tid in sorted({*tweets.changed, *tweets.removed, *tweets.evicted}):
+            old = before.get(tid)
+            new = after.get(tid)
+            if old == new:
                 continue
-            if o is not None and n is not None and o[1] == n[1]:
-                if stay:
-                    deltas.append(_delta("update", new_entries[tid], stay))
+            if old is not None and new is not None and old[1] == new[1]:
+                if edges.stayed:
+                    deltas.append(_delta("update", entries[tid], edges.stayed))
                 continue
             whole.add(tid)
-            if o is not None and active0:
-                deltas.append(_delta("delete", _entry(tid, key, o), active0))
-            if n is not None and active1:
-                deltas.append(_delta("insert", new_entries[tid], active1))
-    if added:
-        audience = tuple(added)
-        for tid, c in _newest_first(r1):
+            if old is not None and edges.active_before:
+                deltas.append(_delta("delete", _entry(tid, key, old), edges.active_before))
+            if new is not None and edges.active_after:
+                deltas.append(_delta("insert", entries[tid], edges.active_after))
+    if edges.added:
+        audience = tuple(edges.added)
+        for tid, c in _newest_first(after):
             if tid not in whole:
-                deltas.append(_delta("insert", new_entries.get(tid) or _entry(tid, key, c), audience))
-    if dropped:
-        audience = tuple(dropped)
-        for tid, c in _newest_first(r0):
+                deltas.append(_delta("insert", entries.get(tid) or _entry(tid, key, c), audience))
+    if edges.dropped:
+        audience = tuple(edges.dropped)
+        for tid, c in _newest_first(before):
             if tid not in whole:
                 deltas.append(_delta("delete", _entry(tid, key, c), audience))
-
-    tweet_rows = [_tuple_new(TweetChange, (tid, key, new_entries[tid])) for tid in sorted(changed)]
-    tweet_rows += [_tuple_new(TweetChange, (tid, key, None)) for tid in sorted(new_dels)]
-
-    emitted = bool(deltas or tweet_rows or profile_rows)
-    clock = state.clock + 1 if emitted else state.clock
-    if (r1 is r0 and f1 is f0 and p1 is p0 and deleted1 is deleted0 and cold1 is cold0
-            and clock == state.clock):
-        new_state = state
-    else:
-        new_state = AuthorState(key, clock, f1, active1, r1, cold1, deleted1, p1)
-    return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows))
+    return deltas, entries

@@ -20,9 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeAlias
 
-from feed_service.settings import SCHEMAS_DIR
+from feed_service import resources
 
-EVENT_SCHEMA_FILE = SCHEMAS_DIR / "events" / "event.schema.json"
 """The envelope schema: ``oneOf`` tweet upsert, tweet delete, follow change, profile version."""
 
 Predicate: TypeAlias = Callable[[Any], bool]
@@ -313,11 +312,12 @@ class EnvelopeCheck:
 
 
 @lru_cache(maxsize=8)
-def load_envelope_check(path: Path = EVENT_SCHEMA_FILE) -> EnvelopeCheck:
-    """Load and compile the envelope schema at ``path`` (cached per path)."""
+def load_envelope_check() -> EnvelopeCheck:
+    """Load and compile the packaged envelope schema."""
     from jsonschema.validators import validator_for
 
-    schema = json.loads(path.read_text())
+    path = resources.EVENT_SCHEMA
+    schema = resources.read_json(path)
     cls = validator_for(schema)
     cls.check_schema(schema)
     validator = cls(schema)

@@ -35,7 +35,9 @@ from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.service import TimelineServicer
-from feed_service.store.reader import CassandraReader, StoreError, TimelineStore
+from feed_service.errors import StoreError
+from feed_service.store.cassandra_reader import CassandraReader
+from feed_service.store.ports import TimelineStore
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TimelineService"].full_name  # feed.v1.TimelineService
 RECONNECT_MIN_S = 0.5

@@ -32,15 +32,10 @@ from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
 from feed_service.errors import AuthError, FeedError, PageTokenError
 from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
-from feed_service.store.reader import (
-    EntryRow,
-    ProfileCache,
-    ProfileRow,
-    StoreError,
-    StoreTimeout,
-    TimelineStore,
-    hydrate_profiles,
-)
+from feed_service.core.rows import Entry, ProfileRow
+from feed_service.errors import StoreError, StoreTimeout
+from feed_service.server.hydration import ProfileCache, hydrate_profiles
+from feed_service.store.ports import TimelineStore
 
 DEFAULT_PAGE_SIZE = 20
 MAX_PAGE_SIZE = 200
@@ -148,7 +143,7 @@ def _check_id(value: str, name: str) -> str:
     return value
 
 
-def _entry(row: EntryRow, profile: ProfileRow | None) -> pb.TimelineEntry:
+def _entry(row: Entry, profile: ProfileRow | None) -> pb.TimelineEntry:
     return pb.TimelineEntry(
         tweet_id=row.tweet_id, author_id=row.author_id, created_at_ms=row.created_at, version=row.version,
         text=row.text or "", profile_version=row.profile_version,
@@ -243,7 +238,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
                 return RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline exceeded: {exc}")
         return RpcFailure(grpc.StatusCode.UNAVAILABLE, str(exc))
 
-    async def _hydrate(self, store: TimelineStore, rows: list[EntryRow], budget: float) -> list[pb.TimelineEntry]:
+    async def _hydrate(self, store: TimelineStore, rows: list[Entry], budget: float) -> list[pb.TimelineEntry]:
         cache = self.cache
         hits, misses = cache.hits, cache.misses
         profiles = await hydrate_profiles(store, cache, ((r.author_id, r.profile_version) for r in rows),

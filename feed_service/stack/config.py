@@ -11,6 +11,10 @@ import os
 import socket
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from feed_service.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +43,13 @@ class StackConfig:
     @property
     def kafka_bootstrap(self) -> str:
         return f"{self.host}:{self.kafka_port}"
+
+    def settings(self, *, keyspace: str = "feed") -> "Settings":
+        """The service settings that point at this stack."""
+        from feed_service.settings import Settings
+
+        return Settings(kafka_bootstrap=self.kafka_bootstrap, cassandra_hosts=(self.host,),
+                        cassandra_port=self.cassandra_port, keyspace=keyspace)
 
     @classmethod
     def from_env(cls) -> "StackConfig":

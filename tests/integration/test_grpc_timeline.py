@@ -1,6 +1,6 @@
 """The gRPC service against the real test Cassandra, through generated stubs on a loopback port.
 
-Rows go in through the project's own :class:`TimelineWriter` (what the streaming job uses), so
+Rows go in through the project's own :class:`CassandraWriter` (what the streaming job uses), so
 these tests read exactly what the job writes. Ids carry ``unique`` so tests never see each other.
 """
 
@@ -27,8 +27,9 @@ from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.stack.config import REPO_ROOT
-from feed_service.store.reader import CassandraReader
-from feed_service.store.writer import TimelineWriter
+from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.store.cassandra_reader import CassandraReader
+from feed_service.store.cassandra_writer import CassandraWriter
 
 Code = grpc.StatusCode
 _clock = itertools.count(int(time.time() * 1000) * 1000)
@@ -64,8 +65,8 @@ def cassandra(settings: Settings):
 
 
 @pytest.fixture(scope="module")
-def writer(cassandra, settings: Settings) -> TimelineWriter:
-    return TimelineWriter(cassandra, settings.keyspace)
+def writer(cassandra, settings: Settings) -> CassandraWriter:
+    return CassandraWriter(cassandra, settings.keyspace)
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +82,9 @@ def stub(server: ServerThread):
     return server.stub()
 
 
-def put_entries(writer: TimelineWriter, user: str, author: str, ids: range, *, pv: int = 1, base: int = 0) -> None:
+def put_entries(writer: CassandraWriter, user: str, author: str, ids: range, *, pv: int = 1, base: int = 0) -> None:
     writer.write(timeline=[
-        ("insert", user, f"{author}-t{n:03d}", author, base + n, 1, f"tweet {n}", pv, ts()) for n in ids
+        TimelineWrite("insert", user, Entry(f"{author}-t{n:03d}", author, base + n, 1, f"tweet {n}", pv), ts()) for n in ids
     ])
 
 
@@ -115,14 +116,14 @@ def test_pagination_is_stable_while_new_entries_arrive(writer, stub, server, uni
 
 def test_hydration_with_versioned_profiles(writer, stub, server, unique: str) -> None:
     user, author = f"u-{unique}", f"a-{unique}"
-    writer.write(profiles=[(author, 1, "Ann", "https://img/1", None, ts()),
+    writer.write(profiles=[ProfileWrite(ProfileRow(author, 1, "Ann", "https://img/1", None), ts()),
                            (author, 2, "Ann Lee", "https://img/2", "bio", ts())])
     put_entries(writer, user, author, range(0, 2), pv=1)
     put_entries(writer, user, author, range(2, 4), pv=2)
     put_entries(writer, user, author, range(4, 5), pv=3)  # profile version 3 has not arrived yet
     names = [(e.profile_version, e.author_display_name) for e in page(stub, server, user).entries]
     assert names == [(3, ""), (2, "Ann Lee"), (2, "Ann Lee"), (1, "Ann"), (1, "Ann")]
-    writer.write(profiles=[(author, 3, "Ann L.", None, None, ts())])  # the late version fills in
+    writer.write(profiles=[ProfileWrite(ProfileRow(author, 3, "Ann L.", None, None), ts())])  # the late version fills in
     assert page(stub, server, user).entries[0].author_display_name == "Ann L."
     # a newer profile does not rename old tweets: each keeps the version it was written under
     assert page(stub, server, user).entries[-1].author_display_name == "Ann"
@@ -131,16 +132,16 @@ def test_hydration_with_versioned_profiles(writer, stub, server, unique: str) ->
 def test_edits_and_deletes_show_through(writer, stub, server, unique: str) -> None:
     user, author = f"u-{unique}", f"a-{unique}"
     tweet = f"{author}-t001"
-    writer.write(timeline=[("insert", user, tweet, author, 5, 1, "first", 1, ts())],
-                 tweets=[(tweet, author, 5, 1, "first", 1, ts())])
-    writer.write(timeline=[("update", user, tweet, author, 5, 2, "edited", 1, ts())],
-                 tweets=[(tweet, author, 5, 2, "edited", 1, ts())])
+    writer.write(timeline=[TimelineWrite("insert", user, Entry(tweet, author, 5, 1, "first", 1), ts())],
+                 tweets=[TweetWrite(tweet, author, Entry(tweet, author, 5, 1, "first", 1), ts())])
+    writer.write(timeline=[TimelineWrite("update", user, Entry(tweet, author, 5, 2, "edited", 1), ts())],
+                 tweets=[TweetWrite(tweet, author, Entry(tweet, author, 5, 2, "edited", 1), ts())])
     (entry,) = page(stub, server, user).entries
     assert (entry.version, entry.text) == (2, "edited")
     got = stub.GetTweet(pb.GetTweetRequest(tweet_id=tweet), metadata=server.auth(user))
     assert (got.version, got.text, got.author_id, got.created_at_ms) == (2, "edited", author, 5)
-    writer.write(timeline=[("delete", user, tweet, author, 5, 2, "edited", 1, ts())],
-                 tweets=[(tweet, author, None, None, None, None, ts())])
+    writer.write(timeline=[TimelineWrite("delete", user, Entry(tweet, author, 5, 2, "edited", 1), ts())],
+                 tweets=[TweetWrite(tweet, author, None, ts())])
     assert list(page(stub, server, user).entries) == []
     err = rpc_error(stub.GetTweet, pb.GetTweetRequest(tweet_id=tweet), metadata=server.auth(user))
     assert err.code() == Code.NOT_FOUND
@@ -148,7 +149,8 @@ def test_edits_and_deletes_show_through(writer, stub, server, unique: str) -> No
 
 def test_get_profile(writer, stub, server, unique: str) -> None:
     author = f"a-{unique}"
-    writer.write(profiles=[(author, 1, "Old", None, None, ts()), (author, 7, "New", "https://x", "hi", ts())])
+    writer.write(profiles=[ProfileWrite(ProfileRow(author, 1, "Old", None, None), ts()),
+                           ProfileWrite(ProfileRow(author, 7, "New", "https://x", "hi"), ts())])
     md = server.auth("anyone")
     latest = stub.GetProfile(pb.GetProfileRequest(user_id=author), metadata=md)
     assert (latest.version, latest.display_name, latest.avatar_url, latest.bio) == (7, "New", "https://x", "hi")
@@ -181,7 +183,7 @@ def test_auth_rules_and_error_codes(writer, stub, server, unique: str) -> None:
 
 def test_watch_stream_delivers_a_new_entry(writer, stub, server, unique: str) -> None:
     user, author = f"u-{unique}", f"a-{unique}"
-    writer.write(profiles=[(author, 1, "Watcher", None, None, ts())])
+    writer.write(profiles=[ProfileWrite(ProfileRow(author, 1, "Watcher", None, None), ts())])
     put_entries(writer, user, author, range(3))
     stream = stub.WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id=user), metadata=server.auth(user),
                                     timeout=20)

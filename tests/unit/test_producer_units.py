@@ -15,7 +15,8 @@ from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventReje
 from feed_service.kafka.replay import publish_lines
 from feed_service.kafka.versions import VersionClock
 from feed_service.kafka.envelope_schema import UnsupportedSchema, compile_schema
-from feed_service.settings import TOPICS_FILE, Settings
+from feed_service import resources
+from feed_service.settings import Settings
 
 
 class FakeMessage:
@@ -86,7 +87,7 @@ def test_version_clock_increases_and_survives_restart() -> None:
 
 
 def test_record_keys_follow_topics_json() -> None:
-    declared = {role: spec["key"] for role, spec in json.loads(TOPICS_FILE.read_text())["topics"].items()}
+    declared = {role: spec["key"] for role, spec in resources.read_json(resources.TOPICS)["topics"].items()}
     assert declared["tweets"] == "tweet_id"
     assert declared["follows"] == "follower_id|followee_id"
     assert declared["profiles"] == "user_id|version"

@@ -20,7 +20,9 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.server.config import ServerConfig
 from feed_service.server.service import INBOX_CAP
 from feed_service.server.testing import TEST_SECRET, ServerThread
-from feed_service.store.reader import EntryRow, MemoryStore, ProfileRow, StoreTimeout, StoreUnavailable, TweetRow
+from feed_service.core.rows import Entry, ProfileRow
+from feed_service.errors import StoreTimeout, StoreUnavailable
+from feed_service.store.memory import MemoryStore
 
 Code = grpc.StatusCode
 
@@ -30,8 +32,8 @@ def config(**kw) -> ServerConfig:
     return ServerConfig(**{**base, **kw})
 
 
-def entry(n: int, author: str = "bob", pv: int = 1) -> EntryRow:
-    return EntryRow(f"t{n:04d}", author, 1_000 + n, 1, f"text {n}", pv)
+def entry(n: int, author: str = "bob", pv: int = 1) -> Entry:
+    return Entry(f"t{n:04d}", author, 1_000 + n, 1, f"text {n}", pv)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def store() -> MemoryStore:
     for user in ("bob", "cat"):
         for v in (1, 2, 3):
             s.add_profile(ProfileRow(user, v, f"{user.title()} v{v}", f"https://a/{user}/{v}.png", None))
-    s.tweets["t0001"] = TweetRow("t0001", "bob", 1001, 4, "edited", 2)
+    s.tweets["t0001"] = Entry("t0001", "bob", 1001, 4, "edited", 2)
     return s
 
 
@@ -250,11 +252,11 @@ def test_health_and_reflection_need_no_token(server) -> None:
 def test_watch_delivers_new_entries_and_ends_on_cancel(store: MemoryStore, stub, server) -> None:
     stream = stub.WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id="ann"), metadata=server.auth("ann"))
     time.sleep(0.2)  # the stream has read the head
-    store.add_entry("ann", EntryRow("t9000", "bob", 9_000, 1, "fresh", 2))
+    store.add_entry("ann", Entry("t9000", "bob", 9_000, 1, "fresh", 2))
     message = next(stream)
     assert [(e.tweet_id, e.author_display_name) for e in message.entries] == [("t9000", "Bob v2")]
     assert message.resume_token
-    store.add_entry("ann", EntryRow("t9001", "bob", 9_001, 1, "fresher", 2))
+    store.add_entry("ann", Entry("t9001", "bob", 9_001, 1, "fresher", 2))
     assert [e.tweet_id for e in next(stream).entries] == ["t9001"]
     stream.cancel()
     with pytest.raises(grpc.RpcError) as info:

@@ -1,0 +1,179 @@
+"""Read side of the view on Cassandra, for asyncio: :class:`CassandraReader` implements
+:class:`~feed_service.store.ports.TimelineStore`.
+
+Every query is one prepared, single-partition statement, run with the driver's ``execute_async``
+and awaited through a future bridge, so the event loop never blocks on Cassandra.
+
+Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
+
+=================  ==================================================================================
+``page``           ``WHERE timeline_id = ? [AND (created_at, tweet_id) < (?, ?)] LIMIT ?``: newest first
+``newer``          ``WHERE timeline_id = ? [AND (created_at, tweet_id) > (?, ?)] ORDER BY ... ASC LIMIT ?``
+``tweet``          ``tweets WHERE tweet_id = ?``
+``profile``        ``profiles WHERE user_id = ? AND version = ?`` (or ``LIMIT 1``: the latest)
+=================  ==================================================================================
+
+Driver exceptions are translated once, here (:func:`translate_driver_error`); anything else is a
+bug and propagates unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
+from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
+
+if TYPE_CHECKING:
+    from cassandra.cluster import Cluster, Session
+
+    from feed_service.settings import Settings
+
+
+def translate_driver_error(exc: BaseException) -> BaseException:
+    """The store error for a driver or connection failure; any other exception is returned as it is.
+
+    Only what says the store cannot serve now becomes :class:`StoreUnavailable` (retryable) or
+    :class:`StoreTimeout`; a ``TypeError`` or any other bug stays itself, so the service reports it as
+    INTERNAL with its traceback instead of telling clients to retry.
+    """
+    from cassandra import DriverException, OperationTimedOut, ReadTimeout, RequestExecutionException
+    from cassandra.cluster import NoHostAvailable
+
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, (OperationTimedOut, ReadTimeout, asyncio.TimeoutError, TimeoutError)):
+        return StoreTimeout(f"cassandra read timed out: {exc}")
+    if isinstance(exc, (NoHostAvailable, RequestExecutionException, DriverException, OSError)):
+        return StoreUnavailable(f"cassandra unavailable: {type(exc).__name__}: {exc}")
+    if isinstance(exc, RuntimeError) and "shutdown" in str(exc).lower():  # session/cluster shut down
+        return StoreUnavailable(f"cassandra session closed: {exc}")
+    return exc
+
+
+_ENTRY_COLUMNS = "tweet_id, author_id, created_at, version, text, profile_version"
+
+
+class CassandraReader:
+    """:class:`TimelineStore` on a cassandra-driver session (prepared statements, async execution).
+
+    Construct with :meth:`connect` (owns its cluster) or around an existing session (the caller
+    keeps ownership). Statements are prepared in the constructor, which therefore blocks: build it
+    off the event loop (``asyncio.to_thread``).
+    """
+
+    def __init__(self, session: "Session", keyspace: str, *, cluster: "Cluster | None" = None) -> None:
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT
+        from cassandra.query import tuple_factory
+
+        self.session = session
+        self.cluster = cluster
+        # the session's default profile with plain tuples: rows are read by position (cheapest factory)
+        self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
+        ks = keyspace
+        p = session.prepare
+        table = f"{ks}.home_timeline"
+        self._page_first = p(f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? LIMIT ?")
+        self._page_before = p(
+            f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? AND (created_at, tweet_id) < (?, ?) LIMIT ?"
+        )
+        asc = "ORDER BY created_at ASC, tweet_id ASC"
+        self._newer_all = p(f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? {asc} LIMIT ?")
+        self._newer_after = p(
+            f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? AND (created_at, tweet_id) > (?, ?)"
+            f" {asc} LIMIT ?"
+        )
+        self._tweet = p(f"SELECT {_ENTRY_COLUMNS} FROM {ks}.tweets WHERE tweet_id = ?")
+        profile_columns = "user_id, version, display_name, avatar_url, bio"
+        self._profile_at = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? AND version = ?")
+        self._profile_latest = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? LIMIT 1")
+        self._closed = False
+
+    @classmethod
+    def connect(cls, settings: "Settings") -> "CassandraReader":
+        """Connect to ``settings``' cluster and prepare the statements (blocking)."""
+        from feed_service.store.session import connect
+
+        try:
+            cluster, session = connect(settings)
+        except Exception as exc:
+            raise translate_driver_error(exc) from exc
+        try:
+            return cls(session, settings.keyspace, cluster=cluster)
+        except Exception as exc:
+            cluster.shutdown()
+            raise translate_driver_error(exc) from exc
+
+    # -- the future bridge -----------------------------------------------------------------
+    def _execute(self, statement: Any, params: Sequence[Any], timeout: float) -> "asyncio.Future[list]":
+        """Run a statement; the returned asyncio future resolves with its rows (one page)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list] = loop.create_future()
+        if self._closed:
+            future.set_exception(StoreUnavailable("cassandra reader is closed"))
+            return future
+        if timeout <= 0:
+            future.set_exception(StoreTimeout("no time left for the read"))
+            return future
+        try:
+            response = self.session.execute_async(
+                statement, params, timeout=timeout, execution_profile=self._profile
+            )
+        except Exception as exc:  # session shut down, no connection pool...
+            future.set_exception(translate_driver_error(exc))
+            return future
+
+        def resolve(rows: Any) -> None:
+            if not future.done():
+                future.set_result(list(rows) if rows is not None else [])
+
+        def fail(exc: BaseException) -> None:
+            if not future.done():
+                future.set_exception(translate_driver_error(exc))
+
+        def hand_over(fn: Any, value: Any) -> None:  # runs on the driver's I/O thread
+            try:
+                loop.call_soon_threadsafe(fn, value)
+            except RuntimeError:  # the loop closed while the query was in flight: nobody awaits it
+                pass
+
+        response.add_callbacks(lambda rows: hand_over(resolve, rows), lambda exc: hand_over(fail, exc))
+        return future
+
+    # -- TimelineStore ---------------------------------------------------------------------
+    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        if before is None:
+            rows = await self._execute(self._page_first, (timeline_id, limit), timeout)
+        else:
+            rows = await self._execute(self._page_before, (timeline_id, before[0], before[1], limit), timeout)
+        return [Entry(*r) for r in rows]
+
+    async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        if after is None:
+            rows = await self._execute(self._newer_all, (timeline_id, limit), timeout)
+        else:
+            rows = await self._execute(self._newer_after, (timeline_id, after[0], after[1], limit), timeout)
+        return [Entry(*r) for r in rows]
+
+    async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
+        rows = await self._execute(self._tweet, (tweet_id,), timeout)
+        # a deleted tweet is a row tombstone: no row; a row without version was never fully written
+        return Entry(*rows[0]) if rows and rows[0][3] is not None else None
+
+    async def profile(self, user_id: str, version: int | None, *, timeout: float) -> ProfileRow | None:
+        if version is None:
+            rows = await self._execute(self._profile_latest, (user_id,), timeout)
+        else:
+            rows = await self._execute(self._profile_at, (user_id, version), timeout)
+        return ProfileRow(*rows[0]) if rows else None
+
+    async def profiles(self, keys: Iterable[ProfileKey], *, timeout: float) -> dict[ProfileKey, ProfileRow]:
+        keys = list(keys)
+        results = await asyncio.gather(*(self._execute(self._profile_at, key, timeout) for key in keys))
+        return {key: ProfileRow(*rows[0]) for key, rows in zip(keys, results) if rows}
+
+    def close(self) -> None:
+        self._closed = True
+        if self.cluster is not None:
+            self.cluster.shutdown()

@@ -1,0 +1,66 @@
+"""An in-memory :class:`~feed_service.store.ports.TimelineStore` for unit tests of the read service.
+
+Same ordering and cursor semantics as Cassandra; ``fail`` set to a
+:class:`~feed_service.errors.StoreError` makes every call raise it (outage simulation). Never a
+stand-in for Cassandra in a test of the system: integration tests use the real node.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
+from feed_service.errors import StoreError, StoreUnavailable
+
+
+class MemoryStore:
+    """In-memory :class:`TimelineStore` for unit tests: same ordering and cursor semantics.
+
+    ``fail`` set to a :class:`StoreError` makes every call raise it (outage simulation).
+    """
+
+    def __init__(self) -> None:
+        self.timelines: dict[str, dict[Cursor, Entry]] = {}
+        self.tweets: dict[str, Entry] = {}
+        self.profile_rows: dict[ProfileKey, ProfileRow] = {}
+        self.fail: StoreError | None = None
+        self.calls = 0
+
+    def add_entry(self, timeline_id: str, row: Entry) -> None:
+        self.timelines.setdefault(timeline_id, {})[row.cursor] = row
+
+    def add_profile(self, row: ProfileRow) -> None:
+        self.profile_rows[(row.user_id, row.version)] = row
+
+    def _check(self) -> None:
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+
+    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        self._check()
+        rows = sorted(self.timelines.get(timeline_id, {}).values(), key=lambda r: r.cursor, reverse=True)
+        return [r for r in rows if before is None or r.cursor < before][:limit]
+
+    async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        self._check()
+        rows = sorted(self.timelines.get(timeline_id, {}).values(), key=lambda r: r.cursor)
+        return [r for r in rows if after is None or r.cursor > after][:limit]
+
+    async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
+        self._check()
+        return self.tweets.get(tweet_id)
+
+    async def profile(self, user_id: str, version: int | None, *, timeout: float) -> ProfileRow | None:
+        self._check()
+        if version is not None:
+            return self.profile_rows.get((user_id, version))
+        versions = [v for (u, v) in self.profile_rows if u == user_id]
+        return self.profile_rows[(user_id, max(versions))] if versions else None
+
+    async def profiles(self, keys: Iterable[ProfileKey], *, timeout: float) -> dict[ProfileKey, ProfileRow]:
+        self._check()
+        return {k: self.profile_rows[k] for k in keys if k in self.profile_rows}
+
+    def close(self) -> None:
+        self.fail = StoreUnavailable("store closed")

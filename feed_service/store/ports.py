@@ -1,0 +1,76 @@
+"""The ports of the view's storage: what the read service and the writers need, as Protocols.
+
+Implementations: :class:`~feed_service.store.cassandra_reader.CassandraReader` and
+:class:`~feed_service.store.cassandra_writer.CassandraWriter` on Cassandra, and
+:class:`~feed_service.store.memory.MemoryStore` in memory for unit tests of their callers.
+
+Contract of every implementation:
+
+- reads return rows in timeline order (``(created_at, tweet_id)`` descending, or ascending where
+  the method says so) and never more than ``limit``;
+- every method raises only :class:`~feed_service.errors.StoreError` subclasses for store faults
+  (``StoreUnavailable``: retryable, the store cannot serve now; ``StoreTimeout``: the time budget
+  ran out). Any other exception is a bug and propagates unchanged;
+- ``timeout`` is in seconds and bounds the whole call (the service passes the gRPC deadline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+
+
+class TimelineStore(Protocol):
+    """The reads the service needs. Every method raises only :class:`StoreError` subclasses.
+
+    ``timeout`` is in seconds and bounds the whole call (the service passes the gRPC deadline).
+    """
+
+    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        """Up to ``limit`` entries strictly older than ``before`` (all if None), newest first."""
+
+    async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        """Up to ``limit`` entries strictly newer than ``after`` (from the oldest if None), oldest first."""
+
+    async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
+        """The latest version of a tweet; None when unknown or deleted."""
+
+    async def profile(self, user_id: str, version: int | None, *, timeout: float) -> ProfileRow | None:
+        """A profile at ``version`` (the latest if None); None when that version is not stored."""
+
+    async def profiles(self, keys: Iterable[ProfileKey], *, timeout: float) -> dict[ProfileKey, ProfileRow]:
+        """The stored profiles among ``keys`` (missing keys are absent from the result)."""
+
+    def close(self) -> None:
+        """Release connections; later calls raise :class:`StoreUnavailable`."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCounts:
+    """Rows written by one :meth:`ViewWriter.write` call, per kind (summed with ``+``)."""
+
+    timeline_upserts: int = 0
+    timeline_deletes: int = 0
+    tweets: int = 0
+    profiles: int = 0
+
+    def __add__(self, other: "WriteCounts") -> "WriteCounts":
+        return WriteCounts(self.timeline_upserts + other.timeline_upserts,
+                           self.timeline_deletes + other.timeline_deletes,
+                           self.tweets + other.tweets, self.profiles + other.profiles)
+
+
+class ViewWriter(Protocol):
+    """Writes of the view's rows. Every row carries its write timestamp; rows may be written in any
+    order and any number of times (docs/idempotent-writes.md). Raises
+    :class:`~feed_service.errors.WriteFailed` when some writes failed after retries."""
+
+    def write(
+        self,
+        *,
+        timeline: Iterable[TimelineWrite] = (),
+        tweets: Iterable[TweetWrite] = (),
+        profiles: Iterable[ProfileWrite] = (),
+    ) -> WriteCounts: ...

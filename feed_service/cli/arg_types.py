@@ -31,3 +31,23 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"not a port: {value}")
     return value
+
+
+def inbox_cap(text: str) -> int:
+    """An inbox cap, validated by the same rule as ``Settings.inbox_cap``."""
+    from feed_service.errors import ConfigError
+    from feed_service.settings import check_inbox_cap
+
+    try:
+        return check_inbox_cap(int(text))
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"not an integer: {text!r}") from None
+
+
+def default_inbox_cap() -> int:
+    """The inbox cap of the environment's settings (``FEED_INBOX_CAP``, else the view's default)."""
+    import os
+
+    from feed_service.core.join import DEFAULT_INBOX_CAP
+
+    return inbox_cap(os.environ.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP)))

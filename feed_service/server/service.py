@@ -31,7 +31,9 @@ from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
 from feed_service.errors import AuthError, FeedError, PageTokenError
+from feed_service.settings import check_inbox_cap
 from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
+from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.errors import StoreError, StoreTimeout
 from feed_service.server.hydration import ProfileCache, hydrate_profiles
@@ -39,8 +41,6 @@ from feed_service.store.ports import TimelineStore
 
 DEFAULT_PAGE_SIZE = 20
 MAX_PAGE_SIZE = 200
-#: Inboxes keep the newest 800 entries (the join's cap): paging never goes beyond them.
-INBOX_CAP = 800
 MAX_ID_LEN = 128
 #: Entries per WatchHomeTimeline poll; a longer backlog is sent over the following polls.
 WATCH_BATCH = 200
@@ -167,8 +167,11 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         access_log: bool = False,
         store_status: Callable[[], str] = lambda: "not connected",
         now: Callable[[], float] = time.time,
+        inbox_cap: int = DEFAULT_INBOX_CAP,
     ) -> None:
         self._get_store = store
+        #: the view's cap (Settings.inbox_cap, the stream's and backfill's too): paging stops there
+        self.inbox_cap = check_inbox_cap(inbox_cap)
         self._store_status = store_status
         self._secret = secret
         self._pages = PageTokenCodec(secret)
@@ -219,6 +222,15 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded before the read")
         return min(remaining, self.request_timeout_s)
 
+    def _watch_wait(self, context: grpc.aio.ServicerContext) -> float:
+        """Seconds until the next poll of a watch: the poll interval, or less if the deadline is nearer."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            return self.watch_poll_s
+        if remaining <= 0:
+            raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+        return min(self.watch_poll_s, remaining)
+
     @staticmethod
     def _failure_of(exc: Exception, method: str, context: grpc.aio.ServicerContext) -> tuple[RpcFailure, str]:
         """The status a handler's exception ends its call with, and the detail to log."""
@@ -267,7 +279,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             except PageTokenError as exc:
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             before, served = cursor.position, cursor.served
-        limit = min(page_size, INBOX_CAP - served)
+        limit = min(page_size, self.inbox_cap - served)
         if limit <= 0:
             return pb.GetHomeTimelineResponse()
         store = self._store()
@@ -277,7 +289,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         rows = rows[:limit]
         entries = await self._hydrate(store, rows, budget) if rows else []
         next_token = ""
-        if more and served + len(rows) < INBOX_CAP:
+        if more and served + len(rows) < self.inbox_cap:
             next_token = self._pages.encode(PageCursor(user_id, rows[-1].cursor, served + len(rows), KIND_PAGE))
         return pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
 
@@ -323,21 +335,22 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             except PageTokenError as exc:
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc).replace("page token", "resume token"))
         else:  # start at the current head: only entries materialized from now on are sent
-            head = await store.page(user_id, before=None, limit=1, timeout=self.request_timeout_s)
+            head = await store.page(user_id, before=None, limit=1, timeout=self._budget(context))
             position = head[0].cursor if head else None
         self.metrics.watch_streams.inc()
         try:
             while not self.stopping.is_set():
                 try:
-                    await asyncio.wait_for(self.stopping.wait(), self.watch_poll_s)
+                    await asyncio.wait_for(self.stopping.wait(), self._watch_wait(context))
                     break  # server shutting down: end the stream cleanly (OK)
                 except asyncio.TimeoutError:
                     pass
                 store = self._store()
-                rows = await store.newer(user_id, after=position, limit=WATCH_BATCH, timeout=self.request_timeout_s)
+                budget = self._budget(context)  # every read within the call's deadline
+                rows = await store.newer(user_id, after=position, limit=WATCH_BATCH, timeout=budget)
                 if rows:
                     position = rows[-1].cursor
-                    entries = await self._hydrate(store, rows, self.request_timeout_s)
+                    entries = await self._hydrate(store, rows, budget)
                     token = self._pages.encode(PageCursor(user_id, position, 0, KIND_WATCH))
                     yield pb.WatchHomeTimelineResponse(entries=entries, resume_token=token)
         finally:

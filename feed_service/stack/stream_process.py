@@ -37,6 +37,12 @@ def high_watermarks(settings: Settings) -> dict[str, dict[str, int]]:
         consumer.close()
 
 
+def batch_reached(progress: dict[str, Any], batch_id: int) -> bool:
+    """Whether the progress record shows batch ``batch_id`` (or a later one) done; batch 0 counts."""
+    done = progress["timeline-join"]["batch_id"]
+    return done is not None and done >= batch_id
+
+
 class StreamProcess:
     """``python -m spark_jobs.stream`` in its own process group, against ``settings``."""
 
@@ -76,7 +82,7 @@ class StreamProcess:
         while time.monotonic() < deadline:
             self._check_alive()
             p = self.progress()
-            if p and (p["timeline-join"]["batch_id"] or -1) >= batch_id:
+            if p and batch_reached(p, batch_id):
                 return p
             time.sleep(0.5)
         raise StreamNotReady(f"no batch {batch_id} within {timeout}s; progress {self.progress()}")

@@ -61,3 +61,12 @@ def test_batch_size_and_inbox_cap_options(tmp_path: Path) -> None:
 def test_missing_file_and_bad_options_fail(tmp_path: Path) -> None:
     assert run_cli(tmp_path / "nope.jsonl").returncode == 2
     assert run_cli(tmp_path / "nope.jsonl", "--batch-size", "0").returncode == 2
+
+
+def test_inbox_cap_below_one_is_refused_before_reading(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "feed_service", "materialize", "--inbox-cap", "0",
+                           str(tmp_path / "missing.jsonl")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "inbox cap must be an integer >= 1" in proc.stderr

@@ -18,8 +18,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.server.config import ServerConfig
-from feed_service.server.service import INBOX_CAP
 from feed_service.server.testing import TEST_SECRET, ServerThread
+from feed_service.core.join import DEFAULT_INBOX_CAP as INBOX_CAP
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.errors import StoreTimeout, StoreUnavailable
 from feed_service.store.memory import MemoryStore
@@ -195,6 +195,74 @@ def test_not_connected_is_unavailable_and_not_serving() -> None:
         health = health_pb2_grpc.HealthStub(server.channel())
         status = health.Check(health_pb2.HealthCheckRequest(service="feed.v1.TimelineService")).status
         assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class BuggyStore(MemoryStore):
+    """A store whose page() has a bug (not a store fault)."""
+
+    async def page(self, *args, **kwargs):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+
+def test_a_bug_in_the_store_is_internal_with_its_traceback_logged(caplog) -> None:
+    with ServerThread(config(), store=BuggyStore()) as server, caplog.at_level("ERROR", "feed_service.server"):
+        err = rpc_error(home, server.stub(), server)
+    assert err.code() == Code.INTERNAL  # not a retryable UNAVAILABLE
+    logged = [r for r in caplog.records if r.exc_info]
+    assert logged and logged[0].exc_info[0] is TypeError
+
+
+def test_driver_errors_are_translated_and_bugs_are_not() -> None:
+    from cassandra.cluster import NoHostAvailable
+
+    from feed_service.store.cassandra_reader import translate_driver_error
+
+    bug = TypeError("boom")
+    assert translate_driver_error(bug) is bug
+    assert isinstance(translate_driver_error(NoHostAvailable("no host", {})), StoreUnavailable)
+    assert isinstance(translate_driver_error(TimeoutError()), StoreTimeout)
+
+
+def test_paging_stops_at_the_configured_inbox_cap(store: MemoryStore) -> None:
+    from feed_service.settings import Settings
+
+    with ServerThread(config(settings=Settings(inbox_cap=30)), store=store) as server:
+        stub, ids, token = server.stub(), [], ""
+        while True:
+            page = home(stub, server, "big", page_size=7, page_token=token)
+            ids += [e.tweet_id for e in page.entries]
+            token = page.next_page_token
+            if not token:
+                break
+    assert len(ids) == 30 and len(set(ids)) == 30
+
+
+class RecordingStore(MemoryStore):
+    """Records the time budget each read was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float] = []
+
+    async def page(self, *args, timeout: float, **kwargs):
+        self.timeouts.append(timeout)
+        return await super().page(*args, timeout=timeout, **kwargs)
+
+    async def newer(self, *args, timeout: float, **kwargs):
+        self.timeouts.append(timeout)
+        return await super().newer(*args, timeout=timeout, **kwargs)
+
+
+def test_watch_reads_stay_within_the_call_deadline() -> None:
+    store = RecordingStore()
+    with ServerThread(config(request_timeout_s=30.0), store=store) as server:
+        stream = server.stub().WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id="ann"),
+                                                 metadata=server.auth("ann"), timeout=0.6)
+        with pytest.raises(grpc.RpcError) as info:
+            next(stream)
+    assert info.value.code() == Code.DEADLINE_EXCEEDED
+    assert len(store.timeouts) >= 2  # the head read and at least one poll
+    assert max(store.timeouts) <= 0.6  # never the 30 s request timeout
 
 
 class SlowStore(MemoryStore):

@@ -14,6 +14,7 @@ import sys
 from itertools import islice
 from typing import Any, BinaryIO, TextIO
 
+from feed_service.cli.arg_types import default_inbox_cap, inbox_cap
 from feed_service.cli.arg_types import positive_int as _positive
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.core.view import Materializer
@@ -29,8 +30,8 @@ def register(sub: Any) -> None:
     parser.add_argument("events", metavar="EVENTS.jsonl", help="one JSON event envelope per line")
     parser.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH_SIZE,
                         help=f"lines per micro-batch (default {DEFAULT_BATCH_SIZE})")
-    parser.add_argument("--inbox-cap", type=_positive, default=DEFAULT_INBOX_CAP,
-                        help=f"entries kept per timeline (default {DEFAULT_INBOX_CAP})")
+    parser.add_argument("--inbox-cap", type=inbox_cap, default=default_inbox_cap(),
+                        help="entries kept per timeline (default: FEED_INBOX_CAP, else 800)")
     parser.set_defaults(handler=run)
 
 

@@ -1,4 +1,4 @@
-"""Throughput of the timeline join step on a generated power-law workload (issue 3).
+"""Throughput of the timeline join step on a generated power-law workload.
 
 Run: ``.venv/bin/python bench/bench_engine.py`` (about 20 s with the defaults; ``--help`` for sizes).
 

@@ -154,13 +154,6 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     )
 
 
-def valid_changes(parsed: "DataFrame") -> "DataFrame":
-    """Rows of valid events: the join key and the typed event columns."""
-    from pyspark.sql import functions as F
-
-    return parsed.where(F.col("reject_code").isNull()).select("key", *(name for name, _ in EVENT_COLUMNS))
-
-
 #: ``route`` of a row headed for the join (grouped by its join key) or for the dead-letter topic.
 ROUTE_JOIN = "join"
 ROUTE_DEAD_LETTER = "dead_letter"

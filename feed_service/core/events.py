@@ -1,6 +1,6 @@
 """Change events of the three source tables, their parser, and the rules that order versions.
 
-The envelope is the one of issue 3 (JSON Schemas in ``schemas/events/``)::
+The envelope (JSON Schema in ``schemas/events/``)::
 
     {"type":"tweet","op":"upsert","tweet_id","author_id","version","created_at","text","profile_version"}
     {"type":"tweet","op":"delete","tweet_id","author_id","version"}

@@ -1,7 +1,6 @@
 """Join operator: incremental maintenance of ``tweets ⋈ follows`` for one author key per call.
 
-Over one micro-batch the view changes by the discrete product rule (issue 3, design
-``timeline-join.md``)::
+Over one micro-batch the view changes by the discrete product rule (docs/design.md)::
 
     ΔV = ΔT⋈F + T⋈ΔF + ΔT⋈ΔF        (T, F = the key's tables before the batch)
 
@@ -44,7 +43,7 @@ from feed_service.core.rows import DeltaOp, Entry, ProfileRow, TimelineDelta, Tw
 from feed_service.core.state import AuthorState, ColdTweet, Edge
 
 DEFAULT_INBOX_CAP = 800
-"""Entries kept per home timeline (issue 3), and tweets kept per author key."""
+"""Entries kept per home timeline, and tweets kept per author key (docs/design.md, the inbox cap)."""
 
 @dataclass(frozen=True, slots=True)
 class StepResult:

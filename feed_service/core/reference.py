@@ -39,7 +39,7 @@ from feed_service.core.view import entry_dict, sort_key
 
 @dataclass(slots=True)
 class FinalTables:
-    """The three source tables after every event, by the semantic rules of issue 3."""
+    """The three source tables after every event, by the version rules of :mod:`feed_service.core.events` (docs/design.md)."""
 
     tweets: dict[tuple[str, str], TweetContent] = field(default_factory=dict)
     """(author_id, tweet_id) -> winning content, live tweets only."""

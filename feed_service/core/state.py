@@ -1,7 +1,7 @@
 """Per-author-key state of the timeline join, and its byte codec.
 
-One :class:`AuthorState` holds everything the deltas of one author key need (issue 3, "one key,
-both sides"): the author's follow edges, the author's newest live tweets up to the inbox cap,
+One :class:`AuthorState` holds everything the deltas of one author key need (docs/design.md, "one key
+holds both sides"): the author's follow edges, the author's newest live tweets up to the inbox cap,
 what is known of its older and deleted tweets, its profile versions, and the key's logical clock.
 
 The state is immutable; :func:`feed_service.core.join.step` returns a new one that shares the
@@ -66,10 +66,6 @@ class AuthorState:
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
         """Return the state of a key never seen, its clock starting at ``clock``."""
         return cls(key, clock, _EMPTY_MAP, (), _EMPTY_MAP, _EMPTY_MAP, frozenset(), _EMPTY_MAP)
-
-    def is_empty(self) -> bool:
-        """Whether the state holds nothing but its clock (e.g. only rejected-free no-op events seen)."""
-        return not (self.followers or self.tweets or self.cold or self.deleted or self.profiles)
 
     def __eq__(self, other: object) -> bool:
         # Field-wise with plain-dict comparison: a MappingProxyType never equals a dict.

@@ -2,7 +2,7 @@
 
 :class:`TimelineView` is the reference sink: it applies :class:`~feed_service.core.join.StepResult`
 outputs the way the Cassandra sink will (rows keyed by timeline and tweet, dimensions by versioned
-key) and hydrates display names at read time. :class:`Materializer` is the thin driver of issue 3:
+key) and hydrates display names at read time. :class:`Materializer` is the thin driver of the engine:
 parse, group by :func:`~feed_service.core.events.join_key`, one :func:`~feed_service.core.join.step`
 per key, apply. The CLI and the tests use both; the Spark job replaces the driver, not the step.
 """
@@ -47,7 +47,7 @@ def sort_key(entry: Entry) -> tuple[int, str, str]:
 
 
 def entry_dict(entry: Entry, display_name: str | None) -> dict[str, Any]:
-    """Return the public shape of one timeline entry (the CLI contract of issue 3)."""
+    """Return the public shape of one timeline entry (``feedctl materialize``'s output contract)."""
     return {
         "tweet_id": entry.tweet_id,
         "author_id": entry.author_id,

@@ -1,4 +1,4 @@
-"""The gRPC read service (``feed.v1.TimelineService``, issue 5) on ``grpc.aio``.
+"""The gRPC read service (``feed.v1.TimelineService``, docs/api.md) on ``grpc.aio``.
 
 Small modules, one job each:
 

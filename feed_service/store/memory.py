@@ -24,7 +24,6 @@ class MemoryStore:
         self.tweets: dict[str, Entry] = {}
         self.profile_rows: dict[ProfileKey, ProfileRow] = {}
         self.fail: StoreError | None = None
-        self.calls = 0
 
     def add_entry(self, timeline_id: str, row: Entry) -> None:
         self.timelines.setdefault(timeline_id, {})[row.cursor] = row
@@ -33,7 +32,6 @@ class MemoryStore:
         self.profile_rows[(row.user_id, row.version)] = row
 
     def _check(self) -> None:
-        self.calls += 1
         if self.fail is not None:
             raise self.fail
 

@@ -1,4 +1,4 @@
-"""``python -m feed_service materialize``, end to end in a subprocess (the contract of issue 3)."""
+"""``python -m feed_service materialize``, end to end in a subprocess (its output contract: docs/join-engine.md)."""
 
 from __future__ import annotations
 

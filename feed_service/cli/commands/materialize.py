@@ -1,6 +1,6 @@
 """``feedctl materialize EVENTS.jsonl``: run a replay file through the engine and print the timelines.
 
-The outside check of the engine (issue 3): one JSON document on stdout,
+The outside check of the engine (docs/join-engine.md): one JSON document on stdout,
 ``{"timelines": {user_id: [entry, ...]}, "rejected": n}``, users with an empty timeline omitted,
 one line per rejected record on stderr, exit 0 once the file was processed even with rejects.
 Blank lines are not records: they are skipped and not counted.

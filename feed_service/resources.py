@@ -26,8 +26,9 @@ def resource(name: str) -> Traversable:
     """The packaged file ``name`` (``FileNotFoundError`` naming it if the package lacks it)."""
     node = resources.files(DATA_PACKAGE).joinpath(DATA_DIR, *name.split("/"))
     if not node.is_file():
-        raise FileNotFoundError(f"package data {name!r} is missing from {DATA_PACKAGE}/{DATA_DIR}: "
-                                "reinstall the package (pip install .) so the build copies it")
+        raise FileNotFoundError(f"package data {name!r} is missing from {DATA_PACKAGE}/{DATA_DIR}: reinstall "
+                                "the package so the build copies it (pip install . , or ./scripts/bootstrap "
+                                "in a checkout)")
     return node
 
 

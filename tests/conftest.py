@@ -1,6 +1,8 @@
 """Shared fixtures. Integration tests get one real local stack per pytest session.
 
-The test stack lives in ``.stack/test/<run>`` with free ports, so it runs beside a developer's stack.
+The test stack lives in ``.stack/test/<run>`` of the repository with free ports, so it runs beside a
+developer's stack, and shares the repository's download cache (``.stack/cache``, or FEED_CACHE_DIR)
+wherever pytest is started from: the package itself only knows the current directory.
 A run that crashed (owner process gone) leaves a folder whose services the next run stops and
 removes first, so nothing it left can block the next one.
 """
@@ -17,10 +19,17 @@ from typing import Iterator
 import pytest
 
 from feed_service.settings import Settings
-from feed_service.stack.config import REPO_ROOT, StackConfig
+from feed_service.stack.config import StackConfig
 
+#: The checkout the tests belong to (the package may be installed from anywhere).
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_STACKS = REPO_ROOT / ".stack" / "test"
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # in the environment, so child processes (stream job, backfill) find the same jars
+    os.environ.setdefault("FEED_CACHE_DIR", str(REPO_ROOT / ".stack" / "cache"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

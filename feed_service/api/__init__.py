@@ -1,21 +1,21 @@
 """Generated gRPC stubs of ``proto/feed/v1/timeline.proto``: ``timeline_pb2``, ``timeline_pb2_grpc``.
 
-The stubs are generated, not committed: ``scripts/bootstrap`` runs ``python -m feed_service.api.build``,
-and ``from feed_service.api import timeline_pb2`` regenerates them first when the ``.proto`` changed.
+The stubs are build outputs, not sources: ``setup.py``'s ``build_py`` generates them into a wheel,
+or in place for an editable install (git-ignored). A package without them was installed from a
+tree that was never built, so the import fails here, saying how to get them, rather than later
+with a bare ``No module named ...``.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from importlib.util import find_spec
 
-_STUBS = frozenset({"timeline_pb2", "timeline_pb2_grpc"})
+STUBS = ("timeline_pb2", "timeline_pb2_grpc")
 
-
-def __getattr__(name: str) -> ModuleType:
-    if name not in _STUBS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from feed_service.api import build
-
-    build.ensure()
-    return importlib.import_module(f"{__name__}.{name}")
+_missing = [name for name in STUBS if find_spec(f"{__name__}.{name}") is None]
+if _missing:
+    raise ImportError(
+        f"{__name__} lacks its generated gRPC stubs ({', '.join(_missing)}): they are made when the "
+        "package is built; reinstall it (pip install . , or ./scripts/bootstrap in a checkout)",
+        name=__name__,
+    )

@@ -2,6 +2,8 @@
 
 Defaults come from environment variables so that the demo, the CLI and a developer's shell agree;
 the test suite builds its own :class:`StackConfig` with free ports and a private data folder.
+Folders not set by FEED_STACK_DIR / FEED_CACHE_DIR are under ``.stack/`` in the current directory
+(the scripts run from the repository root): the package never assumes it sits in a source tree.
 """
 
 from __future__ import annotations
@@ -9,29 +11,39 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from feed_service.settings import Settings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-#: Downloads (Maven repository, jars): shared by every stack on this machine, git-ignored.
-DEFAULT_CACHE_DIR = REPO_ROOT / ".stack" / "cache"
-#: Data, logs and pid files of the developer's stack, git-ignored.
-DEFAULT_DATA_DIR = REPO_ROOT / ".stack" / "local"
+#: Downloads (Maven repository, jars), relative to the current directory: shared by the stacks
+#: started from there (the developer's and the test suite's), git-ignored.
+DEFAULT_CACHE_DIR = Path(".stack") / "cache"
+#: Data, logs and pid files of the developer's stack, relative to the current directory, git-ignored.
+DEFAULT_DATA_DIR = Path(".stack") / "local"
 
 LOOPBACK = "127.0.0.1"
+
+
+def default_cache_dir() -> Path:
+    """FEED_CACHE_DIR, else ``.stack/cache`` in the current directory; absolute, as child processes
+    (Maven, the JVMs, the stream job) may run elsewhere."""
+    return Path(os.environ.get("FEED_CACHE_DIR") or DEFAULT_CACHE_DIR).absolute()
+
+
+def default_data_dir() -> Path:
+    """FEED_STACK_DIR, else ``.stack/local`` in the current directory; absolute."""
+    return Path(os.environ.get("FEED_STACK_DIR") or DEFAULT_DATA_DIR).absolute()
 
 
 @dataclass(frozen=True, slots=True)
 class StackConfig:
     """Ports and folders of one local stack (Kafka broker, Cassandra node, Spark in local mode)."""
 
-    data_dir: Path = DEFAULT_DATA_DIR
-    cache_dir: Path = DEFAULT_CACHE_DIR
+    data_dir: Path = field(default_factory=DEFAULT_DATA_DIR.absolute)
+    cache_dir: Path = field(default_factory=DEFAULT_CACHE_DIR.absolute)
     host: str = LOOPBACK
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
@@ -58,8 +70,8 @@ class StackConfig:
         base = cls()
         return replace(
             base,
-            data_dir=Path(env.get("FEED_STACK_DIR", base.data_dir)),
-            cache_dir=Path(env.get("FEED_CACHE_DIR", base.cache_dir)),
+            data_dir=default_data_dir(),
+            cache_dir=default_cache_dir(),
             kafka_port=int(env.get("FEED_KAFKA_PORT", base.kafka_port)),
             kafka_controller_port=int(env.get("FEED_KAFKA_CONTROLLER_PORT", base.kafka_controller_port)),
             cassandra_port=int(env.get("FEED_CASSANDRA_PORT", base.cassandra_port)),
@@ -69,12 +81,12 @@ class StackConfig:
         )
 
     @classmethod
-    def with_free_ports(cls, data_dir: Path, cache_dir: Path = DEFAULT_CACHE_DIR) -> "StackConfig":
+    def with_free_ports(cls, data_dir: Path, cache_dir: Path | None = None) -> "StackConfig":
         """A stack beside any other: its own folder and ports the kernel reports free right now."""
         ports = free_ports(4)
         return cls(
             data_dir=data_dir,
-            cache_dir=cache_dir,
+            cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
             kafka_port=ports[0],
             kafka_controller_port=ports[1],
             cassandra_port=ports[2],

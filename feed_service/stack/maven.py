@@ -3,6 +3,9 @@
 Jars land in ``<cache>/<component>-<versions hash>/lib`` and are reused: a complete fetch leaves a
 stamp file, so a second ``stack up`` does not download again, and changing a pinned version fetches
 into a new folder instead of mixing jars of two versions.
+
+The component poms and the Maven settings are package data (``feed_service/stack/maven/``), read
+through :mod:`importlib.resources` so an installed package finds them wherever it runs from.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import hashlib
 import logging
 import shutil
 import subprocess
+from contextlib import ExitStack
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from feed_service.errors import StackError as FetchError
@@ -18,14 +24,16 @@ from feed_service.stack.versions import maven_properties
 
 log = logging.getLogger(__name__)
 
-#: Repository folder holding the component poms and the Maven settings.
-MAVEN_DIR = Path(__file__).resolve().parents[2] / "stack" / "maven"
-
 COMPONENTS = ("kafka", "cassandra", "spark-kafka")
 
 
+def _maven_file(name: str) -> Traversable:
+    """A file of the package's ``maven/`` folder (a component pom or ``settings.xml``)."""
+    return resources.files("feed_service.stack").joinpath("maven", name)
+
+
 def _fingerprint(component: str) -> str:
-    pom = (MAVEN_DIR / f"{component}.pom.xml").read_bytes()
+    pom = _maven_file(f"{component}.pom.xml").read_bytes()
     props = repr(sorted(maven_properties().items())).encode()
     return hashlib.sha1(pom + props).hexdigest()[:12]
 
@@ -48,19 +56,23 @@ def fetch(cache_dir: Path, component: str) -> Path:
         shutil.rmtree(target)  # a fetch that died half way
     target.parent.mkdir(parents=True, exist_ok=True)
     log_file = target.parent / "mvn.log"
-    cmd = [
-        "mvn", "-B", "-q",
-        "-s", str(MAVEN_DIR / "settings.xml"),
-        "-f", str(MAVEN_DIR / f"{component}.pom.xml"),
-        f"-Dmaven.repo.local={cache_dir / 'm2'}",
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={target}",
-        *(f"-D{k}={v}" for k, v in maven_properties().items()),
-    ]
-    log.info("fetching %s jars with Maven (log: %s)", component, log_file)
-    with log_file.open("wb") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+    # mvn needs real files for -s/-f: as_file gives the installed ones, or temporary copies (zip imports)
+    with ExitStack() as files:
+        settings = files.enter_context(resources.as_file(_maven_file("settings.xml")))
+        pom = files.enter_context(resources.as_file(_maven_file(f"{component}.pom.xml")))
+        cmd = [
+            "mvn", "-B", "-q",
+            "-s", str(settings),
+            "-f", str(pom),
+            f"-Dmaven.repo.local={cache_dir / 'm2'}",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={target}",
+            *(f"-D{k}={v}" for k, v in maven_properties().items()),
+        ]
+        log.info("fetching %s jars with Maven (log: %s)", component, log_file)
+        with log_file.open("wb") as out:
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0 or not any(target.glob("*.jar")):
         raise FetchError(f"Maven could not fetch {component} jars (exit {proc.returncode}); see {log_file}")
     stamp.write_text(" ".join(cmd))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from feed_service.stack import maven
-from feed_service.stack.config import DEFAULT_CACHE_DIR
+from feed_service.stack.config import default_cache_dir
 from feed_service.stack.versions import SPARK_VERSION
 
 if TYPE_CHECKING:
@@ -30,8 +30,9 @@ def _artifact(jar: Path) -> str:
     return _VERSION_SUFFIX.sub("", jar.name)
 
 
-def kafka_connector_jars(cache_dir: Path = DEFAULT_CACHE_DIR) -> list[Path]:
-    """The connector's jars that the pyspark wheel does not already ship (fetched when missing)."""
+def kafka_connector_jars(cache_dir: Path | None = None) -> list[Path]:
+    """The connector's jars that the pyspark wheel does not already ship (fetched when missing into
+    ``cache_dir``, default :func:`~feed_service.stack.config.default_cache_dir`)."""
     import pyspark
 
     if pyspark.__version__ != SPARK_VERSION:
@@ -40,14 +41,14 @@ def kafka_connector_jars(cache_dir: Path = DEFAULT_CACHE_DIR) -> list[Path]:
             "run ./scripts/bootstrap"
         )
     shipped = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    lib = maven.fetch(cache_dir, "spark-kafka")
+    lib = maven.fetch(cache_dir if cache_dir is not None else default_cache_dir(), "spark-kafka")
     return sorted(j for j in lib.glob("*.jar") if _artifact(j) not in shipped)
 
 
 def build_session(
     app_name: str,
     *,
-    cache_dir: Path = DEFAULT_CACHE_DIR,
+    cache_dir: Path | None = None,
     master: str = "local[2]",
     shuffle_partitions: int = 4,
     extra_conf: Mapping[str, str] | None = None,
@@ -69,6 +70,8 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        # The pandas operators get nullable Int64 columns: numpy float64 would round bigints above 2**53.
+        .config("spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype", "true")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
     )

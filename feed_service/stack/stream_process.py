@@ -16,25 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from feed_service.errors import StreamNotReady
+from feed_service.kafka.offsets import Offsets, watermarks
 from feed_service.settings import Settings
-from feed_service.stack.config import REPO_ROOT
 
 
-def high_watermarks(settings: Settings) -> dict[str, dict[str, int]]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "watermarks"})
-    try:
-        out: dict[str, dict[str, int]] = {}
-        for role in ("tweets", "follows", "profiles"):
-            topic = settings.topic(role)
-            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            out[topic] = {
-                str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions
-            }
-        return out
-    finally:
-        consumer.close()
+def high_watermarks(settings: Settings) -> Offsets:
+    """The end offsets of the changelog topics now: what "caught up" is measured against."""
+    return watermarks(settings)[1]
 
 
 def batch_reached(progress: dict[str, Any], batch_id: int) -> bool:
@@ -61,7 +49,8 @@ class StreamProcess:
                "--status-file", str(self.status_file), *self.extra_args]
         self.status_file.unlink(missing_ok=True)
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            # the installed package's module from our own working directory: no source tree needed
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         return self
 

@@ -26,7 +26,7 @@ LOG4J_VERSION = "2.24.3"
 
 
 def maven_properties() -> dict[str, str]:
-    """Properties substituted into ``stack/maven/*.pom.xml``."""
+    """Properties substituted into the poms of ``feed_service/stack/maven/``."""
     return {
         "scala.binary": SCALA_BINARY,
         "kafka.version": KAFKA_VERSION,

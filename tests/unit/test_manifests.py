@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from feed_service.cli.main import build_parser
-from feed_service.stack.config import REPO_ROOT
 
-K8S = REPO_ROOT / "k8s"
+K8S = Path(__file__).resolve().parents[2] / "k8s"
 
 
 def _subcommands() -> set[str]:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pyspark
 
-from feed_service.stack.config import REPO_ROOT, StackConfig, free_ports
+from feed_service.stack.config import StackConfig, free_ports
 from feed_service.stack.process import ServiceProcess
 from feed_service.stack.versions import SPARK_VERSION
 from feed_service.store.schema import schema_statements
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_pin_matches_pyproject_and_installed_wheel() -> None:

@@ -1,4 +1,4 @@
-"""Backfill throughput on a 200k-event power-law history, against the raw Cassandra write ceiling (issue 7).
+"""Backfill throughput on a 200k-event power-law history, against the raw Cassandra write ceiling.
 
 Run on the developer stack (``feedctl stack up``; Kafka 127.0.0.1:9092, Cassandra 127.0.0.1:9042, left
 running): ``.venv/bin/python bench/bench_backfill.py`` (``--help`` for sizes).
@@ -46,7 +46,7 @@ def publish(settings: Settings, events: list[dict]) -> float:
     return time.perf_counter() - t0
 
 
-def timeline_rows(events: list[dict], inbox_cap: int, ts: int) -> list[tuple]:
+def timeline_rows(events: list[dict], inbox_cap: int, ts: int) -> list[TimelineWrite]:
     """The rows the backfill writes: each author's newest ``inbox_cap`` live tweets x active followers."""
     tables = reference_tables(events)
     by_author: dict[str, list[tuple]] = {}
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=20_000)
     parser.add_argument("--mean-following", type=float, default=4.0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--inbox-cap", type=int, default=800)
+    parser.add_argument("--inbox-cap", type=int, default=None, help="default: FEED_INBOX_CAP, else 800")
     parser.add_argument("--ceiling-processes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--ceiling-rows", type=int, default=1_000_000)
     parser.add_argument("--chunk", type=int, default=5000, help="rows per write call in the ceiling")
@@ -110,6 +110,8 @@ def main() -> int:
 
     run_id = time.strftime("%m%d%H%M%S")
     base = Settings.from_env()
+    if args.inbox_cap is not None:
+        base = base.replace(inbox_cap=args.inbox_cap)
     settings = replace(base.with_topic_suffix(f".bench{run_id}"), keyspace=f"feed_bench{run_id}")
     provision(settings)
     events = list(islice(generate(users=args.users, events=None, seed=args.seed,
@@ -123,14 +125,14 @@ def main() -> int:
     spark = build_session("bench-backfill", shuffle_partitions=4, extra_conf=SESSION_CONF)
     out = Path(tempfile.mkdtemp(prefix="bench-backfill-")) / "out"
     t0 = time.perf_counter()
-    result = run_backfill(spark, settings, BackfillOptions(out=out, inbox_cap=args.inbox_cap))
+    result = run_backfill(spark, settings, BackfillOptions(out=out))
     wall = time.perf_counter() - t0
     spark.stop()
     s = result.summary
     stages = s["stage_seconds"]
     rows_written = s["rows"]["timeline"]
 
-    rows = timeline_rows(events, args.inbox_cap, s["backfill_ts"])
+    rows = timeline_rows(events, settings.inbox_cap, s["backfill_ts"])
     assert len(rows) == rows_written, (len(rows), rows_written)
     sample = rows[: args.ceiling_rows]
     ceilings = {}

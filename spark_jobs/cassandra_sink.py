@@ -11,10 +11,10 @@ micro-batch; Spark then retries it from the checkpoint and, writes being idempot
 from __future__ import annotations
 
 import atexit
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from feed_service.settings import Settings
-from feed_service.errors import DeliveryFailed
+from feed_service.kafka.dead_letters import publish_dead_letters
 from feed_service.store.cassandra_writer import CassandraWriter
 from feed_service.store.ports import WriteCounts
 from spark_jobs.output_rows import writes_of
@@ -23,39 +23,6 @@ from spark_jobs.output_rows import writes_of
 CHUNK_ROWS = 2000
 
 _writers: dict[tuple, CassandraWriter] = {}
-_producers: dict[str, Any] = {}
-
-
-def producer_for(settings: Settings) -> Any:
-    """The worker process's Kafka producer for dead letters (idempotent, acks=all)."""
-    producer = _producers.get(settings.kafka_bootstrap)
-    if producer is None:
-        from confluent_kafka import Producer
-
-        producer = _producers[settings.kafka_bootstrap] = Producer({
-            "bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True, "acks": "all",
-            "linger.ms": 5,
-        })
-    return producer
-
-
-def publish_dead_letters(settings: Settings, letters: list[tuple[str, str]]) -> None:
-    """Publish (key, value) dead-letter records and wait for every delivery report."""
-    producer = producer_for(settings)
-    failures: list[str] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    topic = settings.topic("dead_letter")
-    for key, value in letters:
-        producer.produce(topic, key=key.encode(), value=value.encode(), on_delivery=report)
-        producer.poll(0)
-    remaining = producer.flush(60)
-    if failures or remaining:
-        raise DeliveryFailed(f"{len(failures) + remaining} of {len(letters)} dead letters not delivered: "
-                              f"{failures[:1]}")
 
 
 def writer_for(settings: Settings) -> CassandraWriter:

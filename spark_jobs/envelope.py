@@ -3,8 +3,14 @@
 Kafka values are parsed once into a VARIANT (``try_parse_json``); every field is then checked by
 its JSON type (``schema_of_variant``), so the stream accepts exactly what the engine's
 :func:`feed_service.core.events.parse_event` accepts: ``true`` is not an integer, ``5.0`` is not an
-integer, ``"5"`` is not an integer, a number is not a string. One deliberate difference: integers
-beyond signed 64 bits are rejected here (Cassandra's ``bigint`` could not hold them anyway).
+integer, ``"5"`` is not an integer, a number is not a string, integers stop at signed 64 bits.
+``tests/integration/test_envelope_parity.py`` holds the two parsers together on a generated corpus.
+
+Two gaps of Spark's JSON parser are closed here: it accepts bytes that are not UTF-8 inside strings
+(``is_valid_utf8`` rejects them), and it ignores anything after the first JSON value. For the
+latter the value is parsed inside an array followed by a sentinel, the SHA-256 of the record
+itself: ``[<record>,"<sha>"]`` parses to exactly two elements, the second the sentinel, only when
+the record is one JSON value with nothing after it (a record cannot contain its own hash).
 
 :func:`parse_changes` returns one row per Kafka record with the typed event columns, the join key
 and ``reject_code``/``reject_reason`` (null for a valid event). The stream splits on that column:
@@ -97,8 +103,10 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     fault = lambda code, reason: F.struct(F.lit(code).alias("code"), reason.alias("reason"))  # noqa: E731
     parsed = kafka_df.select(
         F.col("topic"), F.col("partition"), F.col("offset"),
-        F.col("value").cast("string").alias("raw"),
-    ).withColumn("v", F.expr("try_parse_json(raw)"))
+        F.col("value").cast("string").alias("raw"), F.sha2(F.col("value"), 256).alias("sentinel"),
+    ).withColumn("wrapped", F.expr("try_parse_json(concat('[', raw, ',\"', sentinel, '\"]'))")).withColumn(
+        "v", F.when(F.expr("try_variant_get(wrapped, '$[1]', 'string') = sentinel AND variant_get(wrapped, '$[2]')"
+                           " IS NULL"), F.expr("variant_get(wrapped, '$[0]')")))
 
     type_kind, op_kind = _kind("type"), _kind("op")
     type_s, op_s = _string("type"), _string("op")
@@ -121,6 +129,7 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
 
     fault_col = (
         F.when(F.col("raw").isNull(), fault("bad_json", F.lit("bad JSON: empty record")))
+        .when(~F.expr("is_valid_utf8(raw)"), fault("bad_json", F.lit("bad JSON: not UTF-8")))
         .when(F.col("v").isNull(), fault("bad_json", F.lit("bad JSON")))
         .when(~F.expr("schema_of_variant(v)").startswith("OBJECT"),
               fault("not_object", F.concat(F.lit("event must be a JSON object, got "),

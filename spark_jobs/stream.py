@@ -21,18 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from feed_service.core.join import DEFAULT_INBOX_CAP
+from feed_service.errors import CheckpointError, ConfigError, FeedError
 from feed_service.settings import Settings
+from feed_service.kafka.offsets import SOURCE_ROLES
 from spark_jobs.envelope import parse_changes, routed_changes
+from spark_jobs.restarts import Restarts
 from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, Operator, join_timelines
 
 if TYPE_CHECKING:
@@ -48,13 +49,22 @@ DEFAULT_CHECKPOINT = Path(".stack/local/checkpoints/stream")
 DEFAULT_OPERATOR: Operator = "transformWithState"
 #: Bounds a micro-batch after downtime so the first batches after a restart stay short.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
-SOURCE_ROLES = ("tweets", "follows", "profiles")
+#: A failed query is restarted from its checkpoint (always safe: replays are idempotent) up to this
+#: many times in a row; a batch that completes resets the count (spark_jobs/restarts.py).
+MAX_CONSECUTIVE_RESTARTS = 5
+RESTART_BACKOFF_SECONDS = 5.0
+#: How often the progress file is rewritten.
+STATUS_INTERVAL_SECONDS = 1.0
+#: Exit codes: the query failed too often in a row; the job was refused before it ran (FeedError).
+EXIT_GAVE_UP = 1
+EXIT_REFUSED = 2
 
 
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
+    """How to run the stream; the view's shape (inbox cap) comes from the settings."""
+
     checkpoint: Path = DEFAULT_CHECKPOINT
-    inbox_cap: int = DEFAULT_INBOX_CAP
     operator: Operator | None = None
     """None: the operator the checkpoint was created with, or DEFAULT_OPERATOR for a new one."""
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
@@ -62,6 +72,9 @@ class StreamOptions:
     starting_offsets: str = "earliest"
     bootstrap_from: Path | None = None
     """A completed backfill's folder (``feedctl backfill --out``) to continue from (new checkpoint only)."""
+    settings_changes: Mapping[str, Any] = field(default_factory=dict)
+    """Settings given on the command line (``--inbox-cap``): :func:`run_stream` applies them with
+    :meth:`Settings.replace` before anything starts; :func:`start_stream` reads only the settings."""
 
 
 def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
@@ -80,7 +93,8 @@ def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
 
 
 def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
-    """The checkpoint's stateful operator, fixed at creation (their state layouts differ)."""
+    """The checkpoint's stateful operator, fixed at creation (their state layouts differ);
+    :class:`CheckpointError` if ``requested`` is another one."""
     path = checkpoint / "operator"
     try:
         recorded = path.read_text().strip()
@@ -90,8 +104,8 @@ def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
         path.write_text(chosen)
         return chosen
     if requested is not None and requested != recorded:
-        raise SystemExit(f"stream: checkpoint {checkpoint} was created with --operator {recorded}; "
-                         f"it cannot continue with {requested} (use a new checkpoint)")
+        raise CheckpointError(f"checkpoint {checkpoint} was created with --operator {recorded}; "
+                              f"it cannot continue with {requested} (use a new checkpoint)")
     return recorded  # type: ignore[return-value]
 
 
@@ -148,7 +162,7 @@ def start_stream(
     parsed = parse_changes(read_changelogs(spark, settings, options))
     outputs = join_timelines(
         routed_changes(parsed),
-        inbox_cap=options.inbox_cap,
+        inbox_cap=settings.inbox_cap,
         clock_start=clock_start_for(options.checkpoint, clock_start),
         operator=operator_for(options.checkpoint, options.operator),
         initial_state=initial_state,
@@ -188,84 +202,124 @@ def _offsets(source: dict[str, Any]) -> dict[str, dict[str, int]]:
     return end or {}
 
 
-#: A failed query is restarted from its checkpoint (always safe: replays are idempotent) up to this
-#: many times in a row; a batch that completes resets the count.
-MAX_CONSECUTIVE_RESTARTS = 5
-RESTART_BACKOFF_SECONDS = 5.0
+def write_status(path: Path, record: dict[str, Any]) -> None:
+    """Replace the progress file atomically: a reader never sees half a record."""
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
 
 
-def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
-    """Run the stream until SIGTERM/SIGINT; writes progress to ``status_file`` every second.
+def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
+              restarts: Restarts) -> int:
+    """Keep the query of ``start()`` running until ``stop`` is set; returns the exit code.
 
     A query that fails (a Cassandra timeout, a Python worker that did not start in time) is
-    restarted from its checkpoint with a backoff; after ``MAX_CONSECUTIVE_RESTARTS`` failures in a
-    row without progress the job exits non-zero for its supervisor to act.
+    restarted from its checkpoint after ``restarts.backoff()``; when ``restarts`` says give up
+    (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
+    supervisor to act. The progress record, with the restart counts, goes to ``status_file``.
+    """
+    stream = start()
+    last_batch = None
+    try:
+        while not stop.is_set():
+            if not stream.join.isActive:
+                error = stream.join.exception()
+                may_restart = restarts.failed(error)
+                log.error("query %s failed (%d in a row): %s", stream.join.name, restarts.consecutive, error)
+                stream.stop()
+                if not may_restart:
+                    return EXIT_GAVE_UP
+                if stop.wait(restarts.backoff()):
+                    break
+                stream = start()
+                restarts.restarted()
+                continue
+            record = progress_record(stream)
+            batch = record["timeline-join"]["batch_id"]
+            if batch is not None and batch != last_batch:
+                last_batch = batch
+                restarts.progressed()
+                p = stream.join.lastProgress or {}
+                log.info("batch %s: %s input rows, %s", batch, p.get("numInputRows"),
+                         " ".join(f"{k}={v}ms" for k, v in sorted((p.get("durationMs") or {}).items())))
+            record.update(restarts.record())
+            write_status(status_file, record)
+            stop.wait(STATUS_INTERVAL_SECONDS)
+        return 0
+    finally:
+        stream.stop()
+
+
+def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
+    """Run the stream until SIGTERM/SIGINT; writes progress to ``status_file`` every second.
+
+    Returns 0 after a stop, :data:`EXIT_GAVE_UP` if the query kept failing (:func:`supervise`).
+    Settings, checkpoint and bootstrap are checked before the Spark session starts, so a refusal
+    (a :class:`FeedError`) is quick.
     """
     from feed_service.stack.spark import build_session
 
+    settings = settings.replace(**options.settings_changes)
     bootstrap_kwargs: dict[str, Any] = {}
     if options.bootstrap_from is not None:
-        options, bootstrap_kwargs = _bootstrap(settings, options)  # before the session: refusals are quick
+        options, bootstrap_kwargs = _bootstrap(settings, options)
+    operator = operator_for(options.checkpoint, options.operator)
     spark = build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": "2"})
-    if bootstrap_kwargs:
-        bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
-    stream = start_stream(spark, settings, options, **bootstrap_kwargs)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    status_file = status_file or options.checkpoint / "progress.json"
-    log.info("stream started: checkpoint %s, operator %s", options.checkpoint,
-             operator_for(options.checkpoint, options.operator))
-    restarts, last_batch, exit_code = 0, None, 0
-    while not stop.is_set():
-        failed = stream.join if not stream.join.isActive else None
-        if failed is not None:
-            restarts += 1
-            log.error("query %s failed (%d in a row): %s", failed.name, restarts, failed.exception())
-            stream.stop()
-            if restarts > MAX_CONSECUTIVE_RESTARTS:
-                exit_code = 1
-                break
-            if stop.wait(RESTART_BACKOFF_SECONDS * restarts):
-                break
-            # Same initial state: if batch 0 never committed, the restart still bootstraps it.
-            stream = start_stream(spark, settings, options, **bootstrap_kwargs)
-            continue
-        record = progress_record(stream)
-        batch = record["timeline-join"]["batch_id"]
-        if batch is not None and batch != last_batch:
-            last_batch, restarts = batch, 0
-            p = stream.join.lastProgress or {}
-            log.info("batch %s: %s input rows, %s", batch, p.get("numInputRows"),
-                     " ".join(f"{k}={v}ms" for k, v in sorted((p.get("durationMs") or {}).items())))
-        record["restarts"] = restarts
-        tmp = status_file.with_name("." + status_file.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(status_file)
-        stop.wait(1.0)
-    stream.stop()
-    spark.stop()
-    log.info("stream stopped" if exit_code == 0 else "stream gave up after %d restarts", restarts)
+    try:
+        if bootstrap_kwargs:
+            bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        restarts = Restarts(MAX_CONSECUTIVE_RESTARTS, RESTART_BACKOFF_SECONDS)
+        log.info("stream started: checkpoint %s, operator %s", options.checkpoint, operator)
+        # Every start gets the same initial state: if batch 0 never committed, a restart still bootstraps it.
+        exit_code = supervise(lambda: start_stream(spark, settings, options, **bootstrap_kwargs), stop,
+                              status_file=status_file or options.checkpoint / "progress.json", restarts=restarts)
+    finally:
+        spark.stop()
+    if exit_code == 0:
+        log.info("stream stopped after %d restarts", restarts.total)
+    else:
+        log.error("stream gave up after %d failures in a row (%d restarts in all); last error: %s",
+                  restarts.consecutive, restarts.total, restarts.last_error)
     return exit_code
 
 
-def _bootstrap(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
-    """Options and start_stream arguments to continue from a backfill (spark_jobs/backfill.py).
+def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
+    """The command (``feedctl stream``, :func:`main`): :func:`run_stream`, with a :class:`FeedError`
+    turned into its message on stderr and exit code :data:`EXIT_REFUSED`."""
+    try:
+        return run_stream(settings, options, status_file=status_file)
+    except FeedError as exc:
+        return _refused(exc)
 
-    Refuses a checkpoint that already committed a batch: its state and offsets are the truth then.
+
+def _refused(error: FeedError) -> int:
+    print(f"feedctl stream: {error}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def _bootstrap(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
+    """Options and start_stream arguments to continue from a backfill (spark_jobs/bootstrap.py).
+
+    Refuses a checkpoint that already committed a batch (:class:`CheckpointError`: its state and
+    offsets are the truth then), an unusable backfill (:class:`BootstrapError`) and an inbox cap
+    other than the backfill's (:class:`ConfigError`).
     """
     from dataclasses import replace
 
-    from spark_jobs.backfill import load_bootstrap
+    from spark_jobs.bootstrap import load_bootstrap
 
     assert options.bootstrap_from is not None
     commits = options.checkpoint / "join" / "commits"
     if commits.is_dir() and any(not f.name.startswith(".") for f in commits.iterdir()):
-        raise SystemExit(f"stream: --bootstrap-from needs a new checkpoint; {options.checkpoint} already has"
-                         " committed batches (restart it without --bootstrap-from)")
+        raise CheckpointError(f"--bootstrap-from needs a new checkpoint; {options.checkpoint} already has"
+                              " committed batches (restart it without --bootstrap-from)")
     boot = load_bootstrap(options.bootstrap_from, settings)
-    if options.inbox_cap != boot.inbox_cap:
-        raise SystemExit(f"stream: --inbox-cap {options.inbox_cap} differs from the backfill's {boot.inbox_cap}")
+    if settings.inbox_cap != boot.inbox_cap:
+        raise ConfigError(f"inbox cap {settings.inbox_cap} (--inbox-cap or FEED_INBOX_CAP) differs from the"
+                          f" backfill's {boot.inbox_cap}")
     operator = options.operator if options.operator in INITIAL_STATE_OPERATORS else DEFAULT_OPERATOR
     options = replace(options, starting_offsets=boot.starting_offsets, operator=operator)
     log.info("bootstrapping from backfill %s: clock start %d, offsets %s", boot.folder, boot.clock_start,
@@ -276,7 +330,9 @@ def _bootstrap(settings: Settings, options: StreamOptions) -> tuple[StreamOption
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT,
                         help=f"checkpoint folder (state, offsets); default {DEFAULT_CHECKPOINT}")
-    parser.add_argument("--inbox-cap", type=int, default=DEFAULT_INBOX_CAP)
+    parser.add_argument("--inbox-cap", type=int, default=None,
+                        help="entries per timeline and tweets per author (default: FEED_INBOX_CAP, else 800);"
+                             " a bootstrapped stream must use the backfill's")
     parser.add_argument("--operator", choices=OPERATORS, default=None,
                         help=f"stateful operator of a new checkpoint (default {DEFAULT_OPERATOR}); "
                              "an existing checkpoint keeps its own")
@@ -295,12 +351,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> StreamOptions:
     return StreamOptions(
         checkpoint=args.checkpoint.resolve(),
-        inbox_cap=args.inbox_cap,
         operator=args.operator,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         trigger_seconds=args.trigger_seconds,
         starting_offsets=args.starting_offsets,
         bootstrap_from=args.bootstrap_from,
+        settings_changes={"inbox_cap": args.inbox_cap} if args.inbox_cap is not None else {},
     )
 
 
@@ -309,7 +365,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(Settings.from_env(), options_from_args(args), status_file=args.status_file)
+    try:
+        settings = Settings.from_env()
+    except FeedError as exc:
+        return _refused(exc)
+    return run(settings, options_from_args(args), status_file=args.status_file)
 
 
 if __name__ == "__main__":

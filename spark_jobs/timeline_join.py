@@ -24,7 +24,7 @@ from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetD
 from feed_service.core.join import DEFAULT_INBOX_CAP, step
 from feed_service.core.state import decode_state, encode_state
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
-from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_SCHEMA, dead_letter_rows, result_rows
+from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, OUTPUT_SCHEMA, dead_letter_rows, result_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,6 +61,10 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
     return events
 
 
+_BIGINT_OUTPUTS = [name for name, sql_type in OUTPUT_FIELDS if sql_type == "bigint"]
+_BIGINT_INDEX = {name: OUTPUT_COLUMNS.index(name) for name in _BIGINT_OUTPUTS}
+
+
 def _frame_rows(frames: Iterator["pd.DataFrame"]) -> Iterator[Any]:
     for pdf in frames:
         yield from pdf.itertuples(index=False)
@@ -69,20 +73,30 @@ def _frame_rows(frames: Iterator["pd.DataFrame"]) -> Iterator[Any]:
 def run_key(
     state_blob: bytes | None, rows: Iterable[Any], *, inbox_cap: int, clock_start: int
 ) -> tuple[bytes | None, list[tuple[Any, ...]]]:
-    """One key, one batch: (new state blob or None if unchanged, output rows)."""
+    """One key, one batch: (new state blob or None if unchanged, output rows).
+
+    ``step`` returns the very state it was given when the batch changed nothing (stale or duplicate
+    changes), so identity says "unchanged" without encoding the state to compare bytes.
+    """
     events = events_from_rows(rows)
     if not events:
         return None, []
     previous = decode_state(state_blob) if state_blob is not None else None
     result = step(previous, events, inbox_cap=inbox_cap, clock_start=clock_start)
-    blob = encode_state(result.state)
-    return (None if blob == state_blob else blob), result_rows(result)
+    blob = None if result.state is previous else encode_state(result.state)
+    return blob, result_rows(result)
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":
+    """Output rows as a frame whose bigint columns are nullable Int64: with plain numpy dtypes a
+    column holding a null becomes float64, which rounds integers above 2**53."""
     import pandas as pd
 
-    return pd.DataFrame.from_records(rows, columns=OUTPUT_COLUMNS)
+    frame = pd.DataFrame.from_records(rows, columns=OUTPUT_COLUMNS)
+    for name in _BIGINT_OUTPUTS:
+        i = _BIGINT_INDEX[name]
+        frame[name] = pd.array([r[i] for r in rows], dtype="Int64")
+    return frame
 
 
 def apply_in_pandas_fn(inbox_cap: int, clock_start: int) -> Callable:

@@ -15,16 +15,18 @@ from feed_service.core.events import event_to_json, parse_event
 from feed_service.core.reference import reference_timelines
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.stack.config import REPO_ROOT
 from feed_service.workload.generator import generate
-from spark_jobs.backfill import (
-    BackfillOptions, Snapshot, classify, join_timelines_batch, read_snapshot, run_backfill, state_timeline_rows,
-    valid_events, winning_changes,
-)
+from spark_jobs.backfill import BackfillOptions, run_backfill
+from spark_jobs.backfill.join import join_timelines_batch
+from spark_jobs.backfill.read import classify, read_snapshot, valid_events
+from spark_jobs.backfill.snapshot import Snapshot
+from spark_jobs.backfill.states import state_timeline_rows
+from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
-from .pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines
+from .pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines, running
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 TABLES = ("home_timeline", "tweets", "profiles")
 
 
@@ -59,11 +61,8 @@ def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(settings: Settings, 
     pipeline = _isolated(settings, unique)
     events = _history(seed=11)
     publish(pipeline, events, GARBAGE)
-    stream = StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log").start()
-    try:
+    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
         stream.wait_caught_up()
-    finally:
-        assert stream.stop() == 0
     streamed, streamed_tables = read_timelines(pipeline), _tables(pipeline)
     assert streamed == reference_timelines(events)
 
@@ -144,14 +143,11 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(
 
     more = _continuation(events, seed=13)
     checkpoint = tmp_path / "ckpt"
-    stream = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream.log",
-                           extra_args=["--bootstrap-from", str(out)]).start()
-    try:
+    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream.log",
+                               extra_args=["--bootstrap-from", str(out)])) as stream:
         publish(pipeline, more)
         stream.wait_caught_up()
         assert read_timelines(pipeline) == reference_timelines(events + more)
-    finally:
-        assert stream.stop() == 0
     assert int((checkpoint / "clock_start").read_text()) == backfill_ts
 
     # Nothing of the backfilled history was applied twice: rows the continuation did not touch keep
@@ -208,7 +204,7 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     publish(pipeline, events[len(events) // 2:])
 
     cap = 3  # small: authors exceed it, so retention at the cap is exercised too
-    result = run_backfill(spark, pipeline, BackfillOptions(out=tmp_path / "backfill", inbox_cap=cap))
+    result = run_backfill(spark, pipeline.replace(inbox_cap=cap), BackfillOptions(out=tmp_path / "backfill"))
     summary = result.summary
     assert summary["tombstones"] == tombstones and summary["invalid"] == 0
     assert summary["records_read"] == len(events) + tombstones

@@ -16,11 +16,13 @@ from feed_service.core.events import (
 from feed_service.core.join import step
 from feed_service.core.reference import reference_tables
 from feed_service.core.state import decode_state
+from feed_service.errors import BootstrapError
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
-from spark_jobs.backfill import (
-    MANIFEST_FORMAT, BackfillError, Snapshot, key_state, load_bootstrap, payload_digest_hex,
-)
+from spark_jobs.backfill.snapshot import Snapshot
+from spark_jobs.backfill.states import key_state
+from spark_jobs.backfill.winners import payload_digest_hex
+from spark_jobs.bootstrap import MANIFEST_FORMAT, load_bootstrap
 from spark_jobs.envelope import EVENT_COLUMNS
 
 COLUMNS = ["key", *(name for name, _ in EVENT_COLUMNS)]
@@ -126,13 +128,13 @@ def test_load_bootstrap_reads_offsets_and_clock(tmp_path: Path) -> None:
 
 def test_load_bootstrap_refuses_unusable_folders(tmp_path: Path) -> None:
     settings = Settings()
-    with pytest.raises(BackfillError, match="no completed backfill"):
+    with pytest.raises(BootstrapError, match="no completed backfill"):
         load_bootstrap(tmp_path, settings)
     _manifest(tmp_path, settings, format=99)
-    with pytest.raises(BackfillError, match="format"):
+    with pytest.raises(BootstrapError, match="format"):
         load_bootstrap(tmp_path, settings)
     _manifest(tmp_path, settings.with_topic_suffix(".other"))
-    with pytest.raises(BackfillError, match="topics"):
+    with pytest.raises(BootstrapError, match="topics"):
         load_bootstrap(tmp_path, settings)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from feed_service.errors import CheckpointError
 from spark_jobs.stream import DEFAULT_OPERATOR, clock_start_for, operator_for
 
 
@@ -22,5 +23,5 @@ def test_operator_is_fixed_at_creation(tmp_path: Path) -> None:
     assert operator_for(tmp_path / "a", None) == DEFAULT_OPERATOR
     assert operator_for(tmp_path / "b", "applyInPandasWithState") == "applyInPandasWithState"
     assert operator_for(tmp_path / "b", None) == "applyInPandasWithState"
-    with pytest.raises(SystemExit, match="created with --operator applyInPandasWithState"):
+    with pytest.raises(CheckpointError, match="created with --operator applyInPandasWithState"):
         operator_for(tmp_path / "b", "transformWithStateInPandas")

@@ -1,0 +1,207 @@
+"""The backfill job: rebuild the timelines from the compacted changelog topics.
+
+:func:`run_backfill` runs the stages in order (one module each in this package) and writes the
+manifest last; :func:`run` and :func:`main` are the command line (``feedctl backfill``,
+``python -m spark_jobs.backfill``). Design and figures: docs/backfill.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TextIO
+
+from feed_service.errors import ConfigError, FeedError
+from feed_service.settings import Settings
+from spark_jobs.backfill.join import count_timelines, join_timelines_batch
+from spark_jobs.backfill.progress import Progress, format_summary
+from spark_jobs.backfill.read import classify, count_records, read_snapshot, send_dead_letters, valid_events
+from spark_jobs.backfill.snapshot import snapshot_offsets
+from spark_jobs.backfill.states import write_states
+from spark_jobs.backfill.winners import winning_changes
+from spark_jobs.backfill.write import tables_to_write, write_table
+from spark_jobs.bootstrap import (
+    MANIFEST_NAME, STATE_DIR, Manifest, build_manifest, holds_completed_backfill, write_manifest,
+)
+from spark_jobs.envelope import parse_changes
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Spark's console progress bar off: :class:`~spark_jobs.backfill.progress.Progress` reports stages
+#: and tasks on stderr itself.
+SESSION_CONF = {"spark.ui.showConsoleProgress": "false"}
+#: Exit code of a backfill refused before or while running (bad option, folder, topics).
+EXIT_REFUSED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillOptions:
+    """How to run one backfill; the view's shape (inbox cap) comes from the settings."""
+
+    out: Path
+    write: bool = True
+    dead_letters: bool = False
+    backfill_ts: int | None = None
+    """Write timestamp of every row (µs since epoch); None = now."""
+    settings_changes: Mapping[str, Any] = field(default_factory=dict)
+    """Settings given on the command line (``--inbox-cap``): :func:`run` applies them with
+    :meth:`Settings.replace`, validated before any Spark session; :func:`run_backfill` ignores them."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillResult:
+    manifest: Manifest
+    """The manifest exactly as ``manifest.json`` holds it."""
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.manifest["summary"]
+
+
+def check_out(out: Path) -> None:
+    """Create ``out`` unless it already holds a completed backfill (:class:`ConfigError`: a bad ``--out``)."""
+    if holds_completed_backfill(out):
+        raise ConfigError(f"{out} already holds a completed backfill ({MANIFEST_NAME}); choose a new --out")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOptions,
+                 *, out: TextIO = sys.stderr) -> BackfillResult:
+    """Run every stage (docs/backfill.md); returns the manifest written to ``options.out``.
+
+    The inbox cap is ``settings.inbox_cap``; the stream bootstrapped from this backfill must use the same.
+    """
+    from pyspark import StorageLevel
+
+    out_dir = options.out.resolve()
+    check_out(out_dir)
+    backfill_ts = options.backfill_ts if options.backfill_ts is not None else time.time_ns() // 1000
+    inbox_cap = settings.inbox_cap
+    progress = Progress(spark, out)
+    persisted: list[DataFrame] = []
+
+    def keep(df: "DataFrame") -> "DataFrame":
+        persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
+    summary: dict[str, Any] = {"backfill_ts": backfill_ts, "inbox_cap": inbox_cap}
+    with progress:
+        try:
+            with progress.stage("snapshot"):
+                snap = snapshot_offsets(settings)
+                for line in snap.describe():
+                    progress.say(f"  {line}")
+
+            with progress.stage("read"):
+                parsed = keep(classify(parse_changes(read_snapshot(spark, settings, snap))))
+                counts = count_records(parsed)
+                for partition in counts.partitions:
+                    progress.say(f"  {partition.describe()}")
+                summary.update(counts.summary())
+                if options.dead_letters and counts.invalid:
+                    send_dead_letters(parsed, settings)
+                    progress.say(f"  {counts.invalid} invalid records sent to {settings.topic('dead_letter')}")
+
+            with progress.stage("winners"):
+                winners = winning_changes(valid_events(parsed)).map(keep)
+                summary["entities"] = winners.count()
+                progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["entities"].items()))
+
+            with progress.stage("states"):
+                state_path = out_dir / STATE_DIR
+                summary["keys"] = write_states(spark, winners, state_path, inbox_cap=inbox_cap,
+                                               backfill_ts=backfill_ts)
+                progress.say(f"  {summary['keys']} author keys -> {state_path}")
+
+            with progress.stage("join"):
+                timelines = join_timelines_batch(winners, inbox_cap)
+                summary["timelines"] = count_timelines(winners, inbox_cap)
+                progress.say(f"  {summary['timelines']} non-empty timelines")
+
+            with progress.stage("write" if options.write else "count (--no-write)"):
+                reports = []
+                for table, df in tables_to_write(spark, timelines, winners):
+                    reports.append(write_table(settings, table, df, backfill_ts, write=options.write))
+                    progress.say(f"  {reports[-1].describe(written=options.write)}")
+                summary["rows"] = {r.table: r.rows for r in reports}
+                summary["write_seconds"] = {r.table: round(r.seconds, 2) for r in reports}
+                summary["written"] = options.write
+
+            with progress.stage("manifest"):
+                # The summary is final here: the manifest is its record, nothing changes it later.
+                summary["stage_seconds"] = dict(progress.durations)
+                summary["duration_seconds"] = progress.elapsed()
+                manifest = write_manifest(out_dir, build_manifest(
+                    settings, backfill_ts=backfill_ts, start_offsets=snap.start, end_offsets=snap.end,
+                    summary=summary))
+        finally:
+            for df in persisted:
+                df.unpersist()
+    print(format_summary(summary), file=out, flush=True)
+    return BackfillResult(manifest)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True,
+                        help="output folder (engine states, manifest.json); must not hold a completed backfill")
+    parser.add_argument("--inbox-cap", type=int, default=None,
+                        help="entries kept per timeline and tweets per author (default: FEED_INBOX_CAP, else 800);"
+                             " the bootstrapped stream must use the same")
+    parser.add_argument("--no-write", action="store_true",
+                        help="compute and count everything, write the states and manifest, but not Cassandra")
+    parser.add_argument("--dead-letters", action="store_true",
+                        help="also send invalid records to the dead-letter topic (tombstones are never sent)")
+
+
+def options_from_args(args: argparse.Namespace) -> BackfillOptions:
+    changes = {"inbox_cap": args.inbox_cap} if args.inbox_cap is not None else {}
+    return BackfillOptions(out=args.out, write=not args.no_write, dead_letters=args.dead_letters,
+                           settings_changes=changes)
+
+
+def _refused(error: FeedError) -> int:
+    print(f"feedctl backfill: {error}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def run(settings: Settings, options: BackfillOptions) -> int:
+    """The command: apply the command line's settings, build a session, run the backfill.
+
+    Exit code 0, or :data:`EXIT_REFUSED` with the message on stderr when a :class:`FeedError` stops it
+    (options, settings and the out folder are checked before any Spark session starts).
+    """
+    from feed_service.stack.spark import build_session
+
+    try:
+        settings = settings.replace(**options.settings_changes)
+        check_out(options.out.resolve())
+    except FeedError as exc:
+        return _refused(exc)
+    spark = build_session("feed-backfill", shuffle_partitions=4, extra_conf=SESSION_CONF)
+    try:
+        run_backfill(spark, settings, options)
+    except FeedError as exc:
+        return _refused(exc)
+    finally:
+        spark.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="backfill", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings.from_env()
+    except FeedError as exc:
+        return _refused(exc)
+    return run(settings, options_from_args(args))

@@ -1,0 +1,126 @@
+"""Stage ``read``: the snapshot's Kafka records, parsed and validated by the stream's own rules.
+
+Spark's Kafka source in batch mode with explicit ``endingOffsets``; the envelope is parsed and
+validated by :mod:`spark_jobs.envelope`. Tombstones (null values, left by compaction) are skipped
+and counted; invalid records are counted by reason and, on request, sent to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from feed_service.settings import Settings
+from spark_jobs.backfill.snapshot import Snapshot
+from spark_jobs.envelope import EVENT_COLUMNS, dead_letters
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+def read_snapshot(spark: "SparkSession", settings: Settings, snapshot: Snapshot) -> "DataFrame":
+    """The Kafka records of the snapshot: every assigned partition from earliest to its end offset."""
+    assign = {topic: [int(p) for p in parts] for topic, parts in snapshot.end.items()}
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps(snapshot.end))
+        # Compacted topics have offset gaps by design; they are not data loss.
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+
+
+def classify(parsed: "DataFrame") -> "DataFrame":
+    """Add ``tombstone`` (null value: a compaction delete marker, not an event) to parsed rows."""
+    from pyspark.sql import functions as F
+
+    return parsed.withColumn("tombstone", F.col("raw").isNull())
+
+
+def valid_events(parsed: "DataFrame") -> "DataFrame":
+    """Valid change events: ``key`` and the typed event columns (tombstones and rejects dropped)."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("reject_code").isNull() & ~F.col("tombstone")).select(
+        "key", *(name for name, _ in EVENT_COLUMNS))
+
+
+def _invalid() -> "Column":
+    """An invalid record: rejected by validation, and not a tombstone (those have no envelope)."""
+    from pyspark.sql import functions as F
+
+    return F.col("reject_code").isNotNull() & ~F.col("tombstone")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCounts:
+    """What one topic partition of the snapshot held."""
+
+    topic: str
+    partition: int
+    records: int
+    tombstones: int
+    invalid: int
+
+    def describe(self) -> str:
+        return (f"{self.topic} p{self.partition}: {self.records} records read, {self.tombstones} tombstones,"
+                f" {self.invalid} invalid")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCounts:
+    """Counts of the read stage, per partition and in total; only these reach the driver."""
+
+    partitions: tuple[PartitionCounts, ...]
+    invalid_by_reason: dict[str, int]
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+    @property
+    def tombstones(self) -> int:
+        return sum(p.tombstones for p in self.partitions)
+
+    @property
+    def invalid(self) -> int:
+        return sum(p.invalid for p in self.partitions)
+
+    def summary(self) -> dict[str, Any]:
+        """The read stage's entries of the backfill summary."""
+        return {
+            "partitions": {f"{p.topic}/{p.partition}": {"records": p.records, "tombstones": p.tombstones,
+                                                         "invalid": p.invalid} for p in self.partitions},
+            "records_read": self.records,
+            "tombstones": self.tombstones,
+            "invalid": self.invalid,
+            "invalid_by_reason": dict(sorted(self.invalid_by_reason.items())),
+        }
+
+
+def count_records(parsed: "DataFrame") -> ReadCounts:
+    """Records, tombstones and invalid records per partition, and invalid records by reason."""
+    from pyspark.sql import functions as F
+
+    per_partition = (parsed.groupBy("topic", "partition").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.col("tombstone").cast("int")).alias("tombstones"),
+        F.sum(_invalid().cast("int")).alias("invalid"),
+    ).orderBy("topic", "partition").collect())
+    reasons = {r.reject_code: r["count"]
+               for r in parsed.where(_invalid()).groupBy("reject_code").count().collect()}
+    return ReadCounts(tuple(PartitionCounts(r.topic, r.partition, r.records, r.tombstones, r.invalid)
+                            for r in per_partition), reasons)
+
+
+def send_dead_letters(parsed: "DataFrame", settings: Settings) -> None:
+    """Invalid records to the dead-letter topic (tombstones are never sent)."""
+    from pyspark.sql import functions as F
+
+    (dead_letters(parsed.where(~F.col("tombstone"))).write.format("kafka")
+     .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+     .option("topic", settings.topic("dead_letter")).save())

@@ -1,0 +1,103 @@
+"""Stage ``states``: the engine's own per-key state after the winners, the stream's initial state.
+
+``step(None, winners of the key)`` in ``groupBy("key").applyInPandas``, encoded with
+:func:`~feed_service.core.state.encode_state` and stored as parquet in the backfill folder's
+:data:`~spark_jobs.bootstrap.STATE_DIR` (the layout :mod:`spark_jobs.bootstrap` describes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from spark_jobs.backfill.join import TIMELINE_COLUMNS
+from spark_jobs.backfill.winners import Winners
+from spark_jobs.envelope import EVENT_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+STATE_OUTPUT_SCHEMA = "key string, state binary"
+
+
+def winner_events(winners: Winners) -> "DataFrame":
+    """The winners as event rows (``key`` + typed event columns): the deduplicated changelog.
+
+    Folding these into the engine gives the same state as folding every event: per entity the state
+    keeps only the winner (a deleted tweet: only that it is deleted).
+    """
+    from pyspark.sql import functions as F
+
+    def as_events(df: "DataFrame", key: str, **fixed: Any) -> "DataFrame":
+        cols = []
+        for name, sql_type in EVENT_COLUMNS:
+            if name in fixed:
+                cols.append(F.lit(fixed[name]).cast(sql_type).alias(name))
+            elif name in df.columns:
+                cols.append(F.col(name).cast(sql_type))
+            else:
+                cols.append(F.lit(None).cast(sql_type).alias(name))
+        return df.select(F.col(key).alias("key"), *cols)
+
+    return (as_events(winners.live_tweets, "author_id", type="tweet", op="upsert")
+            .unionByName(as_events(winners.deleted_tweets, "author_id", type="tweet", op="delete"))
+            .unionByName(as_events(winners.edges.withColumn("type", F.lit("follow")), "followee_id"))
+            .unionByName(as_events(winners.profiles, "user_id", type="profile")))
+
+
+def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, backfill_ts: int) -> tuple[str, bytes]:
+    """One key's engine state after its events, encoded; its clock is ``backfill_ts``.
+
+    ``step`` from an empty state whose clock starts at ``backfill_ts - 1`` stamps the key's outputs
+    with ``backfill_ts``, the timestamp the backfill wrote them with; a key without output gets the
+    same clock, so every bootstrapped key's next stream write is above every backfill write.
+    """
+    from feed_service.core.join import step
+    from feed_service.core.state import encode_state
+    from spark_jobs.timeline_join import events_from_rows
+
+    events = events_from_rows(events_pdf.itertuples(index=False))
+    result = step(None, events, inbox_cap=inbox_cap, clock_start=backfill_ts - 1)
+    state = result.state if result.state.clock == backfill_ts else replace(result.state, clock=backfill_ts)
+    return state.key, encode_state(state)
+
+
+def engine_states(events: "DataFrame", *, inbox_cap: int, backfill_ts: int) -> "DataFrame":
+    """``key, state``: :func:`key_state` of every key, by ``groupBy("key").applyInPandas``."""
+
+    def fn(pdf: "pd.DataFrame") -> "pd.DataFrame":
+        import pandas as pd
+
+        key, blob = key_state(pdf, inbox_cap=inbox_cap, backfill_ts=backfill_ts)
+        return pd.DataFrame({"key": [key], "state": [blob]})
+
+    return events.groupBy("key").applyInPandas(fn, STATE_OUTPUT_SCHEMA)
+
+
+def write_states(spark: "SparkSession", winners: Winners, path: Path, *, inbox_cap: int, backfill_ts: int) -> int:
+    """Compute every key's state, store it as parquet at ``path``; returns the number of keys."""
+    states = engine_states(winner_events(winners), inbox_cap=inbox_cap, backfill_ts=backfill_ts)
+    states.write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path)).count()
+
+
+def state_timeline_rows(states: "DataFrame") -> "DataFrame":
+    """The timeline rows the engine states hold (retained tweets x active followers), for checks."""
+
+    def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
+        import pandas as pd
+
+        from feed_service.core.state import decode_state
+
+        for pdf in frames:
+            rows = []
+            for blob in pdf["state"]:
+                s = decode_state(bytes(blob))
+                rows.extend((f, tid, s.key, c[1], c[0], c[2], c[3]) for tid, c in s.tweets.items() for f in s.active)
+            yield pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
+
+    schema = ("timeline_id string, tweet_id string, author_id string, created_at bigint, version bigint, "
+              "text string, profile_version bigint")
+    return states.mapInPandas(fn, schema)

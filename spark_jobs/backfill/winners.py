@@ -1,0 +1,109 @@
+"""Stage ``winners``: each entity's winning change, with DataFrame operations and the engine's rules.
+
+The rules are those of :mod:`feed_service.core.events`: a tweet's highest version upsert (ties: the
+greater :func:`~feed_service.core.events.tweet_payload_digest`), a delete is final; a follow edge's
+highest version (``unfollow`` wins a tie); per profile (user, version) the greatest
+:func:`~feed_service.core.events.profile_rank`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+
+def payload_digest_hex(created_at: "pd.Series", text: "pd.Series", profile_version: "pd.Series") -> "pd.Series":
+    """:func:`~feed_service.core.events.tweet_payload_digest` as 16 hex digits (string order = unsigned order).
+
+    >>> import pandas as pd
+    >>> from feed_service.core.events import tweet_payload_digest
+    >>> payload_digest_hex(pd.Series([5]), pd.Series(["hi"]), pd.Series([2]))[0] == f"{tweet_payload_digest(5, 'hi', 2):016x}"
+    True
+    """
+    import pandas as pd
+
+    from feed_service.core.events import tweet_payload_digest
+
+    return pd.Series([f"{tweet_payload_digest(int(c), t, int(p)):016x}"
+                      for c, t, p in zip(created_at, text, profile_version)], dtype=object)
+
+
+@dataclass
+class Winners:
+    """The final source tables, one row per entity (DataFrames; persisted by the job)."""
+
+    live_tweets: "DataFrame"
+    """author_id, tweet_id, version, created_at, text, profile_version: winning upsert, not deleted."""
+    deleted_tweets: "DataFrame"
+    """author_id, tweet_id, version (highest delete version): deleted for good."""
+    edges: "DataFrame"
+    """follower_id, followee_id, version, op: the winning change of every edge ever seen."""
+    profiles: "DataFrame"
+    """user_id, version, display_name, avatar_url, bio: the winning payload per (user, version)."""
+
+    def map(self, fn: Callable[["DataFrame"], "DataFrame"]) -> "Winners":
+        """The same tables through ``fn`` (e.g. persisted)."""
+        return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles))
+
+    def active_edges(self) -> "DataFrame":
+        """The edges whose winning change is a follow."""
+        from pyspark.sql import functions as F
+
+        return self.edges.where(F.col("op") == "follow")
+
+    def count(self) -> dict[str, int]:
+        """Entities per kind, for the summary (one Spark job each)."""
+        return {
+            "tweets_live": self.live_tweets.count(),
+            "tweets_deleted": self.deleted_tweets.count(),
+            "follow_edges": self.edges.count(),
+            "follow_edges_active": self.active_edges().count(),
+            "profile_versions": self.profiles.count(),
+        }
+
+
+def winning_changes(events: "DataFrame") -> Winners:
+    """Fold valid events into each entity's winning change, with the rules of :mod:`feed_service.core.events`."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    tweet = F.col("type") == "tweet"
+    ups = events.where(tweet & (F.col("op") == "upsert")).select(
+        "author_id", "tweet_id", "version", "created_at", "text", "profile_version")
+    dels = (events.where(tweet & (F.col("op") == "delete"))
+            .groupBy("author_id", "tweet_id").agg(F.max("version").alias("version")))
+
+    # Highest version; among different payloads at that version, the greatest digest (content_beats).
+    by_tweet = Window.partitionBy("author_id", "tweet_id")
+    top = (ups.withColumn("top", F.max("version").over(by_tweet)).where(F.col("version") == F.col("top"))
+           .drop("top").dropDuplicates(["author_id", "tweet_id", "created_at", "text", "profile_version"])
+           .withColumn("payloads", F.count(F.lit(1)).over(by_tweet)))
+    # A scalar pandas UDF (no type hints: they are strings here), evaluated only for ties, which are rare.
+    digest = F.pandas_udf(lambda c, t, p: payload_digest_hex(c, t, p), "string")
+    tied = (top.where(F.col("payloads") > 1)
+            .withColumn("digest", digest("created_at", "text", "profile_version"))
+            .withColumn("rank", F.row_number().over(by_tweet.orderBy(F.col("digest").desc())))
+            .where(F.col("rank") == 1).drop("digest", "rank"))
+    winners = top.where(F.col("payloads") == 1).unionByName(tied).drop("payloads")
+    live = winners.join(dels.select("author_id", "tweet_id"), ["author_id", "tweet_id"], "left_anti")
+
+    # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank).
+    by_edge = Window.partitionBy("follower_id", "followee_id").orderBy(
+        F.col("version").desc(), (F.col("op") == "follow").asc())
+    edges = (events.where(F.col("type") == "follow")
+             .select("follower_id", "followee_id", "version", "op")
+             .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))
+
+    # Profiles: per (user, version), the greatest profile_rank (null below every string).
+    by_profile = Window.partitionBy("user_id", "version").orderBy(
+        F.col("display_name").desc(),
+        F.col("avatar_url").isNotNull().desc(), F.coalesce("avatar_url", F.lit("")).desc(),
+        F.col("bio").isNotNull().desc(), F.coalesce("bio", F.lit("")).desc())
+    profiles = (events.where(F.col("type") == "profile")
+                .select("user_id", "version", "display_name", "avatar_url", "bio")
+                .withColumn("rank", F.row_number().over(by_profile)).where(F.col("rank") == 1).drop("rank"))
+    return Winners(live, dels, edges, profiles)

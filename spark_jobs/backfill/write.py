@@ -1,0 +1,150 @@
+"""Stage ``write``: timeline rows, tweets (live and deleted) and profile versions to Cassandra.
+
+Rows are written in place from the executors (``mapInPandas``) through
+:class:`~feed_service.store.cassandra_writer.CassandraWriter`, as the write rows of
+:mod:`feed_service.core.rows`, every one ``USING TIMESTAMP backfill_ts`` (docs/backfill.md). Each
+task reports back one row (table, task, rows, seconds); nothing else reaches the driver.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
+
+from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.settings import Settings
+from spark_jobs.backfill.winners import Winners
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+Table: TypeAlias = Literal["timeline", "tweets", "profiles"]
+WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
+
+
+def _ints(series: "pd.Series") -> list[int | None]:
+    import pandas as pd
+
+    return [None if pd.isna(v) else int(v) for v in series.tolist()]  # nulls: None, NaN or pd.NA
+
+
+def _texts(series: "pd.Series") -> list[str | None]:
+    import pandas as pd
+
+    return [None if pd.isna(v) else v for v in series.tolist()]
+
+
+def _entries(pdf: "pd.DataFrame") -> list[Entry]:
+    """The frame's tweet columns as timeline entries (nulls, e.g. of a deleted tweet, as None)."""
+    return list(map(Entry._make, zip(
+        pdf["tweet_id"].tolist(), pdf["author_id"].tolist(), _ints(pdf["created_at"]), _ints(pdf["version"]),
+        _texts(pdf["text"]), _ints(pdf["profile_version"]))))
+
+
+def timeline_writes(pdf: "pd.DataFrame", ts: int) -> list[TimelineWrite]:
+    """Rows of ``home_timeline`` from join rows (:data:`~spark_jobs.backfill.join.TIMELINE_COLUMNS`)."""
+    return [TimelineWrite("insert", timeline_id, entry, ts)
+            for timeline_id, entry in zip(pdf["timeline_id"].tolist(), _entries(pdf))]
+
+
+def tweet_writes(pdf: "pd.DataFrame", ts: int) -> list[TweetWrite]:
+    """Rows of ``tweets`` from :func:`tweet_rows`: the winner of a live tweet, a delete of a deleted one."""
+    return [TweetWrite(e.tweet_id, e.author_id, None if gone else e, ts)
+            for e, gone in zip(_entries(pdf), pdf["deleted"].tolist())]
+
+
+def profile_writes(pdf: "pd.DataFrame", ts: int) -> list[ProfileWrite]:
+    """Rows of ``profiles`` from the winning profile versions."""
+    profiles = map(ProfileRow._make, zip(pdf["user_id"].tolist(), _ints(pdf["version"]), _texts(pdf["display_name"]),
+                                         _texts(pdf["avatar_url"]), _texts(pdf["bio"])))
+    return [ProfileWrite(p, ts) for p in profiles]
+
+
+def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
+    if table == "timeline":
+        writer.write(timeline=timeline_writes(pdf, ts))
+    elif table == "tweets":
+        writer.write(tweets=tweet_writes(pdf, ts))
+    elif table == "profiles":
+        writer.write(profiles=profile_writes(pdf, ts))
+    else:
+        raise ValueError(f"unknown table {table!r}")
+
+
+def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> Callable:
+    """``mapInPandas`` function writing one table's rows from an executor; yields one report row per task.
+
+    ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`) or ``profiles`` (winning
+    profiles). With ``write`` False rows are only counted (``--no-write``).
+    """
+
+    def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
+        import pandas as pd
+        from pyspark import TaskContext
+
+        writer = None
+        if write:
+            from spark_jobs.cassandra_sink import writer_for
+
+            writer = writer_for(settings)
+        started, count = time.perf_counter(), 0
+        for pdf in frames:
+            if pdf.empty:
+                continue
+            count += len(pdf)
+            if writer is not None:
+                _write(writer, table, pdf, ts)
+        ctx = TaskContext.get()
+        yield pd.DataFrame({"table": [table], "task": [ctx.partitionId() if ctx else 0], "rows": [count],
+                            "seconds": [time.perf_counter() - started]})
+
+    return fn
+
+
+def tweet_rows(winners: Winners) -> "DataFrame":
+    """Rows of the tweets table: every live tweet's winner, and a delete of every deleted tweet."""
+    from pyspark.sql import functions as F
+
+    live = winners.live_tweets.select("tweet_id", "author_id", "created_at", "version", "text", "profile_version",
+                                      F.lit(False).alias("deleted"))
+    gone = winners.deleted_tweets.select(
+        "tweet_id", "author_id", F.lit(None).cast("bigint").alias("created_at"),
+        F.lit(None).cast("bigint").alias("version"), F.lit(None).cast("string").alias("text"),
+        F.lit(None).cast("bigint").alias("profile_version"), F.lit(True).alias("deleted"))
+    return live.unionByName(gone)
+
+
+def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winners) -> list[tuple[Table, "DataFrame"]]:
+    """Each table with the frame of its rows, in write order."""
+    # Round robin: the join's partitions follow author keys, so a celebrity's fan-out would leave
+    # one writer working alone (seen in bench/bench_backfill.py).
+    writers = max(2, spark.sparkContext.defaultParallelism)
+    return [("timeline", timelines.repartition(writers)), ("tweets", tweet_rows(winners)),
+            ("profiles", winners.profiles)]
+
+
+@dataclass(frozen=True, slots=True)
+class TableReport:
+    """One table's write: rows in total and per task, and the wall time of its Spark job."""
+
+    table: Table
+    rows: int
+    seconds: float
+    task_rows: tuple[tuple[int, int], ...]
+
+    def describe(self, *, written: bool) -> str:
+        rate = self.rows / self.seconds if self.seconds else 0
+        tasks = ", ".join(f"task {task}: {rows}" for task, rows in self.task_rows)
+        return (f"{self.table}: {self.rows} rows {'written' if written else 'counted'} in {self.seconds:.1f}s"
+                f" ({rate:,.0f}/s) [{tasks}]")
+
+
+def write_table(settings: Settings, table: Table, df: "DataFrame", ts: int, *, write: bool) -> TableReport:
+    """Write (or with ``write`` False only count) one table's rows from the executors."""
+    t0 = time.monotonic()
+    reports = df.mapInPandas(write_frames(settings, table, ts, write=write), WRITE_REPORT_SCHEMA).collect()
+    elapsed = time.monotonic() - t0
+    return TableReport(table, sum(r.rows for r in reports), elapsed,
+                       tuple(sorted((r.task, r.rows) for r in reports)))

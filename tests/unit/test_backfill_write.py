@@ -1,0 +1,86 @@
+"""The backfill's write stage without Spark or Cassandra: frames as the executors get them (nulls as
+None or NaN) become the write rows of ``feed_service.core.rows``, which ``CassandraWriter`` binds."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import cassandra.concurrent
+import spark_jobs.cassandra_sink
+from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.settings import Settings
+from feed_service.store.cassandra_writer import CassandraWriter
+from spark_jobs.backfill.write import profile_writes, timeline_writes, tweet_writes, write_frames
+
+TS = 1_700_000_000_000_000
+TIMELINE = pd.DataFrame({"timeline_id": ["ann", "cat"], "tweet_id": ["t1", "t2"], "author_id": ["bob", "bob"],
+                         "created_at": [10, 20], "version": [1, 2], "text": ["hi", "yo"], "profile_version": [3, 3]})
+# A deleted tweet's columns are null; in a pandas frame a null bigint arrives as NaN (float64 column).
+TWEETS = pd.DataFrame({"tweet_id": ["t1", "t9"], "author_id": ["bob", "bob"], "created_at": [10, math.nan],
+                       "version": [1, math.nan], "text": ["hi", None], "profile_version": [3, math.nan],
+                       "deleted": [False, True]})
+PROFILES = pd.DataFrame({"user_id": ["bob", "bob"], "version": [1, 2], "display_name": ["Bob", "Bobby"],
+                         "avatar_url": ["https://a", None], "bio": [math.nan, "hello"]})
+
+
+def test_frames_become_write_rows() -> None:
+    assert timeline_writes(TIMELINE, TS) == [
+        TimelineWrite("insert", "ann", Entry("t1", "bob", 10, 1, "hi", 3), TS),
+        TimelineWrite("insert", "cat", Entry("t2", "bob", 20, 2, "yo", 3), TS),
+    ]
+    tweets = tweet_writes(TWEETS, TS)
+    assert tweets == [TweetWrite("t1", "bob", Entry("t1", "bob", 10, 1, "hi", 3), TS), TweetWrite("t9", "bob", None, TS)]
+    assert type(tweets[0].entry.created_at) is int  # not numpy, not float: the driver binds bigint
+    assert profile_writes(PROFILES, TS) == [ProfileWrite(ProfileRow("bob", 1, "Bob", "https://a", None), TS),
+                                            ProfileWrite(ProfileRow("bob", 2, "Bobby", None, "hello"), TS)]
+
+
+class FakeSession:
+    """Prepares a statement as its CQL text; executions are captured by the patched execute_concurrent."""
+
+    def prepare(self, cql: str) -> str:
+        return cql
+
+
+class Result:
+    success, result_or_exc = True, None
+
+
+@pytest.fixture
+def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
+    calls: list[tuple[str, tuple]] = []
+
+    def execute(session: Any, statements: Any, **_: Any) -> list[Result]:
+        statements = list(statements)
+        calls.extend(statements)
+        return [Result() for _ in statements]
+
+    writer = CassandraWriter(FakeSession(), "ks", batch_rows=1)
+    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
+    monkeypatch.setattr(spark_jobs.cassandra_sink, "writer_for", lambda settings: writer)
+    return calls
+
+
+@pytest.mark.parametrize("table, frame, want", [
+    ("timeline", TIMELINE, [("INSERT INTO ks.home_timeline", ("ann", 10, "t1", "bob", 1, "hi", 3, TS)),
+                            ("INSERT INTO ks.home_timeline", ("cat", 20, "t2", "bob", 2, "yo", 3, TS))]),
+    ("tweets", TWEETS, [("INSERT INTO ks.tweets", ("t1", "bob", 10, 1, "hi", 3, TS)),
+                        ("DELETE FROM ks.tweets", (TS, "t9"))]),
+    ("profiles", PROFILES, [("INSERT INTO ks.profiles", ("bob", 1, "Bob", "https://a", None, TS)),
+                            ("INSERT INTO ks.profiles", ("bob", 2, "Bobby", None, "hello", TS))]),
+])
+def test_executors_write_through_the_cassandra_writer(executed: list, table: str, frame: pd.DataFrame,
+                                                      want: list) -> None:
+    reports = list(write_frames(Settings(), table, TS, write=True)(iter([frame, frame.iloc[:0]])))
+    assert [(cql.split(" (")[0].split(" USING")[0], values) for cql, values in executed] == want
+    assert reports[0].to_dict("records") == [{"table": table, "task": 0, "rows": 2,
+                                              "seconds": reports[0]["seconds"][0]}]
+
+
+def test_no_write_only_counts(executed: list) -> None:
+    reports = list(write_frames(Settings(), "timeline", TS, write=False)(iter([TIMELINE])))
+    assert executed == [] and int(reports[0]["rows"][0]) == 2

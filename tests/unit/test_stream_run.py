@@ -1,0 +1,205 @@
+"""The streaming job's driver loop and command line, without Spark: a fake session and fake queries.
+
+What is checked: a clean stop logs cleanly; the progress file counts every restart since the process
+started and names the last error; the job gives up after too many failures in a row; and settings,
+checkpoint and bootstrap refusals end with exit code 2 and a message before any Spark session exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import feed_service.stack.spark
+from feed_service.settings import Settings
+from spark_jobs import stream
+from spark_jobs.bootstrap import build_manifest, write_manifest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeQuery:
+    """A streaming query that either failed at once (``error``) or runs and reports batch 0."""
+
+    name = "timeline-join"
+
+    def __init__(self, error: str | None = None) -> None:
+        self.error = error
+        self.isActive = error is None
+        self.lastProgress = None if error else {
+            "batchId": 0, "numInputRows": 3, "durationMs": {"triggerExecution": 5},
+            "sources": [{"endOffset": json.dumps({"feed.tweets.v1": {"0": 3}})}],
+        }
+
+    def exception(self) -> str | None:
+        return self.error
+
+    def stop(self) -> None:
+        self.isActive = False
+
+
+class Driver:
+    """Fakes for :func:`spark_jobs.stream.run`: the session, the queries it starts, the signals.
+
+    ``stop_after`` progress records, the SIGTERM handler the job installed is called, as an operator would.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, queries: list[FakeQuery], *, stop_after: int = 2) -> None:
+        self.queries = list(queries)
+        self.started = 0
+        self.records = 0
+        self.stop_after = stop_after
+        self.handlers: dict[int, Any] = {}
+        self.sessions_stopped = 0
+        driver = self
+
+        class Session:
+            def stop(self) -> None:
+                driver.sessions_stopped += 1
+
+        class Rows:
+            @property
+            def value(self) -> int:
+                driver.records += 1
+                if driver.records == driver.stop_after:
+                    driver.handlers[signal.SIGTERM](signal.SIGTERM, None)
+                return 7
+
+        monkeypatch.setattr(signal, "signal", lambda sig, handler: self.handlers.__setitem__(sig, handler))
+        monkeypatch.setattr(feed_service.stack.spark, "build_session", lambda *a, **k: Session())
+        monkeypatch.setattr(stream, "start_stream", lambda *a, **k: self._start(Rows()))
+        monkeypatch.setattr(stream, "RESTART_BACKOFF_SECONDS", 0.0)
+        monkeypatch.setattr(stream, "STATUS_INTERVAL_SECONDS", 0.01, raising=False)
+
+    def _start(self, rows: Any) -> stream.RunningStream:
+        self.started += 1
+        return stream.RunningStream(self.queries.pop(0), rows)
+
+
+def _run(tmp_path: Path) -> tuple[int, Path]:
+    status = tmp_path / "progress.json"
+    code = stream.run(Settings(), stream.StreamOptions(checkpoint=tmp_path / "ckpt"), status_file=status)
+    return code, status
+
+
+def test_a_clean_stop_logs_without_a_logging_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    # pytest's log handler raises when a record cannot be formatted (logging itself would print a
+    # traceback to stderr and carry on), so a bad format string fails this test.
+    driver = Driver(monkeypatch, [FakeQuery()])
+    caplog.set_level(logging.INFO, logger="feed.stream")
+    code, status = _run(tmp_path)
+    assert code == 0 and driver.sessions_stopped == 1
+    assert any(r.getMessage().startswith("stream stopped") for r in caplog.records)
+    assert json.loads(status.read_text())["timeline-join"]["batch_id"] == 0
+
+
+def test_progress_counts_every_restart_and_names_the_last_error(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    driver = Driver(monkeypatch, [FakeQuery("boom 1"), FakeQuery("boom 2"), FakeQuery()])
+    before = time.time()
+    code, status = _run(tmp_path)
+    assert code == 0 and driver.started == 3
+    record = json.loads(status.read_text())
+    # A completed batch ends the failures in a row, not the count of restarts.
+    assert record["timeline-join"]["batch_id"] == 0
+    assert record["restarts"] == 2
+    assert record["last_error"]["message"] == "boom 2"
+    assert before <= record["last_error"]["time"] <= time.time()
+    assert record["consecutive_failures"] == 0
+
+
+def test_gives_up_after_too_many_failures_in_a_row(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(stream, "MAX_CONSECUTIVE_RESTARTS", 2)
+    driver = Driver(monkeypatch, [FakeQuery(f"boom {i}") for i in range(1, 4)])
+    caplog.set_level(logging.INFO, logger="feed.stream")
+    code, _ = _run(tmp_path)
+    assert code == 1 and driver.started == 3 and driver.sessions_stopped == 1
+    assert any("gave up" in r.getMessage() and "boom 3" in r.getMessage() for r in caplog.records)
+
+
+# --- refusals: exit code 2, a message, no Spark session ----------------------------------------
+
+
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any, **__: Any) -> None:
+        raise AssertionError("a Spark session was built")
+
+    monkeypatch.setattr(feed_service.stack.spark, "build_session", refuse)
+    for name in list(os.environ):
+        if name.startswith("FEED_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_inbox_cap_zero_is_refused_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert stream.main(["--inbox-cap", "0", "--checkpoint", str(tmp_path / "ckpt")]) == 2
+    err = capsys.readouterr().err
+    assert "feedctl stream:" in err and "inbox cap must be an integer >= 1, got 0" in err
+    assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_inbox_cap_defaults_to_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("FEED_INBOX_CAP", "0")
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt")]) == 2
+    assert "inbox cap must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_inbox_cap_zero_exits_quickly_from_the_command_line(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "spark_jobs.stream", "--inbox-cap", "0",
+                           "--checkpoint", str(tmp_path / "ckpt")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "feedctl stream: inbox cap must be an integer >= 1, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr and time.monotonic() - started < 30
+
+
+def _backfill(folder: Path, settings: Settings) -> Path:
+    (folder / "state").mkdir(parents=True)
+    write_manifest(folder, build_manifest(settings, backfill_ts=10, start_offsets={}, end_offsets={},
+                                          summary={}))
+    return folder
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_bootstrap_with_another_inbox_cap_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    folder = _backfill(tmp_path / "backfill", Settings())
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--bootstrap-from", str(folder),
+                        "--inbox-cap", "5"]) == 2
+    assert "feedctl stream: inbox cap 5" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_bootstrap_into_a_used_checkpoint_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    folder = _backfill(tmp_path / "backfill", Settings())
+    (tmp_path / "ckpt" / "join" / "commits").mkdir(parents=True)
+    (tmp_path / "ckpt" / "join" / "commits" / "0").write_text("v1")
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--bootstrap-from", str(folder)]) == 2
+    assert "committed batches" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_bootstrap_from_a_folder_without_backfill_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--bootstrap-from", str(tmp_path)]) == 2
+    assert "holds no completed backfill" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_another_operator_for_a_checkpoint_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    stream.operator_for(tmp_path / "ckpt", "applyInPandasWithState")
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--operator", "transformWithState"]) == 2
+    assert "created with --operator applyInPandasWithState" in capsys.readouterr().err

@@ -69,7 +69,7 @@ class ProducerError(FeedError):
 
 
 class EventRejected(ProducerError, ValueError):
-    """The event is invalid and was not sent. ``code`` is an :class:`InvalidEvent` code or ``"schema"``."""
+    """The event is invalid and was not sent; ``code`` is the :class:`InvalidEvent` code."""
 
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(f"{code}: {reason}")

@@ -44,10 +44,11 @@ def inbox_cap(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"not an integer: {text!r}") from None
 
 
-def default_inbox_cap() -> int:
-    """The inbox cap of the environment's settings (``FEED_INBOX_CAP``, else the view's default)."""
+def default_inbox_cap() -> str:
+    """The environment's inbox cap (``FEED_INBOX_CAP``, else the view's default) as an argparse
+    default: a string, so argparse checks it with :func:`inbox_cap` only when the option is used."""
     import os
 
     from feed_service.core.join import DEFAULT_INBOX_CAP
 
-    return inbox_cap(os.environ.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP)))
+    return os.environ.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))

@@ -2,7 +2,9 @@
 
 Each command module exposes ``register(subparsers)`` which adds its parser and sets
 ``handler`` (a callable ``(args) -> int``). Keeping them apart lets each adapter be
-imported lazily, so ``feedctl materialize`` never pays for importing pyspark.
+imported lazily, so ``feedctl materialize`` never pays for importing pyspark. This is the one
+place errors become exit codes: a configuration, pipeline or stack error is printed on one line
+with exit code 2; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import importlib
 import logging
 import sys
 from typing import Sequence
+
+from feed_service.errors import ConfigError, PipelineError, StackError
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -53,4 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("cassandra").setLevel(logging.WARNING)  # driver start-up chatter
-    return int(args.handler(args) or 0)
+    try:
+        return int(args.handler(args) or 0)
+    except (ConfigError, PipelineError, StackError) as exc:
+        # What the user can act on (a setting, a checkpoint, the local stack): one line, exit 2.
+        print(f"feedctl {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -1,4 +1,10 @@
-"""A one-line progress display on stderr (no third-party dependency)."""
+"""A one-line progress display on stderr: redrawn on a terminal, a plain line every few seconds on a pipe.
+
+Kept by hand rather than taken from ``tqdm`` or ``rich``: neither writes periodic plain lines when
+stderr is not a terminal (``tqdm`` keeps emitting ``\r``-joined updates, one endless line in a CI
+log; ``rich`` shows nothing until the end), and the lines here are counters with unknown totals
+(stdin, ``--duration``), not bars. Adapting either to that would cost more code than this class.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A seeded, reproducible workload: users, a power-law follow graph, then a stream of changes.
 
-Pure generation first (no I/O: :func:`generate` yields JSON envelopes), then the two sinks
-(:func:`publish_workload` to Kafka at a given rate, :func:`write_jsonl` to a replay file).
+Pure generation, no I/O: :func:`generate` yields JSON envelopes; where they go (Kafka, a replay
+file) and how fast is :mod:`feed_service.workload.sinks`' job.
 
 What :func:`generate` yields, in order:
 
@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import math
 import random
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, Iterable, Iterator
 
 from feed_service.kafka.versions import VersionClock
 
@@ -291,99 +288,3 @@ def in_degrees(events: Iterable[dict[str, Any]]) -> dict[str, int]:
         if on:
             degrees[followee] = degrees.get(followee, 0) + 1
     return degrees
-
-
-# --- sinks ----------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class WorkloadStats:
-    sent: int = 0
-    elapsed: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.sent / self.elapsed if self.elapsed > 0 else 0.0
-
-
-def paced(
-    events: Iterable[dict[str, Any]], *, rate: float = 0.0, duration: float | None = None,
-    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[dict[str, Any]]:
-    """Yield ``events`` at ``rate`` per second (0: as fast as possible), for at most ``duration`` s.
-
-    The deadline is checked before the next event is pulled, so an event taken from ``events`` is
-    always yielded (callers that record what they pull see exactly what was sent).
-    """
-    started = clock()
-    deadline = None if duration is None else started + duration
-    iterator = iter(events)
-    i = 0
-    while True:
-        if rate > 0:
-            due = started + i / rate
-            if deadline is not None and due >= deadline:
-                return
-        elif deadline is not None and (i & 255) == 0 and clock() >= deadline:
-            return
-        try:
-            event = next(iterator)
-        except StopIteration:
-            return
-        if rate > 0:
-            now = clock()
-            if due > now:
-                sleep(due - now)
-        yield event
-        i += 1
-
-
-def publish_workload(
-    settings: Any,
-    events: Iterable[dict[str, Any]],
-    *,
-    rate: float = 0.0,
-    duration: float | None = None,
-    producer: Any = None,
-    on_tick: Callable[[WorkloadStats], None] | None = None,
-) -> WorkloadStats:
-    """Publish ``events`` to the topics of ``settings`` at ``rate`` events/s; flush; return counts.
-
-    A producer can be passed in (it is flushed, not closed); otherwise one is made and closed.
-    Raises ``EventRejected`` for an invalid event and ``DeliveryFailed`` if the broker refused any.
-    """
-    from feed_service.kafka.producer import EventProducer
-
-    own = producer is None
-    producer = producer or EventProducer(settings)
-    stats = WorkloadStats()
-    started = time.monotonic()
-    try:
-        for event in paced(events, rate=rate, duration=duration):
-            producer.publish_event(event)
-            stats.sent += 1
-            if on_tick is not None and (stats.sent & 1023) == 0:
-                stats.elapsed = time.monotonic() - started
-                on_tick(stats)
-        if own:
-            producer.close()
-        else:
-            producer.flush()
-    finally:
-        if own and not producer.closed:
-            producer.close()
-    stats.elapsed = time.monotonic() - started
-    return stats
-
-
-def write_jsonl(events: Iterable[dict[str, Any]], out: TextIO | Path | str, *,
-                rate: float = 0.0, duration: float | None = None) -> int:
-    """Write ``events`` as one JSON object per line; return how many were written."""
-    if not hasattr(out, "write"):
-        with open(out, "w", encoding="utf-8") as stream:
-            return write_jsonl(events, stream, rate=rate, duration=duration)
-    n = 0
-    for event in paced(events, rate=rate, duration=duration):
-        out.write(json.dumps(event, separators=(",", ":")) + "\n")  # type: ignore[union-attr]
-        n += 1
-    return n

@@ -17,10 +17,11 @@ from feed_service.core.events import parse_event
 from feed_service.kafka.keys import record_key
 from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 from feed_service.settings import Settings
-from feed_service.stack.config import REPO_ROOT
 from feed_service.kafka.topics import ensure_topics
-from feed_service.workload.generator import generate, publish_workload
+from feed_service.workload.generator import generate
+from feed_service.workload.sinks import publish_workload
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 ROLES = ("tweets", "follows", "profiles")
 
 

@@ -1,22 +1,20 @@
-"""The producer without a broker: validation, keys, versions, delivery failures, replay counting."""
+"""The producer without a broker: validation, keys, versions, delivery failures, replay and workload sinks."""
 
 from __future__ import annotations
 
-import json
+import logging
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
 
+from feed_service import resources
 from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
-from feed_service.kafka.envelope_schema import load_envelope_check
 from feed_service.kafka.keys import record_key
 from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected, ProducerClosed
 from feed_service.kafka.replay import publish_lines
 from feed_service.kafka.versions import VersionClock
-from feed_service.kafka.envelope_schema import UnsupportedSchema, compile_schema
-from feed_service import resources
 from feed_service.settings import Settings
+from feed_service.workload import sinks
 
 
 class FakeMessage:
@@ -150,16 +148,15 @@ def test_tweet_without_known_profile_version_is_rejected() -> None:
     assert client.sent == []
 
 
-def test_schema_is_checked_besides_the_parser() -> None:
-    """An envelope the parser accepts but the JSON Schema refuses is rejected with the schema's reason."""
-    check = load_envelope_check()
-    strict = type(check)(check.path, lambda x: "extra" not in x, True, check._validator)  # noqa: SLF001
-    producer, (client,) = make_producer(check=strict)
+def test_integral_float_is_rejected_although_the_schema_would_accept_it() -> None:
+    """The producer applies parse_event's rules, stricter than the schema: 1.0 is not an integer."""
+    producer, (client,) = make_producer()
     with pytest.raises(EventRejected) as info:
         producer.publish_event({"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b",
-                                "version": 1, "extra": 1})
-    assert info.value.code == "schema"
-    assert client.pending == []
+                                "version": 1.0})
+    assert info.value.code == "wrong_type"
+    producer.close()
+    assert client.sent == []
 
 
 def test_failed_delivery_raises_once_on_flush() -> None:
@@ -204,44 +201,53 @@ def test_publish_lines_counts_rejects_and_sends_lines_verbatim() -> None:
     assert [value for _, value, _ in client.sent] == [good, good]
 
 
-# --- the compiled schema check agrees with jsonschema -----------------------------------------------
+# --- the Kafka workload sink ------------------------------------------------------------------------
 
-_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2, allow_nan=False), st.sampled_from(
-        ["", "a", "tweet", "follow", "profile", "upsert", "delete", "unfollow"]),
-    st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
-)
-_BASES = [
-    {"type": "tweet", "op": "upsert", "tweet_id": "t", "author_id": "a", "version": 1, "created_at": 2,
-     "text": "x", "profile_version": 0},
-    {"type": "tweet", "op": "delete", "tweet_id": "t", "author_id": "a", "version": 1},
-    {"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b", "version": 1},
-    {"type": "profile", "user_id": "a", "version": 1, "display_name": "A", "avatar_url": None, "bio": "b"},
-]
-_FIELDS = sorted({k for base in _BASES for k in base})
+FOLLOW = {"type": "follow", "op": "follow", "follower_id": "b", "followee_id": "a", "version": 1}
+SELF_FOLLOW = {**FOLLOW, "follower_id": "a", "version": 2}
 
 
-@st.composite
-def mutated_envelopes(draw: st.DrawFn) -> Any:
-    envelope = dict(draw(st.sampled_from(_BASES)))
-    for _ in range(draw(st.integers(0, 3))):
-        field = draw(st.sampled_from(_FIELDS))
-        if draw(st.booleans()):
-            envelope.pop(field, None)
-        else:
-            envelope[field] = draw(_VALUES)
-    return draw(st.one_of(st.just(envelope), st.just(envelope), st.just(envelope), _VALUES))
+def _own_producers(monkeypatch: pytest.MonkeyPatch, fail_keys: set[str]) -> list[EventProducer]:
+    """Make ``publish_workload`` build producers on fake clients that fail ``fail_keys`` on delivery."""
+    made: list[EventProducer] = []
+
+    def producer_for(settings: Settings) -> EventProducer:
+        producer, (client,) = make_producer()
+        client.fail_keys.update(fail_keys)
+        made.append(producer)
+        return producer
+
+    monkeypatch.setattr(sinks, "EventProducer", producer_for)
+    return made
 
 
-@hsettings(max_examples=1500, deadline=None)
-@given(mutated_envelopes())
-def test_compiled_schema_check_agrees_with_jsonschema(envelope: Any) -> None:
-    check = load_envelope_check()
-    assert check.compiled
-    assert check.is_valid(envelope) == check._validator.is_valid(envelope)  # noqa: SLF001
-    assert (check.explain(envelope) is None) == check.is_valid(envelope)
+def test_publish_workload_raises_the_first_error_not_the_close_failure(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Closing after a failure must not replace that failure with its own (here: a failed delivery)."""
+    made = _own_producers(monkeypatch, fail_keys={"b|a"})
+    with caplog.at_level(logging.ERROR), pytest.raises(EventRejected) as info:
+        sinks.publish_workload(Settings(), [FOLLOW, SELF_FOLLOW])
+    assert info.value.code == "self_follow"
+    assert any("not delivered" in note for note in getattr(info.value, "__notes__", []))
+    assert "not delivered" in caplog.text
+    assert made[0].closed
 
 
-def test_unsupported_keyword_is_not_compiled() -> None:
-    with pytest.raises(UnsupportedSchema):
-        compile_schema({"type": "object", "patternProperties": {"^x": {"type": "string"}}})
+def test_publish_workload_closes_its_producer_and_reports_failed_deliveries(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _own_producers(monkeypatch, fail_keys={"b|a"})
+    with pytest.raises(DeliveryFailed):
+        sinks.publish_workload(Settings(), [FOLLOW])
+    assert made[0].closed
+    made = _own_producers(monkeypatch, fail_keys=set())
+    stats = sinks.publish_workload(Settings(), [FOLLOW, {**FOLLOW, "follower_id": "c"}])
+    assert stats.sent == 2 and made[0].closed and made[0].stats.delivered == 2
+
+
+def test_publish_workload_flushes_but_does_not_close_a_given_producer() -> None:
+    producer, (client,) = make_producer()
+    stats = sinks.publish_workload(None, [FOLLOW], producer=producer)
+    assert stats.sent == 1 and len(client.sent) == 1 and not producer.closed
+    with pytest.raises(EventRejected):
+        sinks.publish_workload(None, [SELF_FOLLOW], producer=producer)
+    assert not producer.closed
+    producer.close()

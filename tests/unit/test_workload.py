@@ -1,9 +1,15 @@
-"""The workload generator without a broker: reproducible, valid, versioned, power-law shaped."""
+"""The workload generator without a broker: pure, reproducible, valid, versioned, power-law shaped.
+
+The Kafka sink is tested with the producer's fake client in ``test_producer_units.py``.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import subprocess
+import sys
 from collections import Counter
 from itertools import islice
 
@@ -11,7 +17,17 @@ import pytest
 
 from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
 from feed_service.kafka.envelope_schema import load_envelope_check
-from feed_service.workload.generator import Mix, generate, in_degrees, paced, write_jsonl
+from feed_service.workload.generator import Mix, generate, in_degrees
+from feed_service.workload.sinks import paced, write_jsonl
+
+
+def test_generator_does_no_io() -> None:
+    """Importing the generator pulls in no producer, Kafka client or sink."""
+    code = ("import json, sys\nimport feed_service.workload.generator\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    loaded = set(json.loads(proc.stdout))
+    assert not loaded & {"confluent_kafka", "feed_service.kafka.producer", "feed_service.workload.sinks"}
 
 
 def test_same_seed_same_events_and_other_seed_other_events() -> None:
@@ -125,8 +141,6 @@ def test_write_jsonl_round_trips(tmp_path) -> None:
 
 
 def test_paced_never_pulls_an_event_it_does_not_yield() -> None:
-    from feed_service.workload.generator import paced
-
     pulled: list[int] = []
 
     def source():

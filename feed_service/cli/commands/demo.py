@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from feed_service.settings import Settings
-from feed_service.stack.config import REPO_ROOT, StackConfig, free_ports
+from feed_service.stack.config import StackConfig, free_ports
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +54,7 @@ def _start_server(settings: Settings, secret: str, port: int, log_file: Path) ->
     env = {**os.environ, **settings.to_env(), "FEED_AUTH_SECRET": secret, "FEED_GRPC_HOST": "127.0.0.1",
            "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0"}
     with log_file.open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "feed_service", "serve"], cwd=REPO_ROOT, env=env,
+        return subprocess.Popen([sys.executable, "-m", "feed_service", "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.server import auth
     from feed_service.stack.local_stack import LocalStack, StackError
     from feed_service.stack.stream_process import StreamNotReady, StreamProcess
-    from feed_service.workload.generator import generate, publish_workload
+    from feed_service.workload.generator import generate
+    from feed_service.workload.sinks import publish_workload
 
     say = _Narrator().say
     stack_config = StackConfig.from_env()

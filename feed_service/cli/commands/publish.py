@@ -17,33 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from feed_service.cli.connection import add_connection_args, settings_from_args
 from feed_service.core.events import event_to_json
-from feed_service.settings import Settings, load_topic_specs
+from feed_service.settings import Settings
 
 EXIT_OK, EXIT_DELIVERY, EXIT_INVALID = 0, 1, 2
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """``Settings.from_env()`` with ``--bootstrap`` and ``--config`` (a topics.json) applied."""
-    base = Settings.from_env()
-    overrides: dict[str, Any] = {}
-    if getattr(args, "bootstrap", None):
-        overrides["kafka_bootstrap"] = args.bootstrap
-    if getattr(args, "config", None):
-        overrides["topics"] = load_topic_specs(Path(args.config))
-    if not overrides:
-        return base
-    from dataclasses import replace
-
-    return replace(base, **overrides)
-
-
-def add_connection_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: FEED_KAFKA_BOOTSTRAP or the local stack)")
-    parser.add_argument("--config", metavar="TOPICS.json", help="topic specs (default schemas/topics.json)")
 
 
 def register(sub: Any) -> None:

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from feed_service.cli.commands.publish import add_connection_args, settings_from_args
+from feed_service.cli.connection import add_connection_args, settings_from_args
 
 
 def register(sub: Any) -> None:

@@ -18,7 +18,7 @@ import time
 from typing import Any, Iterator
 
 from feed_service.cli.arg_types import number_at_least
-from feed_service.cli.commands.publish import add_connection_args, settings_from_args
+from feed_service.cli.connection import add_connection_args, settings_from_args
 
 
 def _non_negative(kind: type):
@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``feedctl workload``."""
     from feed_service.cli.progress import ProgressLine
-    from feed_service.workload.generator import WorkloadModel, paced
+    from feed_service.workload.generator import WorkloadModel
+    from feed_service.workload.sinks import paced
 
     if args.users < 1:
         print("feedctl workload: --users must be >= 1", file=sys.stderr)
@@ -90,43 +91,39 @@ def run(args: argparse.Namespace) -> int:
     progress = ProgressLine(render, enabled=not args.no_progress)
     setup = iter(()) if args.no_setup else model.setup()
     stream = (model.step() for _ in (range(args.count) if args.count is not None else itertools.count()))
-    phases = [counted("setup", setup),
-              counted("stream", paced(stream, rate=args.rate, duration=args.duration))]
-    if args.kafka:
-        code = _to_kafka(args, phases)
-    else:
-        code = _to_file(args.out, phases)
+    # The setup goes out as fast as possible; only the stream is paced.
+    events = itertools.chain(counted("setup", setup),
+                             counted("stream", paced(stream, rate=args.rate, duration=args.duration)))
+    error = _to_kafka(args, events) if args.kafka else _to_file(args.out, events)
     progress.done()
-    return code
+    if error is None:
+        return 0
+    print(f"feedctl workload: {error}", file=sys.stderr)
+    return 1 if args.kafka else 2
 
 
-def _to_kafka(args: argparse.Namespace, phases: list[Iterator[dict[str, Any]]]) -> int:
-    from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
+def _to_kafka(args: argparse.Namespace, events: Iterator[dict[str, Any]]) -> str | None:
+    """Publish ``events``; return why that failed, or ``None``."""
+    from feed_service.errors import ProducerError
+    from feed_service.workload.sinks import publish_workload
 
     try:
-        with EventProducer(settings_from_args(args)) as producer:  # flushes on close, raising failures
-            for events in phases:
-                for event in events:
-                    producer.publish_event(event)
-    except (DeliveryFailed, EventRejected) as exc:
-        print(f"\nfeedctl workload: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        publish_workload(settings_from_args(args), events)
+    except ProducerError as exc:
+        return str(exc)
+    return None
 
 
-def _to_file(path: str, phases: list[Iterator[dict[str, Any]]]) -> int:
-    from feed_service.workload.generator import write_jsonl
+def _to_file(path: str, events: Iterator[dict[str, Any]]) -> str | None:
+    """Write ``events`` to ``path`` (``-``: stdout); return why that failed, or ``None``."""
+    from feed_service.workload.sinks import write_jsonl
 
     try:
         if path == "-":
-            for events in phases:
-                write_jsonl(events, sys.stdout)
+            write_jsonl(events, sys.stdout)
             sys.stdout.flush()
         else:
-            with open(path, "w", encoding="utf-8") as out:
-                for events in phases:
-                    write_jsonl(events, out)
+            write_jsonl(events, path)
     except OSError as exc:
-        print(f"\nfeedctl workload: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    return 0
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, TypeAlias
 from feed_service.errors import InvalidEvent
@@ -111,6 +112,7 @@ def join_key(event: Event) -> str:
 
 _MISSING = object()
 
+MIN_INT64 = -(2**63)
 MAX_INT64 = 2**63 - 1
 """Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
 
@@ -154,12 +156,64 @@ def _natural(obj: Mapping[str, Any], name: str) -> int:
     # type() rather than isinstance(): JSON true must not pass for 1.
     if type(value) is not int:
         raise InvalidEvent("wrong_type", f"field {name!r} must be an integer, got {_type_name(value)}")
-    if value < 0:
-        raise InvalidEvent("negative_value", f"field {name!r} must be non-negative, got {value}")
-    if value > MAX_INT64:
+    if value > MAX_INT64 or value < MIN_INT64:
         # Cassandra's bigint and Spark's LongType stop here; the stream rejects the same records.
         raise InvalidEvent("wrong_type", f"field {name!r} must fit in a signed 64-bit integer, got {value}")
+    if value < 0:
+        raise InvalidEvent("negative_value", f"field {name!r} must be non-negative, got {value}")
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"key {repeated!r} appears more than once")
+    return obj
+
+
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_decode = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_not_json_constant).decode
+"""Strict JSON (RFC 8259): no NaN/Infinity, no repeated keys: what the stream's native parser accepts."""
+
+_MAYBE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if type(value) is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if type(value) is dict:
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if type(value) is list:
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
+def _loads(raw: str | bytes | bytearray) -> Any:
+    """Parse one record's JSON by the rules the stream applies to Kafka values: UTF-8 only (no BOM,
+    no UTF-16/32 sniffing), strict JSON, nothing after the value, no lone surrogates."""
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            text = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidEvent("bad_json", f"bad JSON: not UTF-8: {exc}") from None
+    else:
+        text = raw
+    try:
+        obj = _decode(text)
+    except ValueError as exc:  # JSONDecodeError, a repeated key, NaN/Infinity
+        raise InvalidEvent("bad_json", f"bad JSON: {exc}") from None
+    if _MAYBE_SURROGATE.search(text) and _has_lone_surrogate(obj):
+        raise InvalidEvent("bad_json", "bad JSON: a string holds a lone UTF-16 surrogate")
+    return obj
 
 
 def parse_event(raw: RawEvent) -> Event:
@@ -172,13 +226,7 @@ def parse_event(raw: RawEvent) -> Event:
     ...
     feed_service.errors.InvalidEvent: field 'version' must be an integer, got bool
     """
-    if isinstance(raw, (str, bytes, bytearray)):
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-            raise InvalidEvent("bad_json", f"bad JSON: {exc}") from None
-    else:
-        obj = raw
+    obj = _loads(raw) if isinstance(raw, (str, bytes, bytearray)) else raw
     if not isinstance(obj, Mapping):
         raise InvalidEvent("not_object", f"event must be a JSON object, got {_type_name(obj)}")
     kind = _field(obj, "type")

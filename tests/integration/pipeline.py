@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from feed_service.settings import Settings
 from feed_service.stack.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
@@ -29,8 +29,21 @@ GARBAGE_CODES = ("bad_json", "not_object", "wrong_type", "negative_value", "wron
                  "self_follow", "missing_field", "empty_id", "unknown_type")
 
 
-def publish(settings: Settings, events: Iterable[dict[str, Any]], garbage: Iterable[tuple[str, bytes]] = ()) -> int:
-    """Publish valid events with the project's producer and raw garbage records; returns the count."""
+class Delivered(NamedTuple):
+    """Where one raw record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+def publish(settings: Settings, events: Iterable[dict[str, Any]], garbage: Iterable[tuple[str, bytes]] = (),
+            *, delivered: list[Delivered] | None = None) -> int:
+    """Publish valid events with the project's producer and raw garbage records; returns the count.
+
+    ``delivered``, if given, receives the coordinates of each garbage record (in delivery order).
+    """
     from confluent_kafka import Producer
 
     from feed_service.kafka.producer import EventProducer
@@ -40,12 +53,45 @@ def publish(settings: Settings, events: Iterable[dict[str, Any]], garbage: Itera
         for event in events:
             producer.publish_event(event)
             count += 1
-    raw = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    raw = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    reports: list[Any] = []
+    errors: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            reports.append(msg)
+
     for role, value in garbage:
-        raw.produce(settings.topic(role), key=b"garbage", value=value)
+        raw.produce(settings.topic(role), key=b"garbage", value=value, on_delivery=on_delivery)
         count += 1
     assert raw.flush(30) == 0
+    assert errors == [], errors
+    if delivered is not None:
+        delivered.extend(Delivered(m.topic(), m.partition(), m.offset(), m.value()) for m in reports)
     return count
+
+
+@contextmanager
+def running(stream: StreamProcess) -> Iterator[StreamProcess]:
+    """Start ``stream`` and stop it when the block ends.
+
+    A failure in the block is the one reported (the stream is stopped all the same); only when the
+    block passed must the stream also stop cleanly, with exit code 0.
+    """
+    stream.start()
+    try:
+        yield stream
+    except BaseException as failure:
+        try:
+            stream.stop()
+        except Exception as stop_failure:  # noqa: BLE001 - the block's failure stays the reported one
+            failure.add_note(f"stopping the stream failed too: {stop_failure!r}")
+        raise
+    code = stream.stop()
+    assert code == 0, f"stream exited with {code}; log {stream.log_file}:\n" + stream.log_file.read_text(
+        errors="replace")[-4000:]
 
 
 def read_timelines(settings: Settings) -> dict[str, list[dict[str, Any]]]:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import grpc
 import pytest
@@ -26,11 +27,11 @@ from feed_service.server import auth
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
-from feed_service.stack.config import REPO_ROOT
 from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
 from feed_service.store.cassandra_reader import CassandraReader
 from feed_service.store.cassandra_writer import CassandraWriter
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 Code = grpc.StatusCode
 _clock = itertools.count(int(time.time() * 1000) * 1000)
 
@@ -117,7 +118,7 @@ def test_pagination_is_stable_while_new_entries_arrive(writer, stub, server, uni
 def test_hydration_with_versioned_profiles(writer, stub, server, unique: str) -> None:
     user, author = f"u-{unique}", f"a-{unique}"
     writer.write(profiles=[ProfileWrite(ProfileRow(author, 1, "Ann", "https://img/1", None), ts()),
-                           (author, 2, "Ann Lee", "https://img/2", "bio", ts())])
+                           ProfileWrite(ProfileRow(author, 2, "Ann Lee", "https://img/2", "bio"), ts())])
     put_entries(writer, user, author, range(0, 2), pv=1)
     put_entries(writer, user, author, range(2, 4), pv=2)
     put_entries(writer, user, author, range(4, 5), pv=3)  # profile version 3 has not arrived yet
@@ -249,7 +250,8 @@ def test_feedctl_serve_drains_on_sigterm(settings: Settings, unique: str) -> Non
         stub = pb_grpc.TimelineServiceStub(channel)
         user = f"u-{unique}"
         md = [("authorization", "Bearer " + auth.mint(secret.encode(), subject=user, role="user"))]
-        assert stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user), metadata=md, timeout=5) is not None
+        served = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user), metadata=md, timeout=5)
+        assert (list(served.entries), served.next_page_token) == ([], "")  # a user nobody wrote for
         stream = stub.WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id=user), metadata=md, timeout=20)
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)

@@ -112,10 +112,11 @@ def test_provisioning_is_idempotent_and_reports_drift(settings: Settings, unique
     from dataclasses import replace
 
     specs = [replace(s, name=f"{s.name}.{unique}") for s in settings.topics.values()]
+    names = sorted(s.name for s in specs)
     first = ensure_topics(settings.kafka_bootstrap, specs)
-    assert all(r.created for r in first)
+    assert sorted((r.name, r.created) for r in first) == [(name, True) for name in names]
     second = ensure_topics(settings.kafka_bootstrap, specs)
-    assert not any(r.created or r.drift for r in second)
+    assert sorted((r.name, r.created, r.drift) for r in second) == [(name, False, []) for name in names]
 
     drifted = [replace(specs[0], config={**specs[0].config, "min.compaction.lag.ms": "1234"})]
     report = describe_topics(settings.kafka_bootstrap, drifted)[0]
@@ -126,7 +127,8 @@ def test_provisioning_is_idempotent_and_reports_drift(settings: Settings, unique
 
 def test_stack_up_twice_starts_no_duplicates(stack_config: StackConfig) -> None:
     stack = LocalStack(stack_config)
-    before = {s.name: s.pid for s in stack.status()}
+    before = {s.name: (s.running, s.pid) for s in stack.status()}
+    assert sorted(before) == ["cassandra", "kafka"] and all(running and pid for running, pid in before.values())
     stack.up()
-    after = {s.name: s.pid for s in stack.status()}
-    assert before == after and all(after.values())
+    after = {s.name: (s.running, s.pid) for s in stack.status()}
+    assert after == before  # the same processes, nothing started twice

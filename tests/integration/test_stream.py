@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from feed_service.core.reference import reference_timelines
+from feed_service.core.reference import reference_tables, reference_timelines
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.timeline_join import OPERATORS
 
-from .pipeline import GARBAGE, GARBAGE_CODES, StreamProcess, consume_all, publish, read_table, read_timelines
+from .pipeline import (
+    GARBAGE, GARBAGE_CODES, Delivered, StreamProcess, consume_all, publish, read_table, read_timelines, running,
+)
 
 
 def _isolated(settings: Settings, unique: str) -> Settings:
@@ -33,41 +35,53 @@ def _history(seed: int) -> list[dict]:
     return list(generate(users=30, events=600, seed=seed, mean_following=6, prefix=f"s{seed}-"))
 
 
+def _reference_below_the_cap(pipeline: Settings, events: list[dict]) -> dict[str, list]:
+    """The reference timelines, checked to stay below the inbox cap: there the view is exact
+    (docs/join-engine.md), so Cassandra must equal it entry for entry."""
+    timelines = reference_timelines(events, inbox_cap=pipeline.inbox_cap)
+    assert timelines and all(len(entries) < pipeline.inbox_cap for entries in timelines.values())
+    return timelines
+
+
+def _dead_letters(pipeline: Settings, expect: int) -> list[tuple[str, str, int, int, bytes, str]]:
+    """Every dead letter as (key, source topic, partition, offset, raw value, reason code), sorted."""
+    letters = consume_all(pipeline, pipeline.topic("dead_letter"), expect=expect)
+    out = []
+    for m in letters:
+        record = json.loads(m.value())
+        out.append((m.key().decode(), record["source_topic"], record["source_partition"], record["source_offset"],
+                    record["value"].encode(), record["reason_code"]))
+    return sorted(out)
+
+
 def test_stream_matches_reference_and_dead_letters_bad_records(settings: Settings, unique: str, tmp_path: Path) -> None:
     pipeline = _isolated(settings, unique)
     events = _history(seed=1)
     kinds = {(e["type"], e.get("op")) for e in events}
     assert {("tweet", "upsert"), ("tweet", "delete"), ("follow", "follow"), ("follow", "unfollow"),
             ("profile", None)} <= kinds
-    publish(pipeline, events, GARBAGE)
+    delivered: list[Delivered] = []
+    publish(pipeline, events, GARBAGE, delivered=delivered)
 
-    stream = StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log").start()
-    try:
+    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
         stream.wait_caught_up()
-        assert read_timelines(pipeline) == reference_timelines(events)
+        assert read_timelines(pipeline) == _reference_below_the_cap(pipeline, events)
 
         # The job keeps running after bad input: more garbage and more events are processed too.
-        publish(pipeline, [], GARBAGE[:2])
+        publish(pipeline, [], GARBAGE[:2], delivered=delivered)
         more = [{**e, "text": "later: " + e["text"], "version": e["version"] + 1000}
                 for e in events if e["type"] == "tweet" and e["op"] == "upsert"][:20]
         publish(pipeline, more)
         stream.wait_caught_up()
         assert stream.proc is not None and stream.proc.poll() is None
-        assert read_timelines(pipeline) == reference_timelines(events + more)
-    finally:
-        assert stream.stop() == 0
+        assert read_timelines(pipeline) == _reference_below_the_cap(pipeline, events + more)
 
-    letters = consume_all(pipeline, pipeline.topic("dead_letter"), expect=len(GARBAGE) + 2)
-    records = [json.loads(m.value()) for m in letters]
-    assert len(records) == len(GARBAGE) + 2
-    first = sorted(records[: len(GARBAGE)], key=lambda r: (r["source_topic"], r["source_offset"]))
-    by_value = {r["value"]: r for r in records}
-    for (role, raw), code in zip(GARBAGE, GARBAGE_CODES):
-        record = by_value[raw.decode()]
-        assert record["reason_code"] == code, record
-        assert record["source_topic"] == pipeline.topic(role)
-        assert isinstance(record["source_partition"], int) and isinstance(record["source_offset"], int)
-    assert first  # every record names its source
+    # One dead letter per bad record, each naming its exact source record and the reason.
+    codes = {raw: code for (_, raw), code in zip(GARBAGE, GARBAGE_CODES)}
+    expected = sorted((f"{d.topic}/{d.partition}/{d.offset}", d.topic, d.partition, d.offset, d.value, codes[d.value])
+                      for d in delivered)
+    assert len(expected) == len(GARBAGE) + 2
+    assert _dead_letters(pipeline, expect=len(expected)) == expected
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
@@ -88,20 +102,21 @@ def test_stream_survives_kill_and_restart_with_identical_state(
         first.kill()
     partial = read_timelines(pipeline)
 
-    second = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args).start()
-    try:
+    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as second:
         second.wait_caught_up()
-    finally:
-        assert second.stop() == 0
 
-    expected = reference_timelines(events)
+    expected = _reference_below_the_cap(pipeline, events)
     assert partial != expected  # the kill really happened mid-stream
     assert read_timelines(pipeline) == expected
-    # Dimension tables match too: latest version of each live tweet, every profile version.
-    live = {(e["tweet_id"]) for e in events if e["type"] == "tweet"}
-    tweets = {r[0]: r[1] for r in read_table(pipeline, "SELECT tweet_id, version FROM tweets")}
-    assert set(tweets) <= live
-    deleted = {e["tweet_id"] for e in events if e["type"] == "tweet" and e["op"] == "delete"}
-    assert not (set(tweets) & deleted)
-    profiles = {(e["user_id"], e["version"]) for e in events if e["type"] == "profile"}
-    assert set(read_table(pipeline, "SELECT user_id, version FROM profiles")) == profiles
+    # Dimension tables match too: the latest version of each live tweet (none of the deleted ones),
+    # every profile version.
+    tables = reference_tables(events)
+    live = {tid: (author, c[1], c[0], c[2], c[3]) for (author, tid), c in tables.tweets.items()}
+    assert len(live) == len(tables.tweets)  # tweet ids are unique across authors here
+    tweets = {r[0]: r[1:] for r in read_table(
+        pipeline, "SELECT tweet_id, author_id, created_at, version, text, profile_version FROM tweets")}
+    assert tweets == live
+    assert tables.deleted and not {tid for _, tid in tables.deleted} & set(tweets)  # deletes happened; none left
+    profiles = {(r[0], r[1]): tuple(r[2:]) for r in read_table(
+        pipeline, "SELECT user_id, version, display_name, avatar_url, bio FROM profiles")}
+    assert profiles == tables.profiles

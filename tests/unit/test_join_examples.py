@@ -112,10 +112,13 @@ def test_follow_tie_unfollow_wins_and_older_follow_cannot_revive() -> None:
 def test_same_version_upserts_resolve_by_digest_in_any_order() -> None:
     a, b = tweet("t1", "bob", 1, "a", version=1), tweet("t1", "bob", 1, "b", version=1)
     winner = max((a, b), key=lambda e: content_digest((e.version, e.created_at, e.text, e.profile_version)))
-    for order in ([a, b], [b, a], [a], [b]):
+    assert a.text != b.text and content_digest(
+        (a.version, a.created_at, a.text, a.profile_version)) != content_digest((b.version, b.created_at, b.text, b.profile_version))
+    for order, expected in (([a, b], winner), ([b, a], winner), ([a], a), ([b], b)):
         engine = run([follow("ann", "bob")], *([e] for e in order))
-        if len(order) == 2:
-            assert texts(engine, "ann") == [winner.text]
+        assert texts(engine, "ann") == [expected.text]
+        # and within one batch
+        assert texts(run([follow("ann", "bob")], list(order)), "ann") == [expected.text]
 
 
 def test_pushed_out_tweet_keeps_its_version() -> None:
@@ -197,7 +200,10 @@ def test_clock_starts_at_clock_start_and_ticks_only_when_emitting() -> None:
     assert (r1.ts, r1.emitted) == (100, False)
     r2 = step(r1.state, [tweet("t1", "bob", 1)])
     assert (r2.ts, r2.state.clock) == (101, 101)
-    assert all(isinstance(row, Entry) for row in (d.entry for d in r2.deltas))
+    assert [(d.op, d.entry, d.timeline_ids) for d in r2.deltas] == [
+        ("insert", Entry("t1", "bob", 1, 1, "t1 text", 1), ("ann",))]
+    r3 = step(r2.state, [tweet("t1", "bob", 1)])  # a duplicate: nothing emitted, the clock stays
+    assert (r3.ts, r3.emitted, r3.state.clock) == (101, False, 101)
 
 
 def test_step_rejects_misrouted_events() -> None:

@@ -1,0 +1,410 @@
+"""The streaming job's ``StatefulProcessor`` on its own, without a query, a session or a JVM.
+
+In the style of PySpark's own transformWithState tests (``TwsTester``): an in-memory state handle,
+state seeded per key, routed rows fed one batch at a time as ``pyspark.sql.Row`` objects (the
+columns :func:`spark_jobs.envelope.routed_changes` makes), and checks of the output rows, of the
+state written back and of the state calls made (a ``get`` and at most one ``update`` per key and
+batch: each is a round trip to the JVM in a real query).
+
+PySpark's own ``TwsTester`` hands the processor a one-column grouping key; this job groups by
+(route, key), so the harness here is a small one of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+import pytest
+from pyspark.sql import Row
+from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
+
+from feed_service.core.events import (
+    Event,
+    FollowChange,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    event_to_json,
+    join_key,
+)
+from feed_service.core.join import step
+from feed_service.core.rows import Entry, TimelineWrite
+from feed_service.core.state import AuthorState, decode_state, encode_state
+from spark_jobs.envelope import EVENT_COLUMNS, ROUTE_DEAD_LETTER, ROUTE_JOIN
+from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, writes_of
+from spark_jobs.timeline_join import transform_with_state_processor
+
+EVENT_NAMES = tuple(name for name, _ in EVENT_COLUMNS)
+#: The columns of :func:`spark_jobs.envelope.routed_changes`, in order.
+RoutedRow = Row("route", "key", *EVENT_NAMES, "dl_key", "dl_value")
+OutputRow = Row(*OUTPUT_COLUMNS)
+STATE_NAME = "author_state"
+TWEETS_TOPIC = "feed.tweets.v1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- harness ---------------------------------------------------------------------------------------
+
+
+class FakeValueState:
+    """One ValueState: a value per grouping key (the handle's current key), every call logged."""
+
+    def __init__(self, handle: "FakeHandle") -> None:
+        self.handle = handle
+        self.values: dict[Any, tuple] = {}
+
+    def _log(self, call: str) -> Any:
+        self.handle.calls.append((call, self.handle.key))
+        return self.handle.key
+
+    def exists(self) -> bool:
+        return self._log("exists") in self.values
+
+    def get(self) -> tuple | None:
+        return self.values.get(self._log("get"))
+
+    def update(self, value: tuple) -> None:
+        self.values[self._log("update")] = value
+
+    def clear(self) -> None:
+        self.values.pop(self._log("clear"), None)
+
+
+class FakeHandle:
+    """The ``StatefulProcessorHandle`` the processor gets in ``init``: ValueState only."""
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.calls: list[tuple[str, Any]] = []
+        self.schemas: dict[str, Any] = {}
+        self.value_states: dict[str, FakeValueState] = {}
+
+    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> FakeValueState:
+        self.schemas[stateName] = schema
+        return self.value_states.setdefault(stateName, FakeValueState(self))
+
+
+class Harness:
+    """Runs the processor the way transformWithState does: ``init`` once, then one call per key."""
+
+    def __init__(self, *, inbox_cap: int = 800, clock_start: int = 0, rows_api: bool = True) -> None:
+        self.rows_api = rows_api
+        self.processor = transform_with_state_processor(inbox_cap, clock_start, rows_api=rows_api)
+        self.handle = FakeHandle()
+        self.processor.init(self.handle)
+
+    @property
+    def _state(self) -> FakeValueState:
+        return self.handle.value_states[STATE_NAME]
+
+    def seed(self, key: tuple[str, str], state: AuthorState) -> bytes:
+        """Put an encoded state under ``key`` as the state store would return it (binary: bytearray)."""
+        blob = encode_state(state)
+        self._state.values[key] = (bytearray(blob),)
+        return blob
+
+    def blob(self, key: tuple[str, str]) -> bytes | None:
+        value = self._state.values.get(key)
+        return None if value is None else bytes(value[0])
+
+    def peek(self, key: tuple[str, str]) -> AuthorState | None:
+        blob = self.blob(key)
+        return None if blob is None else decode_state(blob)
+
+    def feed(self, key: tuple[str, str], rows: Iterable[Row]) -> list[Row]:
+        """One micro-batch of one key; returns the output rows (pandas: as Spark reads the frames back)."""
+        self.handle.key = key
+        self.handle.calls.clear()
+        rows = list(rows)
+        inputs: Iterable[Any] = iter(rows) if self.rows_api else iter([to_spark_frame(rows)])
+        out = list(self.processor.handleInputRows(key, inputs, None))
+        return out if self.rows_api else [r for frame in out for r in from_spark_frame(frame)]
+
+    def initial(self, key: tuple[str, str], state: AuthorState) -> None:
+        """``handleInitialState`` with a backfill's row (columns key, state, route)."""
+        self.handle.key = key
+        self.handle.calls.clear()
+        blob = bytearray(encode_state(state))
+        if self.rows_api:
+            initial: Any = Row(key=key[1], state=blob, route=key[0])
+        else:
+            initial = pd.DataFrame({"key": [key[1]], "state": [blob], "route": [key[0]]})
+        self.processor.handleInitialState(key, initial, None)
+
+
+# Spark's own Arrow <-> pandas conversions of the pandas operators (no JVM needed): a frame of
+# input rows as the Python worker builds it, and output frames as the worker ships them back.
+_ARROW_TYPES = {"string": "string", "bigint": "int64"}
+_SPARK_TYPES = {"string": StringType(), "bigint": LongType(), "array<string>": ArrayType(StringType())}
+ROUTED_TYPES = (("route", "string"), ("key", "string"), *EVENT_COLUMNS, ("dl_key", "string"), ("dl_value", "string"))
+OUTPUT_STRUCT = StructType([StructField(name, _SPARK_TYPES[t], True) for name, t in OUTPUT_FIELDS])
+
+
+def to_spark_frame(rows: list[Row]) -> pd.DataFrame:
+    """Routed rows -> the pandas frame transformWithStateInPandas hands the processor."""
+    import pyarrow as pa
+    from pyspark.sql.conversion import ArrowBatchTransformer
+
+    batch = pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=pa.schema(
+        [(name, getattr(pa, _ARROW_TYPES[t])()) for name, t in ROUTED_TYPES]))
+    series = ArrowBatchTransformer.to_pandas(batch, timezone="UTC", prefer_int_ext_dtype=True)  # as build_session sets it
+    return pd.DataFrame(list(pd.concat(series, axis=1).itertuples(index=False)))
+
+
+def from_spark_frame(frame: pd.DataFrame) -> list[Row]:
+    """An output frame -> the rows Spark reads from it (the output schema's Arrow types)."""
+    from pyspark.sql.conversion import PandasToArrowConversion
+
+    batch = PandasToArrowConversion.convert(frame, OUTPUT_STRUCT, timezone="UTC", safecheck=True, arrow_cast=True,
+                                            assign_cols_by_name=True)
+    return [OutputRow(*(d[c] for c in OUTPUT_COLUMNS)) for d in batch.to_pylist()]
+
+
+def routed(event: Event) -> Row:
+    """A valid event as the routed row the JVM hands over (absent fields are null)."""
+    envelope = event_to_json(event)
+    return RoutedRow(ROUTE_JOIN, join_key(event), *(envelope.get(name) for name in EVENT_NAMES), None, None)
+
+
+def rejected(offset: int, code: str, raw: str) -> Row:
+    """A rejected record as routed: grouped under its source topic, its dead-letter record built."""
+    dl_value = json.dumps({"reason_code": code, "reason": code, "source_topic": TWEETS_TOPIC,
+                           "source_partition": 0, "source_offset": offset, "value": raw})
+    # Some typed columns are set for a partly valid record: the processor must not care.
+    return RoutedRow(ROUTE_DEAD_LETTER, TWEETS_TOPIC, "tweet", "upsert", "g1", "u1", *([None] * 10),
+                     f"{TWEETS_TOPIC}/0/{offset}", dl_value)
+
+
+def follow(follower: str, followee: str, version: int = 1) -> FollowChange:
+    return FollowChange(follower, followee, version, "follow")
+
+
+def unfollow(follower: str, followee: str, version: int = 2) -> FollowChange:
+    return FollowChange(follower, followee, version, "unfollow")
+
+
+def tweet(tid: str, created_at: int, text: str, version: int = 1, author: str = "bob", pv: int = 1) -> TweetUpsert:
+    return TweetUpsert(tid, author, version, created_at, text, pv)
+
+
+def timeline_row(op: str, e: Entry, followers: list[str], ts: int) -> Row:
+    return OutputRow("timeline", op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
+                     followers, None, None, None, None, ts, None, None)
+
+
+def tweet_row(e: Entry, ts: int) -> Row:
+    return OutputRow("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
+                     None, None, None, None, None, ts, None, None)
+
+
+def entry(t: TweetUpsert) -> Entry:
+    return Entry(t.tweet_id, t.author_id, t.created_at, t.version, t.text, t.profile_version)
+
+
+BOB = (ROUTE_JOIN, "bob")
+SEED: list[Event] = [follow("ann", "bob"), follow("cat", "bob"), tweet("t1", 10, "one"), tweet("t2", 20, "two")]
+T1, T2 = entry(SEED[2]), entry(SEED[3])  # type: ignore[arg-type]
+
+
+def seeded_state() -> AuthorState:
+    """bob followed by ann and cat, tweets t1 (created 10) and t2 (created 20), clock 100."""
+    return step(None, SEED, clock_start=99).state
+
+
+# --- tests -----------------------------------------------------------------------------------------
+
+
+def test_init_declares_one_binary_value_state() -> None:
+    harness = Harness()
+    assert harness.handle.schemas == {STATE_NAME: StructType([StructField("state", BinaryType(), True)])}
+    assert harness.handle.calls == []
+
+
+def test_new_key_tweet_and_follow_in_one_batch() -> None:
+    harness = Harness(clock_start=0)
+    t1 = tweet("t1", 10, "hello")
+    out = harness.feed(BOB, [routed(follow("ann", "bob")), routed(t1)])
+
+    assert out == [timeline_row("insert", entry(t1), ["ann"], 1), tweet_row(entry(t1), 1)]
+    assert harness.handle.calls == [("get", BOB), ("update", BOB)]
+    assert harness.peek(BOB) == AuthorState("bob", 1, {"ann": (1, True)}, ("ann",), {"t1": (1, 10, "hello", 1)},
+                                            {}, frozenset(), {})
+    # What the sink makes of the compact rows: one timeline write per follower, one tweet row.
+    writes = writes_of(out)
+    assert writes.timeline == [TimelineWrite("insert", "ann", entry(t1), 1)]
+    assert [(w.tweet_id, w.entry) for w in writes.tweets] == [("t1", entry(t1))]
+    assert (writes.profiles, writes.dead_letters) == ([], [])
+
+
+def test_seeded_state_rows_fed_one_batch_at_a_time() -> None:
+    harness = Harness()
+    seed = seeded_state()
+    assert seed.clock == 100 and seed.active == ("ann", "cat")
+    harness.seed(BOB, seed)
+
+    t3 = tweet("t3", 30, "three")
+    assert harness.feed(BOB, [routed(t3)]) == [timeline_row("insert", entry(t3), ["ann", "cat"], 101),
+                                               tweet_row(entry(t3), 101)]
+    after_t3 = harness.peek(BOB)
+    assert after_t3 == step(seed, [t3]).state and after_t3.clock == 101
+
+    # cat leaves: every retained tweet leaves cat's timeline, newest first.
+    assert harness.feed(BOB, [routed(unfollow("cat", "bob"))]) == [
+        timeline_row("delete", entry(t3), ["cat"], 102), timeline_row("delete", T2, ["cat"], 102),
+        timeline_row("delete", T1, ["cat"], 102)]
+    after_unfollow = harness.peek(BOB)
+    assert after_unfollow.active == ("ann",) and after_unfollow.followers["cat"] == (2, False)
+
+    # An edit reaches the remaining follower only; a delete is a tombstone row.
+    edit = tweet("t1", 10, "ONE", version=2)
+    out = harness.feed(BOB, [routed(edit), routed(TweetDelete("t2", "bob", 1))])
+    assert out == [
+        timeline_row("update", entry(edit), ["ann"], 103),
+        timeline_row("delete", T2, ["ann"], 103),
+        tweet_row(entry(edit), 103),
+        OutputRow("tweet", "delete", "t2", "bob", None, None, None, None, None, None, None, None, None, 103, None, None),
+    ]
+    final = harness.peek(BOB)
+    assert final == step(after_unfollow, [edit, TweetDelete("t2", "bob", 1)]).state
+    assert final.clock == 103 and final.deleted == frozenset({"t2"}) and final.tweets["t1"] == (2, 10, "ONE", 1)
+    assert harness.handle.calls == [("get", BOB), ("update", BOB)]
+
+
+def test_profile_version_is_a_profile_row_and_state() -> None:
+    harness = Harness(clock_start=7)
+    out = harness.feed(BOB, [routed(ProfileVersion("bob", 3, "Bob", None, "hi"))])
+    assert out == [OutputRow("profile", "upsert", None, None, None, 3, None, None, None,
+                             "bob", "Bob", None, "hi", 8, None, None)]
+    state = harness.peek(BOB)
+    assert state is not None and dict(state.profiles) == {3: ("Bob", None, "hi")} and state.clock == 8
+
+
+def test_order_of_rows_within_a_batch_does_not_matter() -> None:
+    batch = [routed(e) for e in (tweet("t3", 30, "three"), follow("dan", "bob"), unfollow("ann", "bob"),
+                                 tweet("t1", 10, "ONE", version=2))]
+    results = []
+    for rows in (batch, batch[::-1]):
+        harness = Harness()
+        harness.seed(BOB, seeded_state())
+        results.append((harness.feed(BOB, rows), harness.blob(BOB)))
+    assert results[0] == results[1]
+
+
+def test_dead_letters_pass_through_without_touching_state() -> None:
+    harness = Harness()
+    harness.seed(BOB, seeded_state())
+    letters = [rejected(4, "bad_json", "{"), rejected(9, "not_object", "[1]")]
+    out = harness.feed((ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters)
+    assert out == [OutputRow("dead_letter", *([None] * 12), None, r.dl_key, r.dl_value) for r in letters]
+    assert writes_of(out).dead_letters == [(f"{TWEETS_TOPIC}/0/4", letters[0].dl_value),
+                                           (f"{TWEETS_TOPIC}/0/9", letters[1].dl_value)]
+    assert harness.handle.calls == []  # no state round trip for dead letters
+    assert harness.blob((ROUTE_DEAD_LETTER, TWEETS_TOPIC)) is None
+    assert harness.peek(BOB) == seeded_state()
+
+
+def test_a_batch_of_only_stale_changes_writes_no_state() -> None:
+    harness = Harness()
+    blob = harness.seed(BOB, seeded_state())
+    stale = [tweet("t1", 10, "stale", version=0), FollowChange("ann", "bob", 0, "unfollow"),
+             follow("cat", "bob"), tweet("t2", 20, "two")]  # older versions and exact duplicates
+    assert harness.feed(BOB, [routed(e) for e in stale]) == []
+    assert harness.handle.calls == [("get", BOB)]
+    assert harness.blob(BOB) == blob
+
+
+def test_a_stale_batch_after_a_written_one_writes_no_state() -> None:
+    # The state as the processor itself wrote it (not as a test encoded it) must also round-trip.
+    harness = Harness()
+    harness.seed(BOB, seeded_state())
+    harness.feed(BOB, [routed(tweet("t3", 30, "three")), routed(follow("dan", "bob"))])
+    written = harness.blob(BOB)
+    assert harness.feed(BOB, [routed(tweet("t3", 30, "three")), routed(follow("dan", "bob"))]) == []
+    assert harness.handle.calls == [("get", BOB)]
+    assert harness.blob(BOB) == written
+
+
+def test_initial_state_seeds_the_key_and_the_next_batch_builds_on_it() -> None:
+    harness = Harness()
+    seed = seeded_state()
+    harness.initial(BOB, seed)
+    assert harness.handle.calls == [("update", BOB)]
+    assert harness.blob(BOB) == encode_state(seed)
+    assert isinstance(harness.handle.value_states[STATE_NAME].values[BOB][0], bytes)
+
+    t3 = tweet("t3", 30, "three")
+    assert harness.feed(BOB, [routed(t3)]) == [timeline_row("insert", entry(t3), ["ann", "cat"], 101),
+                                               tweet_row(entry(t3), 101)]
+
+
+def test_keys_do_not_share_state() -> None:
+    harness = Harness()
+    harness.seed(BOB, seeded_state())
+    cat = (ROUTE_JOIN, "cat")
+    t9 = tweet("t9", 5, "cat's", author="cat")
+    assert harness.feed(cat, [routed(t9)]) == [tweet_row(entry(t9), 1)]  # cat has no followers yet
+    assert harness.peek(cat) == step(None, [t9]).state
+    assert harness.peek(BOB) == seeded_state()
+
+
+@pytest.mark.parametrize("batches", [
+    pytest.param([[follow("ann", "bob"), tweet("t1", 10, "hello")]], id="new key"),
+    pytest.param([SEED, [tweet("t3", 30, "three"), unfollow("cat", "bob")],
+                  [ProfileVersion("bob", 1, "Bob", "https://a", None), TweetDelete("t1", "bob", 1)]], id="three batches"),
+])
+def test_pandas_processor_gives_the_rows_and_state_of_the_row_processor(batches: list[list[Event]]) -> None:
+    rows_api, frames = Harness(), Harness(rows_api=False)
+    for batch in batches:
+        rows = [routed(e) for e in batch]
+        assert frames.feed(BOB, rows) == rows_api.feed(BOB, rows)
+        assert frames.blob(BOB) == rows_api.blob(BOB)
+    letters = [rejected(1, "bad_json", "{")]
+    assert frames.feed((ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters) == rows_api.feed(
+        (ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters)
+
+
+BIG = 2**53 + 1  # the first integer a float64 cannot hold; the envelope accepts up to 2**63 - 1
+
+
+@pytest.mark.parametrize("rows_api", [
+    pytest.param(True, id="transformWithState"),
+    pytest.param(False, id="transformWithStateInPandas"),
+])
+def test_integers_beyond_float_precision_stay_exact(rows_api: bool) -> None:
+    harness = Harness(rows_api=rows_api)
+    harness.seed(BOB, seeded_state())
+    big = tweet("t9", BIG, "big", version=BIG, pv=BIG)
+    # The delete and the profile leave created_at/profile_version null in the same input frame.
+    out = harness.feed(BOB, [routed(big), routed(TweetDelete("t1", "bob", 1)),
+                             routed(ProfileVersion("bob", BIG, "Bob"))])
+    assert timeline_row("insert", entry(big), ["ann", "cat"], 101) in out
+    assert tweet_row(entry(big), 101) in out
+    assert OutputRow("profile", "upsert", None, None, None, BIG, None, None, None,
+                     "bob", "Bob", None, None, 101, None, None) in out
+    assert harness.peek(BOB).tweets["t9"] == (BIG, BIG, "big", BIG)
+
+
+def test_pandas_initial_state_handler() -> None:
+    harness = Harness(rows_api=False)
+    harness.initial(BOB, seeded_state())
+    assert harness.peek(BOB) == seeded_state()
+
+
+def test_the_processor_needs_no_jvm() -> None:
+    # In a fresh interpreter (an earlier test of the session may have started Spark in this one).
+    code = (
+        "from pyspark import SparkContext\n"
+        "from tests.unit.test_stream_processor import BOB, Harness, routed, tweet, follow\n"
+        "h = Harness()\n"
+        "out = h.feed(BOB, [routed(follow('ann', 'bob')), routed(tweet('t1', 1, 'x'))])\n"
+        "assert len(out) == 2, out\n"
+        "print(SparkContext._gateway is None, SparkContext._jvm is None, SparkContext._active_spark_context is None)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "True"]

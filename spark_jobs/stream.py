@@ -34,6 +34,7 @@ from feed_service.settings import Settings
 from feed_service.kafka.offsets import SOURCE_ROLES
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.restarts import Restarts
+from spark_jobs.job_cli import job_main, refused
 from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, Operator, join_timelines
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ RESTART_BACKOFF_SECONDS = 5.0
 STATUS_INTERVAL_SECONDS = 1.0
 #: Exit codes: the query failed too often in a row; the job was refused before it ran (FeedError).
 EXIT_GAVE_UP = 1
-EXIT_REFUSED = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,16 +288,11 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
 
 def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
     """The command (``feedctl stream``, :func:`main`): :func:`run_stream`, with a :class:`FeedError`
-    turned into its message on stderr and exit code :data:`EXIT_REFUSED`."""
+    turned into its message on stderr and exit code :data:`~spark_jobs.job_cli.EXIT_REFUSED`."""
     try:
         return run_stream(settings, options, status_file=status_file)
     except FeedError as exc:
-        return _refused(exc)
-
-
-def _refused(error: FeedError) -> int:
-    print(f"feedctl stream: {error}", file=sys.stderr)
-    return EXIT_REFUSED
+        return refused("stream", exc)
 
 
 def _bootstrap(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
@@ -361,15 +356,8 @@ def options_from_args(args: argparse.Namespace) -> StreamOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stream", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        settings = Settings.from_env()
-    except FeedError as exc:
-        return _refused(exc)
-    return run(settings, options_from_args(args), status_file=args.status_file)
+    return job_main("stream", __doc__.splitlines()[0], add_arguments,
+                    lambda settings, args: run(settings, options_from_args(args), status_file=args.status_file), argv)
 
 
 if __name__ == "__main__":

@@ -110,3 +110,20 @@ def spark(stack_config: StackConfig):
 def unique() -> str:
     """A short unique suffix for names (topics, tables, ids) a test creates."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if it builds a Spark session, and clear FEED_* from the environment: the jobs'
+    refusals must happen before any session exists."""
+    import os
+
+    import feed_service.stack.spark
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a Spark session was built")
+
+    monkeypatch.setattr(feed_service.stack.spark, "build_session", refuse)
+    for name in list(os.environ):
+        if name.startswith("FEED_"):
+            monkeypatch.delenv(name)

@@ -6,7 +6,7 @@ The key names the entity whose latest record compaction must keep, as ``schemas/
 
 from __future__ import annotations
 
-from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert
+from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert  # noqa: F401 - doctests use ProfileVersion
 
 
 ROLE_OF_TYPE = {"tweet": "tweets", "follow": "follows", "profile": "profiles"}

@@ -95,7 +95,7 @@ class LocalStack:
         for node, _, timeout in nodes:
             def check(node=node) -> None:
                 if not node.process.is_running():
-                    raise _Exited(f"process exited")
+                    raise _Exited("process exited")
                 node.probe()
 
             error = wait_until(check, timeout=max(5.0, timeout - (time.monotonic() - started_at)))

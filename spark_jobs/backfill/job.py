@@ -8,7 +8,6 @@ manifest last; :func:`run` and :func:`main` are the command line (``feedctl back
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TextIO
 
 from feed_service.errors import ConfigError, FeedError
 from feed_service.settings import Settings
+from spark_jobs.job_cli import job_main, refused
 from spark_jobs.backfill.join import count_timelines, join_timelines_batch
 from spark_jobs.backfill.progress import Progress, format_summary
 from spark_jobs.backfill.read import classify, count_records, read_snapshot, send_dead_letters, valid_events
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 #: and tasks on stderr itself.
 SESSION_CONF = {"spark.ui.showConsoleProgress": "false"}
 #: Exit code of a backfill refused before or while running (bad option, folder, topics).
-EXIT_REFUSED = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,15 +166,10 @@ def options_from_args(args: argparse.Namespace) -> BackfillOptions:
                            settings_changes=changes)
 
 
-def _refused(error: FeedError) -> int:
-    print(f"feedctl backfill: {error}", file=sys.stderr)
-    return EXIT_REFUSED
-
-
 def run(settings: Settings, options: BackfillOptions) -> int:
     """The command: apply the command line's settings, build a session, run the backfill.
 
-    Exit code 0, or :data:`EXIT_REFUSED` with the message on stderr when a :class:`FeedError` stops it
+    Exit code 0, or :data:`~spark_jobs.job_cli.EXIT_REFUSED` with the message on stderr when a :class:`FeedError` stops it
     (options, settings and the out folder are checked before any Spark session starts).
     """
     from feed_service.stack.spark import build_session
@@ -184,24 +178,17 @@ def run(settings: Settings, options: BackfillOptions) -> int:
         settings = settings.replace(**options.settings_changes)
         check_out(options.out.resolve())
     except FeedError as exc:
-        return _refused(exc)
+        return refused("backfill", exc)
     spark = build_session("feed-backfill", shuffle_partitions=4, extra_conf=SESSION_CONF)
     try:
         run_backfill(spark, settings, options)
     except FeedError as exc:
-        return _refused(exc)
+        return refused("backfill", exc)
     finally:
         spark.stop()
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backfill", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        settings = Settings.from_env()
-    except FeedError as exc:
-        return _refused(exc)
-    return run(settings, options_from_args(args))
+    return job_main("backfill", __doc__.splitlines()[0], add_arguments,
+                    lambda settings, args: run(settings, options_from_args(args)), argv)

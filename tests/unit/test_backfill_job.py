@@ -11,7 +11,6 @@ import doctest
 import importlib
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from typing import Any
 
 import pytest
 
-import feed_service.stack.spark
 from feed_service.settings import Settings
 from spark_jobs.backfill import BackfillOptions, job, main, run_backfill
 from spark_jobs.backfill.progress import format_summary
@@ -128,15 +126,6 @@ def test_run_backfill_returns_and_reports_what_the_manifest_holds(tmp_path: Path
 # --- command line: refusals before Spark -------------------------------------------------------
 
 
-@pytest.fixture
-def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*_: Any, **__: Any) -> None:
-        raise AssertionError("a Spark session was built")
-
-    monkeypatch.setattr(feed_service.stack.spark, "build_session", refuse)
-    for name in list(os.environ):
-        if name.startswith("FEED_"):
-            monkeypatch.delenv(name)
 
 
 @pytest.mark.usefixtures("no_spark")

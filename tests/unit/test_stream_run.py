@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -131,15 +130,6 @@ def test_gives_up_after_too_many_failures_in_a_row(monkeypatch: pytest.MonkeyPat
 # --- refusals: exit code 2, a message, no Spark session ----------------------------------------
 
 
-@pytest.fixture
-def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*_: Any, **__: Any) -> None:
-        raise AssertionError("a Spark session was built")
-
-    monkeypatch.setattr(feed_service.stack.spark, "build_session", refuse)
-    for name in list(os.environ):
-        if name.startswith("FEED_"):
-            monkeypatch.delenv(name)
 
 
 @pytest.mark.usefixtures("no_spark")

@@ -279,11 +279,13 @@ class SlowStore(MemoryStore):
 
 
 def test_deadline_is_respected() -> None:
-    with ServerThread(config(), store=SlowStore(1.0)) as server:
+    # The store would take 10 s: the call ends with the client's deadline, long before (the bound is
+    # loose on purpose, so a busy machine does not fail it).
+    with ServerThread(config(), store=SlowStore(10.0)) as server:
         started = time.monotonic()
         err = rpc_error(server.stub().GetHomeTimeline, pb.GetHomeTimelineRequest(user_id="ann"),
                         metadata=server.auth("ann"), timeout=0.2)
-        assert err.code() == Code.DEADLINE_EXCEEDED and time.monotonic() - started < 0.9
+        assert err.code() == Code.DEADLINE_EXCEEDED and time.monotonic() - started < 5
 
 
 def test_graceful_shutdown_drains_in_flight_calls() -> None:

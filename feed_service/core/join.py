@@ -40,11 +40,23 @@ from feed_service.core.events import (
     profile_of,
     profile_rank,
 )
-from feed_service.core.rows import DeltaOp, Entry, ProfileRow, TimelineDelta, TweetChange
+from feed_service.core.rows import (
+    AuthorTimelineDelta,
+    DeltaOp,
+    Entry,
+    ProfileRow,
+    PullFollowDelta,
+    TimelineDelta,
+    TweetChange,
+)
 from feed_service.core.state import AuthorState, ColdTweet, Edge
 
 DEFAULT_INBOX_CAP = 800
 """Entries kept per home timeline, and tweets kept per author key (docs/design.md, the inbox cap)."""
+
+DEFAULT_PULL_THRESHOLD = 2_000
+"""Active followers from which an author's tweets are merged in at read time instead of written to
+inboxes (docs/fan-out.md says how this default was measured)."""
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
@@ -60,6 +72,10 @@ class StepResult:
     deltas: tuple[TimelineDelta, ...]
     tweets: tuple[TweetChange, ...]
     profiles: tuple[ProfileRow, ...]
+    author_timeline: tuple[AuthorTimelineDelta, ...] = ()
+    """Changes of the author's own timeline (its retained tweets)."""
+    pull_follows: tuple[PullFollowDelta, ...] = ()
+    """Followers who start or stop merging this author in at read time."""
 
     @property
     def delta_count(self) -> int:
@@ -69,7 +85,7 @@ class StepResult:
     @property
     def emitted(self) -> bool:
         """Whether the step produced any output."""
-        return bool(self.deltas or self.tweets or self.profiles)
+        return bool(self.deltas or self.tweets or self.profiles or self.author_timeline or self.pull_follows)
 
 
 # NamedTuple constructors are Python functions; tuple.__new__ builds the same objects ~5x faster.
@@ -145,12 +161,33 @@ _EdgesDiff: TypeAlias = tuple[Mapping[str, Edge], tuple[str, ...], tuple[str, ..
 """(followers, active_before, active_after, stayed, added, dropped): the edges after the batch, the
 active followers before and after it, those active on both sides, and who changed side."""
 
+_Audience: TypeAlias = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], Sequence[str], Sequence[str]]
+"""(before, after, stayed, added, dropped): whose inboxes hold the author's tweets before and after
+the batch (the active followers of a push author, nobody for a pull author), who stayed, came or left."""
+
+_NOBODY: _Audience = ((), (), (), (), ())
+
+
+def needs_edges(state: AuthorState | None, changes: Sequence[Event], *, pull_threshold: int) -> bool:
+    """Whether :func:`step` of ``changes`` will read the key's follow edges (else a state decoded
+    without them will do): the batch changes edges, the key is a push author whose tweets change,
+    or the key crosses the pull threshold (a changed threshold). A pull author's new tweet does not.
+    """
+    if state is None:
+        return False  # a new key's edges are empty
+    if any(type(ev) is FollowChange for ev in changes):
+        return True
+    if (len(state.active) >= pull_threshold) != state.pull:
+        return True
+    return not state.pull and any(type(ev) is TweetUpsert or type(ev) is TweetDelete for ev in changes)
+
 
 def step(
     state: AuthorState | None,
     changes: Sequence[Event],
     *,
     inbox_cap: int = DEFAULT_INBOX_CAP,
+    pull_threshold: int = DEFAULT_PULL_THRESHOLD,
     clock_start: int = 0,
 ) -> StepResult:
     """Apply one micro-batch of one author key's changes; return the new state and the deltas.
@@ -192,6 +229,8 @@ def step(
     """
     if inbox_cap < 1:
         raise ValueError(f"step: inbox_cap must be >= 1, got {inbox_cap}")
+    if pull_threshold < 1:
+        raise ValueError(f"step: pull_threshold must be >= 1, got {pull_threshold}")
     if state is None:
         if not changes:
             raise ValueError("step: a new key needs at least one change")
@@ -205,21 +244,27 @@ def step(
              else (state.followers, active, active, active, _NONE, _NONE))
     profiles, profile_rows = _apply_profiles(state, profile_changes) if profile_changes else (state.profiles, _NONE)
     retained_before, retained, cold, deleted, changed, _, _, new_deletes = tweets
-    followers, _, active_after, _, added, dropped = edges
-    if retained is not retained_before or added or dropped:
-        deltas, entries = _timeline_deltas(key, tweets, edges)
+    followers, _, active_after, _, _, _ = edges
+    pull_before, pull_after = state.pull, len(active_after) >= pull_threshold
+    audience = _inbox_audience(edges, pull_before, pull_after)
+    if retained is not retained_before or audience[3] or audience[4]:
+        deltas, entries = _timeline_deltas(key, tweets, audience)
     else:
         deltas, entries = _NONE, _NO_ENTRIES
+    author_timeline = _author_timeline_deltas(key, tweets, entries) if retained is not retained_before else _NONE
+    pull_follows = _pull_follow_deltas(key, edges, pull_before, pull_after)
 
     tweet_rows = [_tuple_new(TweetChange, (tid, key, entries[tid])) for tid in sorted(changed)]
     tweet_rows += [_tuple_new(TweetChange, (tid, key, None)) for tid in sorted(new_deletes)]
-    emitted = bool(deltas or tweet_rows or profile_rows)
+    emitted = bool(deltas or tweet_rows or profile_rows or author_timeline or pull_follows)
     clock = state.clock + 1 if emitted else state.clock
     unchanged = (retained is state.tweets and followers is state.followers and profiles is state.profiles
-                 and deleted is state.deleted and cold is state.cold and clock == state.clock)
+                 and deleted is state.deleted and cold is state.cold and clock == state.clock
+                 and pull_after == pull_before)
     new_state = state if unchanged else AuthorState(
-        key, clock, followers, active_after, retained, cold, deleted, profiles)
-    return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows))
+        key, clock, followers, active_after, retained, cold, deleted, profiles, pull_after)
+    return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows),
+                      tuple(author_timeline), tuple(pull_follows))
 
 
 def _fold(key: str, changes: Sequence[Event]) -> _Batch:
@@ -353,37 +398,93 @@ def _apply_profiles(state: AuthorState, profs: dict[int, Profile]) -> tuple[Mapp
     return after, rows
 
 
-def _timeline_deltas(key: str, tweets: _TweetsDiff, edges: _EdgesDiff) -> tuple[list[TimelineDelta], dict[str, Entry]]:
-    """Touched tweets x followers (those who stayed, or all when the row set changes), then
-    added/dropped followers x retained tweets; also the entries of the changed tweets."""
-    deltas: list[TimelineDelta] = []
-    whole: set[str] = set()  # tweets whose rows were fully handled for every follower
-    before, after, _, _, changed, removed, evicted, _ = tweets
+def _inbox_audience(edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> _Audience:
+    """Whose inboxes hold the author's tweets before and after the batch.
+
+    A push author's are its active followers, a pull author's nobody's; so becoming pull retracts
+    every retained tweet from every inbox, and falling back pushes them all again (a real
+    transition, computed by the same diff as a follow or an unfollow).
+    """
     _, active_before, active_after, stayed, added, dropped = edges
+    if not pull_before and not pull_after:
+        return active_before, active_after, stayed, added, dropped
+    if pull_before and pull_after:
+        return _NOBODY
+    if pull_after:  # push -> pull
+        return active_before, (), (), (), active_before
+    return (), active_after, (), active_after, ()  # pull -> push
+
+
+def _pull_follow_deltas(key: str, edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> list[PullFollowDelta]:
+    """Changes of the set of followers who merge this author in at read time (its active
+    followers while it is a pull author, nobody otherwise)."""
+    _, active_before, active_after, _, added, dropped = edges
+    if pull_before and pull_after:
+        inserts, deletes = added, dropped
+    elif pull_after:
+        inserts, deletes = active_after, ()
+    elif pull_before:
+        inserts, deletes = (), active_before
+    else:
+        return []
+    out = []
+    if deletes:
+        out.append(_tuple_new(PullFollowDelta, ("delete", key, tuple(deletes))))
+    if inserts:
+        out.append(_tuple_new(PullFollowDelta, ("insert", key, tuple(inserts))))
+    return out
+
+
+def _touched(tweets: _TweetsDiff) -> Iterator[tuple[str, TweetContent | None, TweetContent | None]]:
+    """(tweet_id, retained content before, after) of every tweet the batch changed, in id order."""
+    before, after, _, _, changed, removed, evicted, _ = tweets
+    for tid in sorted({*changed, *removed, *evicted}):
+        old, new = before.get(tid), after.get(tid)
+        if old != new:
+            yield tid, old, new
+
+
+def _author_timeline_deltas(key: str, tweets: _TweetsDiff, entries: Mapping[str, Entry]) -> list[AuthorTimelineDelta]:
+    """Changes of the author's own timeline: its retained tweets, before against after."""
+    out: list[AuthorTimelineDelta] = []
+    for tid, old, new in _touched(tweets):
+        if old is not None and new is not None and old[1] == new[1]:
+            out.append(_tuple_new(AuthorTimelineDelta, ("update", entries[tid])))
+            continue
+        if old is not None:
+            out.append(_tuple_new(AuthorTimelineDelta, ("delete", _entry(tid, key, old))))
+        if new is not None:
+            out.append(_tuple_new(AuthorTimelineDelta, ("insert", entries[tid])))
+    return out
+
+
+def _timeline_deltas(key: str, tweets: _TweetsDiff, audience: _Audience) -> tuple[list[TimelineDelta], dict[str, Entry]]:
+    """Touched tweets x inbox holders (those who stayed, or all when the row set changes), then
+    added/dropped holders x retained tweets; also the entries of the changed tweets."""
+    deltas: list[TimelineDelta] = []
+    whole: set[str] = set()  # tweets whose rows were fully handled for every holder
+    before, after, _, _, changed, _, _, _ = tweets
+    holders_before, holders_after, stayed, added, dropped = audience
     entries = {tid: _entry(tid, key, c) for tid, c in changed.items()}
     if after is not before:
-        for tid in sorted({*changed, *removed, *evicted}):
-            old = before.get(tid)
-            new = after.get(tid)
-            if old == new:
-                continue
+        for tid, old, new in _touched(tweets):
             if old is not None and new is not None and old[1] == new[1]:
                 if stayed:
                     deltas.append(_delta("update", entries[tid], stayed))
                 continue
             whole.add(tid)
-            if old is not None and active_before:
-                deltas.append(_delta("delete", _entry(tid, key, old), active_before))
-            if new is not None and active_after:
-                deltas.append(_delta("insert", entries[tid], active_after))
+            if old is not None and holders_before:
+                deltas.append(_delta("delete", _entry(tid, key, old), holders_before))
+            if new is not None and holders_after:
+                deltas.append(_delta("insert", entries[tid], holders_after))
     if added:
-        audience = tuple(added)
+        audience_added = tuple(added)
         for tid, c in _newest_first(after):
             if tid not in whole:
-                deltas.append(_delta("insert", entries.get(tid) or _entry(tid, key, c), audience))
+                deltas.append(_delta("insert", entries.get(tid) or _entry(tid, key, c), audience_added))
     if dropped:
-        audience = tuple(dropped)
+        audience_dropped = tuple(dropped)
         for tid, c in _newest_first(before):
             if tid not in whole:
-                deltas.append(_delta("delete", _entry(tid, key, c), audience))
+                deltas.append(_delta("delete", _entry(tid, key, c), audience_dropped))
     return deltas, entries

@@ -93,3 +93,40 @@ class ProfileWrite(NamedTuple):
 
     profile: ProfileRow
     ts: int
+
+
+class AuthorTimelineDelta(NamedTuple):
+    """One change to an author's own timeline (its newest live tweets, up to the inbox cap): the
+    rows readers merge in for pull authors, and the profile page of every author."""
+
+    op: DeltaOp
+    entry: Entry
+
+
+FollowOp: TypeAlias = Literal["insert", "delete"]
+
+
+class PullFollowDelta(NamedTuple):
+    """Followers who start (``insert``) or stop (``delete``) reading ``author_id`` at read time:
+    the rows of the table that tells the read service which pull authors a user follows."""
+
+    op: FollowOp
+    author_id: str
+    follower_ids: tuple[str, ...]
+
+
+class AuthorTimelineWrite(NamedTuple):
+    """One ``author_timeline`` row to write (``delete`` removes it)."""
+
+    op: DeltaOp
+    entry: Entry
+    ts: int
+
+
+class PullFollowWrite(NamedTuple):
+    """One ``pull_follows`` row to write: ``follower_id`` reads ``author_id`` at read time."""
+
+    op: FollowOp
+    follower_id: str
+    author_id: str
+    ts: int

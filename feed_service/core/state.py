@@ -7,10 +7,17 @@ what is known of its older and deleted tweets, its profile versions, and the key
 The state is immutable; :func:`feed_service.core.join.step` returns a new one that shares the
 containers it did not change. Containers must therefore never be mutated in place.
 
-Codec: ``encode_state`` writes one format byte and a pickle (protocol 5) of plain tuples, dicts and
-a frozenset. Pickle was measured against json+zlib and marshal in ``bench/bench_engine.py``: it is
-the fastest to decode of the portable choices and stable across Python versions (marshal is not).
-State bytes are only ever read back by this module, never from outside input.
+Codec: one format byte and a pickle (protocol 5) of plain tuples, dicts and a frozenset. Pickle was
+measured against json+zlib and marshal in ``bench/bench_engine.py``: it is the fastest to decode of
+the portable choices and stable across Python versions (marshal is not). State bytes are only ever
+read back by this module, never from outside input.
+
+The state is stored in two parts (:func:`encode_core`, :func:`encode_edges`) so that the cost of a
+batch does not grow with what it does not touch: the follow edges of a popular author (a million
+entries is a few megabytes) are decoded only when the batch changes edges or fans out
+(:func:`feed_service.core.join.needs_edges`); a state decoded without them has placeholders that
+fail loudly if the engine ever reaches for them. :func:`encode_state` is the whole state in one
+blob (the backfill's bootstrap files, tests).
 """
 
 from __future__ import annotations
@@ -28,8 +35,52 @@ Edge: TypeAlias = tuple[int, bool]
 ColdTweet: TypeAlias = tuple[int, int]
 """(version, payload digest) of a live tweet that is not among the author's newest ``inbox_cap``."""
 
-STATE_FORMAT = 1
-"""First byte of every encoded state; bump it when the tuple layout changes."""
+STATE_FORMAT = 2
+"""First byte of every encoded state or part; bump it when a tuple layout changes."""
+_LEGACY_FORMAT = 1
+"""The whole-state layout before pull mode existed (no ``pull`` flag: such keys were push)."""
+
+
+class EdgesNotLoaded(RuntimeError):
+    """The engine needed a key's follow edges, but the state was decoded without them (a caller bug:
+    :func:`feed_service.core.join.needs_edges` said they were not needed)."""
+
+
+class _UnloadedFollowers(Mapping):
+    """Stands in for ``followers`` when only the core part was decoded."""
+
+    def __getitem__(self, key: str) -> Edge:
+        raise EdgesNotLoaded(f"follow edge {key!r} read from a state decoded without edges")
+
+    def __iter__(self):
+        raise EdgesNotLoaded("followers iterated in a state decoded without edges")
+
+    def __len__(self) -> int:
+        raise EdgesNotLoaded("followers counted in a state decoded without edges")
+
+
+class UnloadedActive:
+    """Stands in for ``active`` when only the core part was decoded: knows its length, nothing else."""
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __iter__(self):
+        raise EdgesNotLoaded("active followers iterated in a state decoded without edges")
+
+    def __add__(self, other: object):
+        raise EdgesNotLoaded("active followers extended in a state decoded without edges")
+
+
+_UNLOADED_FOLLOWERS = _UnloadedFollowers()
 
 _EMPTY_MAP: Mapping = MappingProxyType({})
 
@@ -51,6 +102,9 @@ class AuthorState:
     - ``deleted``: tombstones; a delete is final. Grows with the author's deletes.
     - ``profiles``: version -> profile payload. Grows with the author's profile versions.
     - ``clock``: logical write timestamp of the last step that emitted anything.
+    - ``pull``: whether the author was a pull author after its last step (its tweets are merged in
+      at read time, not written to inboxes); kept rather than recomputed so that a changed
+      threshold moves a key over at its next batch, with a real transition.
     """
 
     key: str
@@ -61,11 +115,17 @@ class AuthorState:
     cold: Mapping[str, ColdTweet]
     deleted: AbstractSet[str]
     profiles: Mapping[int, Profile]
+    pull: bool = False
 
     @classmethod
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
         """Return the state of a key never seen, its clock starting at ``clock``."""
         return cls(key, clock, _EMPTY_MAP, (), _EMPTY_MAP, _EMPTY_MAP, frozenset(), _EMPTY_MAP)
+
+    @property
+    def edges_loaded(self) -> bool:
+        """False for a state decoded from its core part only."""
+        return self.followers is not _UNLOADED_FOLLOWERS
 
     def __eq__(self, other: object) -> bool:
         # Field-wise with plain-dict comparison: a MappingProxyType never equals a dict.
@@ -84,32 +144,90 @@ def _fields(state: AuthorState) -> tuple:
         dict(state.cold),
         frozenset(state.deleted),
         dict(state.profiles),
+        state.pull,
     )
 
 
+def _plain(mapping: Mapping) -> dict:
+    return mapping if type(mapping) is dict else dict(mapping)
+
+
+INLINE_EDGES_LIMIT = 1024
+"""Follow edges up to which a key's edges live inside its core part: one state read and write per
+batch for ordinary keys, a separate part only for keys whose edges are worth skipping."""
+
+
+def _core_payload(state: AuthorState, edges: tuple | None = None) -> tuple:
+    deleted = state.deleted if type(state.deleted) is frozenset else frozenset(state.deleted)
+    return (state.key, state.clock, len(state.active), state.pull, _plain(state.tweets), _plain(state.cold), deleted,
+            _plain(state.profiles), edges)
+
+
+def _edges_payload(state: AuthorState) -> tuple:
+    if not state.edges_loaded:
+        raise EdgesNotLoaded(f"cannot encode the edges of {state.key!r}: they were never decoded")
+    return (_plain(state.followers), state.active)
+
+
 def encode_state(state: AuthorState) -> bytes:
-    """Serialize ``state`` for a keyed state store (one value per key, written once per batch).
+    """The whole state in one blob (both parts).
 
     >>> s = AuthorState.empty("bob", clock=7)
     >>> decode_state(encode_state(s)) == s
     True
     """
-    payload = (
-        state.key,
-        state.clock,
-        state.followers if type(state.followers) is dict else dict(state.followers),
-        state.active,
-        state.tweets if type(state.tweets) is dict else dict(state.tweets),
-        state.cold if type(state.cold) is dict else dict(state.cold),
-        state.deleted if type(state.deleted) is frozenset else frozenset(state.deleted),
-        state.profiles if type(state.profiles) is dict else dict(state.profiles),
-    )
-    return bytes((STATE_FORMAT,)) + pickle.dumps(payload, protocol=5)
+    return bytes((STATE_FORMAT,)) + pickle.dumps((_core_payload(state), _edges_payload(state)), protocol=5)
 
 
 def decode_state(blob: bytes) -> AuthorState:
-    """Inverse of :func:`encode_state`; raises ``ValueError`` on an unknown format byte."""
-    if not blob or blob[0] != STATE_FORMAT:
+    """Inverse of :func:`encode_state` (also reads the layout before pull mode); ``ValueError`` on an
+    unknown format byte."""
+    fmt = blob[0] if blob else None
+    if fmt == _LEGACY_FORMAT:
+        key, clock, followers, active, tweets, cold, deleted, profiles = pickle.loads(memoryview(blob)[1:])
+        return AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, False)
+    if fmt != STATE_FORMAT:
         raise ValueError(f"decode_state: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
-    key, clock, followers, active, tweets, cold, deleted, profiles = pickle.loads(memoryview(blob)[1:])
-    return AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles)
+    core, edges = pickle.loads(memoryview(blob)[1:])
+    return _assemble(core, edges)
+
+
+def encode_core(state: AuthorState, *, with_edges: bool = False) -> bytes:
+    """Everything but the follow edges (with the number of active followers); ``with_edges`` puts
+    the edges inside too (see :data:`INLINE_EDGES_LIMIT`)."""
+    return bytes((STATE_FORMAT,)) + pickle.dumps(_core_payload(state, _edges_payload(state) if with_edges else None),
+                                                 protocol=5)
+
+
+def encode_edges(state: AuthorState) -> bytes:
+    """The follow edges and the active followers (``EdgesNotLoaded`` if they were never decoded)."""
+    return bytes((STATE_FORMAT,)) + pickle.dumps(_edges_payload(state), protocol=5)
+
+
+def decode_parts(core_blob: bytes, edges_blob: bytes | None) -> AuthorState:
+    """A state from its parts; without ``edges_blob`` its edges are placeholders.
+
+    >>> s = AuthorState("bob", 3, {"ann": (1, True)}, ("ann",), {}, {}, frozenset(), {}, False)
+    >>> decode_parts(encode_core(s), encode_edges(s)) == s
+    True
+    >>> t = decode_parts(encode_core(s), None)
+    >>> t.edges_loaded, len(t.active), t.clock
+    (False, 1, 3)
+    """
+    for blob in (core_blob, edges_blob):
+        if blob is not None and (not blob or blob[0] != STATE_FORMAT):
+            raise ValueError(f"decode_parts: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
+    core = pickle.loads(memoryview(core_blob)[1:])
+    edges = pickle.loads(memoryview(edges_blob)[1:]) if edges_blob is not None else None
+    return _assemble(core, edges)
+
+
+def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
+    key, clock, active_count, pull, tweets, cold, deleted, profiles, inline = core
+    if edges is None:
+        edges = inline
+    if edges is None:
+        followers, active = _UNLOADED_FOLLOWERS, UnloadedActive(active_count)
+    else:
+        followers, active = edges
+    return AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull)

@@ -24,14 +24,11 @@ from feed_service.core.events import (
     join_key,
     parse_event,
 )
-from feed_service.core.join import (
-    DEFAULT_INBOX_CAP,
-    Entry,
-    ProfileRow,
-    StepResult,
-    step,
-)
-from feed_service.core.state import AuthorState, decode_state, encode_state
+from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
+from feed_service.core.rows import Entry, ProfileRow
+from feed_service.core.state import AuthorState, decode_parts
+from feed_service.core.stored_step import step_stored
+from feed_service.core.timeline_merge import merge_newest, timeline_order
 
 RowKey = tuple[int, str, str]
 """(created_at, tweet_id, author_id): a row within one timeline, as a Cassandra clustering key would
@@ -41,9 +38,8 @@ be; an edit that moves created_at is therefore a delete and an insert, never an 
 _EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion)
 
 
-def sort_key(entry: Entry) -> tuple[int, str, str]:
-    """Timeline order, applied descending: newest created_at, then tweet_id, then author_id."""
-    return (entry.created_at, entry.tweet_id, entry.author_id)
+sort_key = timeline_order
+"""Timeline order, applied descending (kept under this name for the reference)."""
 
 
 def entry_dict(entry: Entry, display_name: str | None) -> dict[str, Any]:
@@ -60,10 +56,12 @@ def entry_dict(entry: Entry, display_name: str | None) -> dict[str, Any]:
 class TimelineView:
     """Timelines, tweets and profiles as applied from step outputs; reads cap and hydrate.
 
-    Rows are stored uncapped (at most ``inbox_cap`` per followed author, since each author key
-    retains that many tweets); reads return the ``inbox_cap`` newest. With ``strict`` a delta that
-    contradicts the stored rows raises :class:`ViewContractError`, which is how tests catch a wrong
-    delta rather than only a wrong final result.
+    Inboxes hold push authors' tweets (at most ``inbox_cap`` per followed author, since each author
+    key retains that many); author timelines hold every author's retained tweets; ``pull_follows``
+    says which pull authors each user merges in. Reads merge those sources as the server does
+    (:func:`~feed_service.core.timeline_merge.merge_newest`) and return the ``inbox_cap`` newest.
+    With ``strict`` a delta that contradicts the stored rows raises :class:`ViewContractError`,
+    which is how tests catch a wrong delta rather than only a wrong final result.
     """
 
     def __init__(self, *, inbox_cap: int = DEFAULT_INBOX_CAP, strict: bool = True) -> None:
@@ -73,6 +71,13 @@ class TimelineView:
         self.tweets: dict[tuple[str, str], Entry | None] = {}
         """(author_id, tweet_id) -> latest content, None once deleted."""
         self.profiles: dict[tuple[str, int], ProfileRow] = {}
+        self.author_timelines: dict[str, dict[RowKey, Entry]] = {}
+        self.pull_follows: dict[str, set[str]] = {}
+        """follower -> the pull authors it follows (merged in at read time)."""
+
+    def _fail(self, message: str) -> None:
+        if self.strict:
+            raise ViewContractError(message)
 
     def apply(self, result: StepResult) -> None:
         """Apply one step's outputs."""
@@ -96,6 +101,26 @@ class TimelineView:
                         raise ViewContractError(f"{op} of {'missing' if op == 'update' else 'present'} "
                                                 f"row {row} in timeline {uid!r}")
                     rows[row] = entry
+        for op, entry in result.author_timeline:
+            rows = self.author_timelines.setdefault(entry.author_id, {})
+            row = (entry.created_at, entry.tweet_id, entry.author_id)
+            if op == "delete":
+                if rows.pop(row, None) is None:
+                    self._fail(f"delete of missing row {row} in the author timeline of {entry.author_id!r}")
+            else:
+                if (row in rows) != (op == "update"):
+                    self._fail(f"{op} of {'missing' if op == 'update' else 'present'} row {row} in the author"
+                               f" timeline of {entry.author_id!r}")
+                rows[row] = entry
+        for op, author_id, follower_ids in result.pull_follows:
+            for uid in follower_ids:
+                authors = self.pull_follows.setdefault(uid, set())
+                if (author_id in authors) != (op == "delete"):
+                    self._fail(f"pull-follow {op} of {'missing' if op == 'delete' else 'present'} edge "
+                               f"{uid!r} -> {author_id!r}")
+                (authors.discard if op == "delete" else authors.add)(author_id)
+                if not authors:
+                    del self.pull_follows[uid]
         for change in result.tweets:
             self.tweets[(change.author_id, change.tweet_id)] = change.entry
         for prow in result.profiles:
@@ -107,11 +132,14 @@ class TimelineView:
         return None if prow is None else prow.display_name
 
     def entries(self, user_id: str) -> list[Entry]:
-        """The ``inbox_cap`` newest entries of ``user_id``'s timeline, newest first."""
-        rows = self.timelines.get(user_id)
-        if not rows:
-            return []
-        return [rows[k] for k in sorted(rows, reverse=True)[: self.inbox_cap]]
+        """The ``inbox_cap`` newest entries of ``user_id``'s timeline (inbox and pull authors), newest first."""
+        sources = [_newest_first(self.timelines.get(user_id, {}))]
+        sources += [_newest_first(self.author_timelines.get(a, {})) for a in sorted(self.pull_follows.get(user_id, ()))]
+        return merge_newest(sources, self.inbox_cap)
+
+    def author_entries(self, author_id: str) -> list[Entry]:
+        """An author's own timeline: its newest live tweets, newest first."""
+        return _newest_first(self.author_timelines.get(author_id, {}))
 
     def read(self, user_id: str) -> list[dict[str, Any]]:
         """``user_id``'s timeline in the public entry shape, display names hydrated."""
@@ -119,7 +147,12 @@ class TimelineView:
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """Every non-empty timeline, by user id in sorted order."""
-        return {uid: self.read(uid) for uid in sorted(self.timelines) if self.timelines[uid]}
+        users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows))
+        return {uid: timeline for uid in users if (timeline := self.read(uid))}
+
+
+def _newest_first(rows: dict[RowKey, Entry]) -> list[Entry]:
+    return [rows[k] for k in sorted(rows, reverse=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,32 +177,37 @@ class BatchReport:
 class Materializer:
     """Drive micro-batches through :func:`step`, one call per author key, into a :class:`TimelineView`.
 
-    ``encode_states`` keeps every key's state as bytes between batches, as a keyed state store
-    would, so the codec is exercised on the same path.
+    ``encode_states`` keeps every key's state as stored parts between batches and steps through
+    :func:`~feed_service.core.stored_step.step_stored`, as the streaming job's state store does, so
+    the codec and the lazy loading of edges are exercised on the same path.
     """
 
     def __init__(
         self,
         *,
         inbox_cap: int = DEFAULT_INBOX_CAP,
+        pull_threshold: int = DEFAULT_PULL_THRESHOLD,
         view: TimelineView | None = None,
         encode_states: bool = False,
         clock_start: int = 0,
     ) -> None:
         self.inbox_cap = inbox_cap
+        self.pull_threshold = pull_threshold
         self.view = view if view is not None else TimelineView(inbox_cap=inbox_cap)
         self.encode_states = encode_states
         self.clock_start = clock_start
-        self.states: dict[str, AuthorState | bytes] = {}
+        self.states: dict[str, AuthorState] = {}
+        self.stored: dict[str, tuple[bytes, bytes | None]] = {}
+        """key -> (core part, edges part) when ``encode_states``."""
         self.rejected = 0
         self.accepted = 0
 
     def state(self, key: str) -> AuthorState | None:
         """The current state of ``key`` (decoded), or None if never seen."""
-        stored = self.states.get(key)
-        if stored is None or isinstance(stored, AuthorState):
-            return stored
-        return decode_state(stored)
+        if not self.encode_states:
+            return self.states.get(key)
+        stored = self.stored.get(key)
+        return None if stored is None else decode_parts(*stored)
 
     def process_batch(self, raw_events: Iterable[RawEvent | Event], *, first_position: int = 0) -> BatchReport:
         """Parse, route and apply one micro-batch; rejected records are counted, never raised.
@@ -199,8 +237,18 @@ class Materializer:
 
     def step_key(self, key: str, changes: Sequence[Event]) -> StepResult:
         """Run one key's step against its stored state, store the new state, apply the outputs."""
-        result = step(self.state(key), changes, inbox_cap=self.inbox_cap, clock_start=self.clock_start)
-        self.states[key] = encode_state(result.state) if self.encode_states else result.state
+        if self.encode_states:
+            core, edges = self.stored.get(key, (None, None))
+            done = step_stored(core, lambda: edges, changes, inbox_cap=self.inbox_cap,
+                               pull_threshold=self.pull_threshold, clock_start=self.clock_start)
+            result = done.result
+            if done.core is not None:
+                edges = None if done.clear_edges else (done.edges if done.edges is not None else edges)
+                self.stored[key] = (done.core, edges)
+        else:
+            result = step(self.states.get(key), changes, inbox_cap=self.inbox_cap,
+                          pull_threshold=self.pull_threshold, clock_start=self.clock_start)
+            self.states[key] = result.state
         self.view.apply(result)
         return result
 

@@ -2,7 +2,8 @@
 
 Histories mix tweets, edits, deletes, follows, unfollows and profile versions over a few users so
 that collisions (same tweet, same edge, same version, tied created_at) are frequent; they are
-shuffled, padded with duplicates and garbage lines, and cut into random micro-batches (issue 3).
+shuffled, padded with duplicates and garbage lines, and cut into random micro-batches. Small pull
+thresholds make authors cross between push and pull fan-out any number of times.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -101,8 +103,8 @@ def runs(draw: st.DrawFn, *, fixed_created_at: bool = False, deletes: bool = Tru
     return Run(history, lines, batches, len(garbage))
 
 
-def materialize(run: Run, *, inbox_cap: int, encode_states: bool) -> Materializer:
-    engine = Materializer(inbox_cap=inbox_cap, encode_states=encode_states)
+def materialize(run: Run, *, inbox_cap: int, encode_states: bool, pull_threshold: int = 1000) -> Materializer:
+    engine = Materializer(inbox_cap=inbox_cap, encode_states=encode_states, pull_threshold=pull_threshold)
     for batch in run.batches:
         engine.process_batch(batch)
     return engine
@@ -125,7 +127,7 @@ def check_dimensions(engine: Materializer, run: Run) -> None:
 
 def check_state_invariants(engine: Materializer) -> None:
     """What step relies on between batches: ordered, capped retained set; active = live edges, sorted."""
-    for key in engine.states:
+    for key in engine.states if not engine.encode_states else engine.stored:
         state = engine.state(key)
         assert state is not None and state.key == key
         order = [(c[1], tid) for tid, c in state.tweets.items()]
@@ -135,10 +137,15 @@ def check_state_invariants(engine: Materializer) -> None:
 
 
 @SETTINGS
-@given(run=runs(), encode_states=st.booleans())
-def test_engine_equals_reference_below_the_cap(run: Run, encode_states: bool) -> None:
-    # At most 3 tweets per author and 3 followees per user: a cap of 100 is never reached.
-    engine = materialize(run, inbox_cap=100, encode_states=encode_states)
+@given(run=runs(), encode_states=st.booleans(), pull_threshold=st.sampled_from([1, 2, 3, 1000]),
+       inline_edges=st.sampled_from([0, 1, 1024]))
+def test_engine_equals_reference_below_the_cap(run: Run, encode_states: bool, pull_threshold: int,
+                                               inline_edges: int) -> None:
+    # At most 3 tweets per author and 3 followees per user: a cap of 100 is never reached. Pull
+    # thresholds of 1-3 followers make authors cross back and forth; inline_edges 0 or 1 stores
+    # edges apart, so a pull author's tweet steps without them.
+    with patch("feed_service.core.stored_step.INLINE_EDGES_LIMIT", inline_edges):
+        engine = materialize(run, inbox_cap=100, encode_states=encode_states, pull_threshold=pull_threshold)
     assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=100)
     assert engine.rejected == run.garbage
     check_dimensions(engine, run)
@@ -159,41 +166,46 @@ def test_at_the_cap_every_entry_is_a_live_joined_tweet(run: Run, inbox_cap: int)
 
 
 @SETTINGS
-@given(run=runs(fixed_created_at=True, deletes=False), inbox_cap=st.integers(1, 3))
-def test_at_the_cap_without_deletes_engine_equals_reference(run: Run, inbox_cap: int) -> None:
+@given(run=runs(fixed_created_at=True, deletes=False), inbox_cap=st.integers(1, 3),
+       pull_threshold=st.sampled_from([1, 2, 1000]))
+def test_at_the_cap_without_deletes_engine_equals_reference(run: Run, inbox_cap: int, pull_threshold: int) -> None:
     # Only a delete (or an edit moving a tweet back in time) can make room that state cannot refill.
-    engine = materialize(run, inbox_cap=inbox_cap, encode_states=True)
+    engine = materialize(run, inbox_cap=inbox_cap, encode_states=True, pull_threshold=pull_threshold)
     assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=inbox_cap)
 
 
 @SETTINGS
-@given(run=runs(), inbox_cap=st.sampled_from([2, 100]))
-def test_replaying_everything_emits_nothing(run: Run, inbox_cap: int) -> None:
-    engine = materialize(run, inbox_cap=inbox_cap, encode_states=False)
+@given(run=runs(), inbox_cap=st.sampled_from([2, 100]), pull_threshold=st.sampled_from([1, 2, 1000]))
+def test_replaying_everything_emits_nothing(run: Run, inbox_cap: int, pull_threshold: int) -> None:
+    engine = materialize(run, inbox_cap=inbox_cap, encode_states=False, pull_threshold=pull_threshold)
     for key in list(engine.states):
         before = engine.state(key)
         changes = [e for e in run.history if join_key(e) == key]
-        result = step(before, changes, inbox_cap=inbox_cap)
-        assert (result.deltas, result.tweets, result.profiles) == ((), (), ())
+        result = step(before, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
+        assert (result.deltas, result.tweets, result.profiles, result.author_timeline,
+                result.pull_follows) == ((), (), (), (), ())
         assert result.ts == before.clock
         assert result.state == before
 
 
 @SETTINGS
-@given(run=runs(), split=st.randoms(use_true_random=False), inbox_cap=st.sampled_from([1, 2, 100]))
-def test_one_batch_does_not_depend_on_order(run: Run, split: random.Random, inbox_cap: int) -> None:
+@given(run=runs(), split=st.randoms(use_true_random=False), inbox_cap=st.sampled_from([1, 2, 100]),
+       pull_threshold=st.sampled_from([1, 2, 1000]))
+def test_one_batch_does_not_depend_on_order(run: Run, split: random.Random, inbox_cap: int,
+                                            pull_threshold: int) -> None:
     # Some history before, then the rest as one batch in two different orders: identical results.
     cut = split.randint(0, len(run.history))
-    before = Materializer(inbox_cap=inbox_cap)
+    before = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold)
     before.process_batch(run.history[:cut])
     batch = run.history[cut:]
     for key in sorted({join_key(e) for e in batch}):
         changes = [e for e in batch if join_key(e) == key]
         shuffled = changes[:]
         split.shuffle(shuffled)
-        a = step(before.state(key), changes, inbox_cap=inbox_cap)
-        b = step(before.state(key), shuffled, inbox_cap=inbox_cap)
-        assert (a.deltas, a.tweets, a.profiles, a.ts) == (b.deltas, b.tweets, b.profiles, b.ts)
+        a = step(before.state(key), changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
+        b = step(before.state(key), shuffled, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
+        assert (a.deltas, a.tweets, a.profiles, a.author_timeline, a.pull_follows, a.ts) == (
+            b.deltas, b.tweets, b.profiles, b.author_timeline, b.pull_follows, b.ts)
         assert a.state == b.state
 
 

@@ -25,6 +25,16 @@ def older_than(entry: Entry, cursor: Cursor | None) -> bool:
     return cursor is None or (entry.created_at, entry.tweet_id) < cursor
 
 
+def merge_oldest(sources: Iterable[Sequence[Entry]], limit: int) -> list[Entry]:
+    """Like :func:`merge_newest` for oldest-first ``sources`` (what a watch sends next).
+
+    >>> a = [Entry("t1", "ann", 10, 1, "", 1), Entry("t3", "ann", 30, 1, "", 1)]
+    >>> [e.tweet_id for e in merge_oldest([a, [Entry("t2", "bob", 20, 1, "", 1)]], 2)]
+    ['t1', 't2']
+    """
+    return _merged(heapq.merge(*sources, key=timeline_order), limit)
+
+
 def merge_newest(sources: Iterable[Sequence[Entry]], limit: int) -> list[Entry]:
     """The ``limit`` newest entries of newest-first ``sources``, each tweet (author, id) once.
 
@@ -36,9 +46,13 @@ def merge_newest(sources: Iterable[Sequence[Entry]], limit: int) -> list[Entry]:
     >>> [e.tweet_id for e in merge_newest([a, b], 5)]
     ['t3', 't2', 't1']
     """
+    return _merged(heapq.merge(*sources, key=timeline_order, reverse=True), limit)
+
+
+def _merged(entries: Iterable[Entry], limit: int) -> list[Entry]:
     out: list[Entry] = []
     seen: set[tuple[str, str]] = set()
-    for entry in heapq.merge(*sources, key=timeline_order, reverse=True):
+    for entry in entries:
         identity = (entry.author_id, entry.tweet_id)
         if identity in seen:
             continue

@@ -102,7 +102,7 @@ class TimelineServer:
             store=lambda: self._store, store_status=lambda: self._store_error, secret=self.secret,
             metrics=self.metrics, request_timeout_s=cfg.request_timeout_s, watch_poll_s=cfg.watch_poll_s,
             profile_cache_size=cfg.profile_cache_size, access_log=cfg.access_log, now=self._now,
-            inbox_cap=cfg.settings.inbox_cap,
+            inbox_cap=cfg.settings.inbox_cap, pull_cache_ttl_s=cfg.pull_cache_ttl_s,
         )
         server = grpc.aio.server(
             options=[("grpc.so_reuseport", 1 if self._reuse_port else 0)],

@@ -14,6 +14,7 @@ Environment variables (the config file has the same keys, lower-case, without ``
 ``FEED_DEMO_MODE``             0          1: without a secret, use a random per-process one (local only)
 ``FEED_REQUEST_TIMEOUT_S``     2.0        Cassandra time budget of a call without a gRPC deadline
 ``FEED_WATCH_POLL_S``          1.0        WatchHomeTimeline polling interval
+``FEED_PULL_CACHE_TTL_S``      1.0        reuse of pull authors' newest entries and users' pull authors (0: off)
 ``FEED_PROFILE_CACHE_SIZE``    100000     cached profile versions (immutable, so never stale)
 ``FEED_SHUTDOWN_GRACE_S``      10.0       SIGTERM: time given to in-flight calls to finish
 ``FEED_MAX_CONCURRENT_RPCS``   (none)     beyond this many in-flight calls: RESOURCE_EXHAUSTED
@@ -54,6 +55,8 @@ class ServerConfig:
     request_timeout_s: float = 2.0
     watch_poll_s: float = 1.0
     profile_cache_size: int = 100_000
+    #: seconds a pull author's newest entries and a user's pull authors are reused (0: read every time)
+    pull_cache_ttl_s: float = 1.0
     shutdown_grace_s: float = 10.0
     max_concurrent_rpcs: int | None = None
     access_log: bool = False
@@ -72,6 +75,8 @@ class ServerConfig:
         for name in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        if self.pull_cache_ttl_s < 0:
+            raise ConfigError("pull_cache_ttl_s must be >= 0")
         if not 0 <= self.port <= 65535 or (self.metrics_port is not None and not 0 <= self.metrics_port <= 65535):
             raise ConfigError("ports must be within 0..65535")
         return self
@@ -120,7 +125,7 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
             values[key] = _number(int, value, name)
         elif key == "max_concurrent_rpcs":
             values[key] = None if value in ("", None, 0, "0") else _number(int, value, name)
-        elif key in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s"):
+        elif key in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s", "pull_cache_ttl_s"):
             values[key] = _number(float, value, name)
         elif key in ("demo", "access_log"):
             values[key] = _bool(value, name)
@@ -138,6 +143,7 @@ _ENV_KEYS = {
     "FEED_METRICS_PORT": "metrics_port", "FEED_AUTH_SECRET_FILE": "auth_secret_file",
     "FEED_AUTH_SECRET": "auth_secret", "FEED_DEMO_MODE": "demo", "FEED_REQUEST_TIMEOUT_S": "request_timeout_s",
     "FEED_WATCH_POLL_S": "watch_poll_s", "FEED_PROFILE_CACHE_SIZE": "profile_cache_size",
+    "FEED_PULL_CACHE_TTL_S": "pull_cache_ttl_s",
     "FEED_SHUTDOWN_GRACE_S": "shutdown_grace_s", "FEED_MAX_CONCURRENT_RPCS": "max_concurrent_rpcs",
     "FEED_ACCESS_LOG": "access_log", "FEED_LOG_LEVEL": "log_level",
 }

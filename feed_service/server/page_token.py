@@ -35,6 +35,7 @@ from feed_service.errors import PageTokenError
 
 KIND_PAGE = 1
 KIND_WATCH = 2
+KIND_AUTHOR_PAGE = 3
 _VERSION = 1
 _TAG_BYTES = 16
 _HEAD = struct.Struct(">BBIq")  # version, kind, served, created_at

@@ -32,9 +32,11 @@ from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
 from feed_service.errors import AuthError, FeedError, PageTokenError
 from feed_service.settings import check_inbox_cap
-from feed_service.server.page_token import KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
+from feed_service.server.page_token import KIND_AUTHOR_PAGE, KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
+from feed_service.server.pull_sources import PullSources
 from feed_service.core.join import DEFAULT_INBOX_CAP
-from feed_service.core.rows import Entry, ProfileRow
+from feed_service.core.rows import Cursor, Entry, ProfileRow
+from feed_service.core.timeline_merge import merge_newest, merge_oldest
 from feed_service.errors import StoreError, StoreTimeout
 from feed_service.server.hydration import ProfileCache, hydrate_profiles
 from feed_service.store.ports import TimelineStore
@@ -143,6 +145,14 @@ def _check_id(value: str, name: str) -> str:
     return value
 
 
+def _page_size(requested: int) -> int:
+    page_size = requested or DEFAULT_PAGE_SIZE
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
+                         f"page_size must be between 1 and {MAX_PAGE_SIZE} (0 = {DEFAULT_PAGE_SIZE}), got {requested}")
+    return page_size
+
+
 def _entry(row: Entry, profile: ProfileRow | None) -> pb.TimelineEntry:
     return pb.TimelineEntry(
         tweet_id=row.tweet_id, author_id=row.author_id, created_at_ms=row.created_at, version=row.version,
@@ -168,6 +178,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         store_status: Callable[[], str] = lambda: "not connected",
         now: Callable[[], float] = time.time,
         inbox_cap: int = DEFAULT_INBOX_CAP,
+        pull_cache_ttl_s: float = 0.0,
     ) -> None:
         self._get_store = store
         #: the view's cap (Settings.inbox_cap, the stream's and backfill's too): paging stops there
@@ -179,6 +190,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         self.request_timeout_s = request_timeout_s
         self.watch_poll_s = watch_poll_s
         self.cache = ProfileCache(profile_cache_size)
+        self.pull = PullSources(ttl_s=pull_cache_ttl_s, head=MAX_PAGE_SIZE + 1)
         self.access_log = access_log
         self._now = now
         self._verified: dict[str, auth.Claims] = {}
@@ -266,11 +278,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
     async def GetHomeTimeline(self, request: pb.GetHomeTimelineRequest, context) -> pb.GetHomeTimelineResponse:
         claims = self._authenticate(context)
         user_id = _check_id(request.user_id, "user_id")
-        page_size = request.page_size or DEFAULT_PAGE_SIZE
-        if not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"page_size must be between 1 and {MAX_PAGE_SIZE} (0 = {DEFAULT_PAGE_SIZE}),"
-                             f" got {request.page_size}")
+        page_size = _page_size(request.page_size)
         self._authorize_timeline(claims, user_id)
         before, served = None, 0
         if request.page_token:
@@ -284,14 +292,41 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             return pb.GetHomeTimelineResponse()
         store = self._store()
         budget = self._budget(context)
-        rows = await store.page(user_id, before=before, limit=limit + 1, timeout=budget)
+        rows = await self._home_page(store, user_id, before, limit + 1, budget)
+        entries, next_cursor = await self._page_of(store, rows, limit, served, budget)
+        next_token = (self._pages.encode(PageCursor(user_id, next_cursor, served + len(entries), KIND_PAGE))
+                      if next_cursor else "")
+        return pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
+
+    async def _home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
+                         budget: float) -> list[Entry]:
+        """The inbox slice merged with the pull authors the user follows (docs/fan-out.md)."""
+        authors = await self.pull.authors(store, user_id, timeout=budget)
+        inbox = store.page(user_id, before=before, limit=limit, timeout=budget)
+        if not authors:
+            return await inbox
+        sources = await asyncio.gather(inbox, self.pull.pages(store, authors, before=before, limit=limit,
+                                                              timeout=budget))
+        return merge_newest([sources[0], *sources[1]], limit)
+
+    async def _page_of(self, store: TimelineStore, rows: list[Entry], limit: int, served: int,
+                       budget: float) -> tuple[list[pb.TimelineEntry], Cursor | None]:
+        """Hydrated entries of a page read with one row beyond ``limit``, and the next page's cursor
+        (None at the end or at the inbox cap)."""
         more = len(rows) > limit
         rows = rows[:limit]
         entries = await self._hydrate(store, rows, budget) if rows else []
-        next_token = ""
-        if more and served + len(rows) < self.inbox_cap:
-            next_token = self._pages.encode(PageCursor(user_id, rows[-1].cursor, served + len(rows), KIND_PAGE))
-        return pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
+        more = more and served + len(rows) < self.inbox_cap
+        return entries, rows[-1].cursor if more else None
+
+    async def _home_newer(self, store: TimelineStore, user_id: str, after: Cursor | None, budget: float) -> list[Entry]:
+        """Entries of the home timeline newer than ``after``, oldest first: the inbox and the pull
+        authors the user follows now."""
+        authors = await self.pull.authors(store, user_id, timeout=budget)
+        sources = await asyncio.gather(
+            store.newer(user_id, after=after, limit=WATCH_BATCH, timeout=budget),
+            *(self.pull.newer(store, a, after=after, limit=WATCH_BATCH, timeout=budget) for a in authors))
+        return merge_oldest(sources, WATCH_BATCH)
 
     @_unary("GetTweet")
     async def GetTweet(self, request: pb.GetTweetRequest, context) -> pb.Tweet:
@@ -323,6 +358,29 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         return pb.Profile(user_id=row.user_id, version=row.version, display_name=row.display_name or "",
                           avatar_url=row.avatar_url or "", bio=row.bio or "")
 
+    @_unary("GetUserTimeline")
+    async def GetUserTimeline(self, request: pb.GetUserTimelineRequest, context) -> pb.GetUserTimelineResponse:
+        self._authenticate(context)  # an author's own tweets are public: any valid token reads them
+        author_id = _check_id(request.user_id, "user_id")
+        page_size = _page_size(request.page_size)
+        before, served = None, 0
+        if request.page_token:
+            try:
+                cursor = self._pages.decode(request.page_token, timeline_id=author_id, kind=KIND_AUTHOR_PAGE)
+            except PageTokenError as exc:
+                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            before, served = cursor.position, cursor.served
+        limit = min(page_size, self.inbox_cap - served)
+        if limit <= 0:
+            return pb.GetUserTimelineResponse()
+        store = self._store()
+        budget = self._budget(context)
+        rows = await self.pull.page(store, author_id, before=before, limit=limit + 1, timeout=budget)
+        entries, next_cursor = await self._page_of(store, rows, limit, served, budget)
+        next_token = (self._pages.encode(PageCursor(author_id, next_cursor, served + len(entries), KIND_AUTHOR_PAGE))
+                      if next_cursor else "")
+        return pb.GetUserTimelineResponse(entries=entries, next_page_token=next_token)
+
     @_stream("WatchHomeTimeline")
     async def WatchHomeTimeline(self, request: pb.WatchHomeTimelineRequest, context):
         claims = self._authenticate(context)
@@ -335,7 +393,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             except PageTokenError as exc:
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc).replace("page token", "resume token"))
         else:  # start at the current head: only entries materialized from now on are sent
-            head = await store.page(user_id, before=None, limit=1, timeout=self._budget(context))
+            head = await self._home_page(store, user_id, None, 1, self._budget(context))
             position = head[0].cursor if head else None
         self.metrics.watch_streams.inc()
         try:
@@ -347,7 +405,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
                     pass
                 store = self._store()
                 budget = self._budget(context)  # every read within the call's deadline
-                rows = await store.newer(user_id, after=position, limit=WATCH_BATCH, timeout=budget)
+                rows = await self._home_newer(store, user_id, position, budget)
                 if rows:
                     position = rows[-1].cursor
                     entries = await self._hydrate(store, rows, budget)

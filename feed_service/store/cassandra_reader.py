@@ -9,6 +9,8 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
 =================  ==================================================================================
 ``page``           ``WHERE timeline_id = ? [AND (created_at, tweet_id) < (?, ?)] LIMIT ?``: newest first
 ``newer``          ``WHERE timeline_id = ? [AND (created_at, tweet_id) > (?, ?)] ORDER BY ... ASC LIMIT ?``
+``author_*``       the same two slices of ``author_timeline`` by ``author_id``
+``pull_authors``   ``pull_follows WHERE follower_id = ?``
 ``tweet``          ``tweets WHERE tweet_id = ?``
 ``profile``        ``profiles WHERE user_id = ? AND version = ?`` (or ``LIMIT 1``: the latest)
 =================  ==================================================================================
@@ -53,6 +55,20 @@ def translate_driver_error(exc: BaseException) -> BaseException:
 
 
 _ENTRY_COLUMNS = "tweet_id, author_id, created_at, version, text, profile_version"
+_new_entry = tuple.__new__  # rows come back as plain tuples in Entry's field order
+
+
+class _Slices:
+    """The four prepared slices of one timeline-shaped table (clustered by created_at, tweet_id DESC)."""
+
+    def __init__(self, session: "Session", table: str, key: str) -> None:
+        p = session.prepare
+        select = f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE {key} = ?"
+        asc = "ORDER BY created_at ASC, tweet_id ASC"
+        self.first = p(f"{select} LIMIT ?")
+        self.before = p(f"{select} AND (created_at, tweet_id) < (?, ?) LIMIT ?")
+        self.oldest = p(f"{select} {asc} LIMIT ?")
+        self.after = p(f"{select} AND (created_at, tweet_id) > (?, ?) {asc} LIMIT ?")
 
 
 class CassandraReader:
@@ -73,17 +89,9 @@ class CassandraReader:
         self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
         ks = keyspace
         p = session.prepare
-        table = f"{ks}.home_timeline"
-        self._page_first = p(f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? LIMIT ?")
-        self._page_before = p(
-            f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? AND (created_at, tweet_id) < (?, ?) LIMIT ?"
-        )
-        asc = "ORDER BY created_at ASC, tweet_id ASC"
-        self._newer_all = p(f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? {asc} LIMIT ?")
-        self._newer_after = p(
-            f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE timeline_id = ? AND (created_at, tweet_id) > (?, ?)"
-            f" {asc} LIMIT ?"
-        )
+        self._inbox = _Slices(session, f"{ks}.home_timeline", "timeline_id")
+        self._authors = _Slices(session, f"{ks}.author_timeline", "author_id")
+        self._pull_authors = p(f"SELECT author_id FROM {ks}.pull_follows WHERE follower_id = ?")
         self._tweet = p(f"SELECT {_ENTRY_COLUMNS} FROM {ks}.tweets WHERE tweet_id = ?")
         profile_columns = "user_id, version, display_name, avatar_url, bio"
         self._profile_at = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? AND version = ?")
@@ -142,19 +150,34 @@ class CassandraReader:
         return future
 
     # -- TimelineStore ---------------------------------------------------------------------
-    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+    async def _older(self, slices: "_Slices", key: str, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         if before is None:
-            rows = await self._execute(self._page_first, (timeline_id, limit), timeout)
+            rows = await self._execute(slices.first, (key, limit), timeout)
         else:
-            rows = await self._execute(self._page_before, (timeline_id, before[0], before[1], limit), timeout)
-        return [Entry(*r) for r in rows]
+            rows = await self._execute(slices.before, (key, before[0], before[1], limit), timeout)
+        return [_new_entry(Entry, r) for r in rows]
+
+    async def _newer(self, slices: "_Slices", key: str, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        if after is None:
+            rows = await self._execute(slices.oldest, (key, limit), timeout)
+        else:
+            rows = await self._execute(slices.after, (key, after[0], after[1], limit), timeout)
+        return [_new_entry(Entry, r) for r in rows]
+
+    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return await self._older(self._inbox, timeline_id, before, limit, timeout)
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
-        if after is None:
-            rows = await self._execute(self._newer_all, (timeline_id, limit), timeout)
-        else:
-            rows = await self._execute(self._newer_after, (timeline_id, after[0], after[1], limit), timeout)
-        return [Entry(*r) for r in rows]
+        return await self._newer(self._inbox, timeline_id, after, limit, timeout)
+
+    async def author_page(self, author_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return await self._older(self._authors, author_id, before, limit, timeout)
+
+    async def author_newer(self, author_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return await self._newer(self._authors, author_id, after, limit, timeout)
+
+    async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
+        return [r[0] for r in await self._execute(self._pull_authors, (user_id,), timeout)]
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         rows = await self._execute(self._tweet, (tweet_id,), timeout)

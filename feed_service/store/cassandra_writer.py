@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from feed_service.core.rows import ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import AuthorTimelineWrite, ProfileWrite, PullFollowWrite, TimelineWrite, TweetWrite
 from feed_service.errors import WriteFailed
 from feed_service.store.ports import WriteCounts
 
@@ -67,6 +67,20 @@ class CassandraWriter:
             f"INSERT INTO {ks}.profiles (user_id, version, display_name, avatar_url, bio)"
             " VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
+        self._author_upsert = session.prepare(
+            f"INSERT INTO {ks}.author_timeline (author_id, created_at, tweet_id, version, text, profile_version)"
+            " VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+        )
+        self._author_delete = session.prepare(
+            f"DELETE FROM {ks}.author_timeline USING TIMESTAMP ? WHERE author_id = ? AND created_at = ?"
+            " AND tweet_id = ?"
+        )
+        self._pull_follow_insert = session.prepare(
+            f"INSERT INTO {ks}.pull_follows (follower_id, author_id) VALUES (?, ?) USING TIMESTAMP ?"
+        )
+        self._pull_follow_delete = session.prepare(
+            f"DELETE FROM {ks}.pull_follows USING TIMESTAMP ? WHERE follower_id = ? AND author_id = ?"
+        )
 
     def _batched(self, statements: list[tuple]) -> list[tuple]:
         """Group (statement, values) pairs into UNLOGGED batches of ``batch_rows``."""
@@ -105,18 +119,36 @@ class CassandraWriter:
         for p, ts in rows:
             yield self._profile_upsert, (p.user_id, p.version, p.display_name, p.avatar_url, p.bio, ts)
 
+    def _author_timeline(self, rows: Iterable[AuthorTimelineWrite]) -> Iterator[tuple]:
+        for op, e, ts in rows:
+            if op == "delete":
+                yield self._author_delete, (ts, e.author_id, e.created_at, e.tweet_id)
+            else:
+                yield self._author_upsert, (e.author_id, e.created_at, e.tweet_id, e.version, e.text, e.profile_version, ts)
+
+    def _pull_follows(self, rows: Iterable[PullFollowWrite]) -> Iterator[tuple]:
+        for op, follower_id, author_id, ts in rows:
+            if op == "delete":
+                yield self._pull_follow_delete, (ts, follower_id, author_id)
+            else:
+                yield self._pull_follow_insert, (follower_id, author_id, ts)
+
     def write(
         self,
         *,
         timeline: Iterable[TimelineWrite] = (),
         tweets: Iterable[TweetWrite] = (),
         profiles: Iterable[ProfileWrite] = (),
+        author_timeline: Iterable[AuthorTimelineWrite] = (),
+        pull_follows: Iterable[PullFollowWrite] = (),
     ) -> WriteCounts:
         """Write rows (any order: timestamps decide); raises :class:`WriteFailed` if any write failed."""
         from cassandra.concurrent import execute_concurrent
 
         timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
-        statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles)]
+        author_timeline, pull_follows = list(author_timeline), list(pull_follows)
+        statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
+                      *self._author_timeline(author_timeline), *self._pull_follows(pull_follows)]
         if self.batch_rows > 1:
             statements = self._batched(statements)
         if statements:
@@ -128,4 +160,5 @@ class CassandraWriter:
             if failures:
                 raise WriteFailed(f"{len(failures)} of {len(statements)} writes failed; first: {failures[0]!r}")
         deletes = sum(1 for r in timeline if r.op == "delete")
-        return WriteCounts(len(timeline) - deletes, deletes, len(tweets), len(profiles))
+        return WriteCounts(len(timeline) - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
+                           len(pull_follows))

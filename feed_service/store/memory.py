@@ -23,10 +23,18 @@ class MemoryStore:
         self.timelines: dict[str, dict[Cursor, Entry]] = {}
         self.tweets: dict[str, Entry] = {}
         self.profile_rows: dict[ProfileKey, ProfileRow] = {}
+        self.author_timelines: dict[str, dict[Cursor, Entry]] = {}
+        self.follows_pull: dict[str, set[str]] = {}
         self.fail: StoreError | None = None
 
     def add_entry(self, timeline_id: str, row: Entry) -> None:
         self.timelines.setdefault(timeline_id, {})[row.cursor] = row
+
+    def add_author_entry(self, row: Entry) -> None:
+        self.author_timelines.setdefault(row.author_id, {})[row.cursor] = row
+
+    def add_pull_follow(self, follower_id: str, author_id: str) -> None:
+        self.follows_pull.setdefault(follower_id, set()).add(author_id)
 
     def add_profile(self, row: ProfileRow) -> None:
         self.profile_rows[(row.user_id, row.version)] = row
@@ -35,15 +43,31 @@ class MemoryStore:
         if self.fail is not None:
             raise self.fail
 
-    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+    def _older(self, rows: dict[Cursor, Entry], before: Cursor | None, limit: int) -> list[Entry]:
         self._check()
-        rows = sorted(self.timelines.get(timeline_id, {}).values(), key=lambda r: r.cursor, reverse=True)
-        return [r for r in rows if before is None or r.cursor < before][:limit]
+        ordered = sorted(rows.values(), key=lambda r: r.cursor, reverse=True)
+        return [r for r in ordered if before is None or r.cursor < before][:limit]
+
+    def _newer(self, rows: dict[Cursor, Entry], after: Cursor | None, limit: int) -> list[Entry]:
+        self._check()
+        ordered = sorted(rows.values(), key=lambda r: r.cursor)
+        return [r for r in ordered if after is None or r.cursor > after][:limit]
+
+    async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return self._older(self.timelines.get(timeline_id, {}), before, limit)
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return self._newer(self.timelines.get(timeline_id, {}), after, limit)
+
+    async def author_page(self, author_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return self._older(self.author_timelines.get(author_id, {}), before, limit)
+
+    async def author_newer(self, author_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        return self._newer(self.author_timelines.get(author_id, {}), after, limit)
+
+    async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
         self._check()
-        rows = sorted(self.timelines.get(timeline_id, {}).values(), key=lambda r: r.cursor)
-        return [r for r in rows if after is None or r.cursor > after][:limit]
+        return sorted(self.follows_pull.get(user_id, ()))
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         self._check()

@@ -16,10 +16,20 @@ Contract of every implementation:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Iterable, Protocol
 
-from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import (
+    AuthorTimelineWrite,
+    Cursor,
+    Entry,
+    ProfileKey,
+    ProfileRow,
+    ProfileWrite,
+    PullFollowWrite,
+    TimelineWrite,
+    TweetWrite,
+)
 
 
 class TimelineStore(Protocol):
@@ -33,6 +43,15 @@ class TimelineStore(Protocol):
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         """Up to ``limit`` entries strictly newer than ``after`` (from the oldest if None), oldest first."""
+
+    async def author_page(self, author_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        """Like :meth:`page`, of an author's own timeline (its newest live tweets)."""
+
+    async def author_newer(self, author_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+        """Like :meth:`newer`, of an author's own timeline."""
+
+    async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
+        """The pull authors ``user_id`` follows: whose author timelines its home timeline merges in."""
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         """The latest version of a tweet; None when unknown or deleted."""
@@ -55,11 +74,11 @@ class WriteCounts:
     timeline_deletes: int = 0
     tweets: int = 0
     profiles: int = 0
+    author_timeline: int = 0
+    pull_follows: int = 0
 
     def __add__(self, other: "WriteCounts") -> "WriteCounts":
-        return WriteCounts(self.timeline_upserts + other.timeline_upserts,
-                           self.timeline_deletes + other.timeline_deletes,
-                           self.tweets + other.tweets, self.profiles + other.profiles)
+        return WriteCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
 
 class ViewWriter(Protocol):
@@ -73,4 +92,6 @@ class ViewWriter(Protocol):
         timeline: Iterable[TimelineWrite] = (),
         tweets: Iterable[TweetWrite] = (),
         profiles: Iterable[ProfileWrite] = (),
+        author_timeline: Iterable[AuthorTimelineWrite] = (),
+        pull_follows: Iterable[PullFollowWrite] = (),
     ) -> WriteCounts: ...

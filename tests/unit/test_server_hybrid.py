@@ -1,0 +1,139 @@
+"""The read side of the hybrid fan-out over loopback gRPC with an in-memory store: home pages merge
+the inbox with the pull authors a user follows, GetUserTimeline pages an author's own tweets, and a
+watch delivers pull authors' new tweets too. The same against Cassandra and the stream:
+tests/integration/test_hybrid_fanout.py."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import grpc
+import pytest
+
+from feed_service.api import timeline_pb2 as pb
+from feed_service.core.rows import Entry, ProfileRow
+from feed_service.server.config import ServerConfig
+from feed_service.server.testing import TEST_SECRET, ServerThread
+from feed_service.store.memory import MemoryStore
+
+Code = grpc.StatusCode
+
+
+def config(**kw) -> ServerConfig:
+    base = dict(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.05, shutdown_grace_s=1.0,
+                pull_cache_ttl_s=0.0)
+    return ServerConfig(**{**base, **kw})
+
+
+def tweet(author: str, n: int, created_at: int) -> Entry:
+    return Entry(f"{author}-{n:04d}", author, created_at, 1, f"{author} says {n}", 1)
+
+
+def populated(seed: int = 7) -> MemoryStore:
+    rnd = random.Random(seed)
+    store = MemoryStore()
+    for n in range(60):  # push authors, in ann's inbox
+        store.add_entry("ann", tweet(rnd.choice(["bob", "cat"]), n, rnd.randrange(10_000)))
+    for author in ("star", "idol"):  # pull authors: only in their author timelines
+        for n in range(40):
+            store.add_author_entry(tweet(author, n, rnd.randrange(10_000)))
+        store.add_pull_follow("ann", author)
+    store.add_profile(ProfileRow("star", 1, "Star", None, None))
+    return store
+
+
+def expected(store: MemoryStore, user: str) -> list[str]:
+    entries = list(store.timelines.get(user, {}).values())
+    for author in store.follows_pull.get(user, ()):
+        entries += store.author_timelines[author].values()
+    entries.sort(key=lambda e: (e.created_at, e.tweet_id, e.author_id), reverse=True)
+    return [e.tweet_id for e in entries]
+
+
+def all_pages(stub, server, user: str, size: int, rpc: str = "GetHomeTimeline", on_page=None) -> list[str]:
+    request_type = pb.GetHomeTimelineRequest if rpc == "GetHomeTimeline" else pb.GetUserTimelineRequest
+    ids, token = [], ""
+    while True:
+        page = getattr(stub, rpc)(request_type(user_id=user, page_size=size, page_token=token),
+                                  metadata=server.auth("ann"), timeout=5)
+        ids += [e.tweet_id for e in page.entries]
+        if on_page:
+            on_page()
+        token = page.next_page_token
+        if not token:
+            return ids
+
+
+@pytest.mark.parametrize("ttl", [0.0, 30.0])
+@pytest.mark.parametrize("size", [1, 7, 50, 200])
+def test_home_pages_merge_the_inbox_and_the_pull_authors(size: int, ttl: float) -> None:
+    store = populated()
+    with ServerThread(config(pull_cache_ttl_s=ttl), store=store) as server:
+        assert all_pages(server.stub(), server, "ann", size) == expected(store, "ann")
+
+
+def test_merge_under_inserts_between_pages_has_no_duplicates_and_no_gaps() -> None:
+    store = populated()
+    before = expected(store, "ann")
+    counter = iter(range(10**6))
+
+    def insert_newer() -> None:  # new tweets at the head, from both kinds of source
+        n = next(counter)
+        store.add_entry("ann", tweet("bob", 5000 + n, 20_000 + n))
+        store.add_author_entry(tweet("star", 5000 + n, 20_000 + n))
+
+    with ServerThread(config(), store=store) as server:
+        seen = all_pages(server.stub(), server, "ann", 9, on_page=insert_newer)
+    assert len(seen) == len(set(seen))
+    assert seen == before  # the pages continue below the first page's cursor: every entry once, in order
+
+
+def test_paging_stops_at_the_inbox_cap_across_sources() -> None:
+    from feed_service.settings import Settings
+
+    store = populated()
+    with ServerThread(config(settings=Settings(inbox_cap=50)), store=store) as server:
+        assert all_pages(server.stub(), server, "ann", 7) == expected(store, "ann")[:50]
+
+
+def test_user_timeline_pages_an_authors_tweets_with_any_token() -> None:
+    store = populated()
+    with ServerThread(config(), store=store) as server:
+        ids = all_pages(server.stub(), server, "star", 6, rpc="GetUserTimeline")  # read with ann's token
+        first = server.stub().GetUserTimeline(pb.GetUserTimelineRequest(user_id="star"), metadata=server.auth("zed"),
+                                              timeout=5)
+    authored = sorted(store.author_timelines["star"].values(), key=lambda e: (e.created_at, e.tweet_id), reverse=True)
+    assert ids == [e.tweet_id for e in authored]
+    assert first.entries[0].author_display_name == "Star"
+
+
+def test_user_timeline_rejects_another_authors_page_token() -> None:
+    store = populated()
+    with ServerThread(config(), store=store) as server:
+        stub = server.stub()
+        page = stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="star", page_size=3), metadata=server.auth("ann"))
+        with pytest.raises(grpc.RpcError) as info:
+            stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="idol", page_token=page.next_page_token),
+                                 metadata=server.auth("ann"))
+        assert info.value.code() == Code.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as info:  # a home-timeline token is not a user-timeline token
+            home = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id="ann", page_size=3), metadata=server.auth("ann"))
+            stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="ann", page_token=home.next_page_token),
+                                 metadata=server.auth("ann"))
+        assert info.value.code() == Code.INVALID_ARGUMENT
+
+
+def test_watch_delivers_pull_authors_new_tweets() -> None:
+    store = populated()
+    with ServerThread(config(pull_cache_ttl_s=0.2), store=store) as server:
+        stream = server.stub().WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id="ann"),
+                                                 metadata=server.auth("ann"), timeout=10)
+        time.sleep(0.3)
+        store.add_author_entry(tweet("star", 9000, 50_000))
+        store.add_entry("ann", tweet("bob", 9001, 50_001))
+        got: list[str] = []
+        while len(got) < 2:
+            got += [e.tweet_id for e in next(stream).entries]
+        stream.cancel()
+    assert got == ["star-9000", "bob-9001"]

@@ -30,8 +30,9 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert, join_key  # noqa: E402
-from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult, step  # noqa: E402
+from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step  # noqa: E402
 from feed_service.core.state import AuthorState, decode_state, encode_state  # noqa: E402
+from feed_service.core.stored_step import step_stored, stored_parts  # noqa: E402
 
 
 def zipf_sampler(n: int, alpha: float, rnd: random.Random) -> Callable[[], int]:
@@ -101,14 +102,14 @@ def batches_by_key(events: list[Event], batch_size: int) -> list[dict[str, list[
 
 
 def run_steps(states: dict[str, AuthorState], batches: list[dict[str, list[Event]]], inbox_cap: int,
-              keep: list[StepResult] | None) -> tuple[float, int, int, int, int]:
+              keep: list[StepResult] | None, pull_threshold: int) -> tuple[float, int, int, int, int]:
     """Run every step; return (seconds, events, steps, delta records, exploded deltas)."""
     events = steps = records = deltas = 0
     elapsed = 0.0
     for groups in batches:
         t0 = time.process_time()
         for key, changes in groups.items():
-            result = step(states.get(key), changes, inbox_cap=inbox_cap)
+            result = step(states.get(key), changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
             states[key] = result.state
             for d in result.deltas:
                 deltas += len(d.timeline_ids)
@@ -181,6 +182,31 @@ def _compare_codecs(big: AuthorState) -> list[str]:
     return lines
 
 
+def celebrity_figures(followers: int, tweets: int, inbox_cap: int) -> list[str]:
+    """One author with ``followers`` followers tweeting, push against pull: the per-key work of a
+    micro-batch holding one new tweet, through the stored state as the stream keeps it (decode what
+    the step needs, step, encode what changed), and the rows it leaves to write."""
+    boot = [FollowChange(f"f{i}", "celeb", 1, "follow") for i in range(followers)]
+    boot += [TweetUpsert(f"old{i}", "celeb", 1, i, "x" * 80, 1) for i in range(inbox_cap)]
+    lines = []
+    for mode, threshold in (("push", followers + 1), ("pull", followers)):
+        state = step(None, boot, inbox_cap=inbox_cap, pull_threshold=threshold).state
+        core, edges = stored_parts(encode_state(state))
+        per_step, rows = [], 0
+        for n in range(tweets):
+            t0 = time.process_time()
+            done = step_stored(core, lambda: edges, [TweetUpsert(f"new{n}", "celeb", 1, 10**9 + n, "hello", 1)],
+                               inbox_cap=inbox_cap, pull_threshold=threshold)
+            per_step.append(time.process_time() - t0)
+            core = done.core or core
+            edges = done.edges or edges
+            r = done.result
+            rows = sum(len(d.timeline_ids) for d in r.deltas) + len(r.author_timeline) + len(r.tweets)
+        lines.append(f"  {mode}: {1e3 * statistics.median(per_step):8.2f} ms per one-tweet batch (median of {tweets}),"
+                     f" {rows:,} rows to write, state read {len(core) + (len(edges or b'') if mode == 'push' else 0):,} B")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=20_000)
@@ -189,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=200_000, help="stream events after the follow graph")
     parser.add_argument("--batch-size", type=int, default=10_000)
     parser.add_argument("--inbox-cap", type=int, default=DEFAULT_INBOX_CAP)
+    parser.add_argument("--pull-threshold", type=int, default=DEFAULT_PULL_THRESHOLD)
+    parser.add_argument("--celebrity-followers", type=int, default=1_000_000,
+                        help="followers of the author of the push-vs-pull figures (0: skip them)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
 
@@ -199,13 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     stream_batches = batches_by_key(stream, args.batch_size)
     print(f"generated {len(boot):,} bootstrap + {len(stream):,} stream events in {time.process_time() - t0:.1f} s CPU")
 
-    el, ev, st, _, _ = run_steps(states, boot_batches, args.inbox_cap, None)
+    el, ev, st, _, _ = run_steps(states, boot_batches, args.inbox_cap, None, args.pull_threshold)
     followers = sorted((len(s.active) for s in states.values()), reverse=True)
     print(f"bootstrap: {ev:,} events in {el:.2f} s = {ev / el:,.0f} events/s ({st:,} steps)")
     print(f"followers per author: max {followers[0]:,}, top-10 {followers[:10]}, median {followers[len(followers) // 2]}")
 
     kept: list[StepResult] = []
-    el, ev, st, rec, deltas = run_steps(states, stream_batches, args.inbox_cap, kept)
+    el, ev, st, rec, deltas = run_steps(states, stream_batches, args.inbox_cap, kept, args.pull_threshold)
     print(f"stream: {ev:,} events, {st:,} steps, {rec:,} delta records, {deltas:,} timeline deltas in {el:.2f} s")
     print(f"  {ev / el:,.0f} events/s   {deltas / el:,.0f} timeline deltas/s   {rec / el:,.0f} delta records/s   "
           f"{1e6 * el / st:.1f} us/step")
@@ -213,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  exploding in Python (not done by the engine): {ex_n / ex_t:,.0f} rows/s")
     for line in codec_figures(states):
         print(line)
+    if args.celebrity_followers:
+        print(f"an author with {args.celebrity_followers:,} followers tweets (per-key work, push vs pull):")
+        for line in celebrity_figures(args.celebrity_followers, 20, args.inbox_cap):
+            print(line)
     return 0
 
 

@@ -53,7 +53,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("kafka", ("feed_service.kafka",), ("core", "errors", "settings"), ("confluent_kafka", "fastjsonschema")),
     Layer("store", ("feed_service.store",), ("core", "errors", "settings"), ("cassandra",)),
     Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api"),
-          ("grpc", "grpc_health", "grpc_reflection", "prometheus_client")),
+          ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
     Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings")),
     # The local stack starts processes; it probes Kafka and Cassandra and builds the Spark session.

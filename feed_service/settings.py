@@ -15,6 +15,8 @@ Environment variables (defaults: the local stack of ``feedctl stack up``):
   to run isolated pipelines on one broker (tests, staging)
 - ``FEED_INBOX_CAP``         entries per home timeline (default 800): the stream, the backfill,
   ``materialize`` and the read service must agree on it
+- ``FEED_PULL_THRESHOLD``    active followers from which an author's tweets are merged in at read
+  time instead of written to inboxes (docs/fan-out.md); the stream, the backfill and ``materialize``
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from feed_service import resources
-from feed_service.core.join import DEFAULT_INBOX_CAP
+from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD
 from feed_service.errors import ConfigError
 
 _KEYSPACE_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
@@ -67,6 +69,13 @@ def check_inbox_cap(value: int) -> int:
     return value
 
 
+def check_pull_threshold(value: int) -> int:
+    """``value`` if it is a usable pull threshold (an integer >= 1), else :class:`ConfigError`."""
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"pull threshold must be an integer >= 1, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     kafka_bootstrap: str = "127.0.0.1:9092"
@@ -76,9 +85,12 @@ class Settings:
     topics: dict[str, TopicSpec] = field(default_factory=load_topic_specs)
     inbox_cap: int = DEFAULT_INBOX_CAP
     """Entries per home timeline, and tweets retained per author key."""
+    pull_threshold: int = DEFAULT_PULL_THRESHOLD
+    """Active followers from which an author is a pull author (docs/fan-out.md)."""
 
     def __post_init__(self) -> None:
         check_inbox_cap(self.inbox_cap)
+        check_pull_threshold(self.pull_threshold)
         if not _KEYSPACE_NAME.fullmatch(self.keyspace):
             raise ConfigError(f"invalid keyspace name {self.keyspace!r} (lower case letter, then [a-z0-9_])")
         if not self.cassandra_hosts or not all(self.cassandra_hosts):
@@ -106,6 +118,7 @@ class Settings:
                 cassandra_port=int(env.get("FEED_CASSANDRA_PORT", "9042")),
                 keyspace=env.get("FEED_KEYSPACE", "feed"),
                 inbox_cap=int(env.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))),
+                pull_threshold=int(env.get("FEED_PULL_THRESHOLD", str(DEFAULT_PULL_THRESHOLD))),
             )
         except ValueError as exc:
             if isinstance(exc, ConfigError):
@@ -128,4 +141,5 @@ class Settings:
             "FEED_KEYSPACE": self.keyspace,
             "FEED_TOPIC_SUFFIX": suffixes.pop(),
             "FEED_INBOX_CAP": str(self.inbox_cap),
+            "FEED_PULL_THRESHOLD": str(self.pull_threshold),
         }

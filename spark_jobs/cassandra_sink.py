@@ -55,7 +55,8 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     total = WriteCounts()
     for chunk in _chunks(rows, CHUNK_ROWS):
         writes = writes_of(chunk)
-        total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles)
+        total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles,
+                                     author_timeline=writes.author_timeline, pull_follows=writes.pull_follows)
         if writes.dead_letters:
             publish_dead_letters(settings, writes.dead_letters)
     if counter is not None:

@@ -5,8 +5,10 @@ so the JVM carries ``len(deltas)`` rows, not ``sum(len(timeline_ids))``; the sin
 into the write rows of :mod:`feed_service.core.rows` on the executors. :func:`result_rows` and
 :func:`writes_of` are inverses up to that explosion (a unit test holds them together).
 
-A row's ``kind`` says where it goes: ``timeline``, ``tweet`` or ``profile`` (Cassandra tables) or
-``dead_letter`` (a rejected record passed through, for the dead-letter topic).
+A row's ``kind`` says where it goes: ``timeline`` (inboxes: ``timeline_ids`` holds the followers),
+``tweet``, ``profile``, ``author`` (the author timeline) or ``pull_follow`` (``timeline_ids`` holds
+the followers who start or stop merging ``author_id`` in) to Cassandra, or ``dead_letter`` (a
+rejected record passed through, for the dead-letter topic).
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from __future__ import annotations
 from typing import Any, Iterable, NamedTuple
 
 from feed_service.core.join import StepResult
-from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import (
+    AuthorTimelineWrite,
+    Entry,
+    ProfileRow,
+    ProfileWrite,
+    PullFollowWrite,
+    TimelineWrite,
+    TweetWrite,
+)
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),
@@ -44,6 +54,8 @@ class Writes(NamedTuple):
     timeline: list[TimelineWrite]
     tweets: list[TweetWrite]
     profiles: list[ProfileWrite]
+    author_timeline: list[AuthorTimelineWrite]
+    pull_follows: list[PullFollowWrite]
     dead_letters: list[tuple[str, str]]
 
 
@@ -67,6 +79,11 @@ def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
     for p in result.profiles:
         rows.append(("profile", "upsert", None, None, None, p.version, None, None, None,
                      p.user_id, p.display_name, p.avatar_url, p.bio, ts, *_NO_LETTER))
+    for a in result.author_timeline:
+        rows.append(("author", a.op, *a.entry, None, *_NO_PROFILE, ts, *_NO_LETTER))
+    for f in result.pull_follows:
+        rows.append(("pull_follow", f.op, None, f.author_id, None, None, None, None, list(f.follower_ids),
+                     *_NO_PROFILE, ts, *_NO_LETTER))
     return rows
 
 
@@ -78,7 +95,7 @@ def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
 
 def writes_of(rows: Iterable[Any]) -> Writes:
     """Compact output rows (anything indexable by column name) -> write rows, timelines exploded."""
-    out = Writes([], [], [], [])
+    out = Writes([], [], [], [], [], [])
     for r in rows:
         kind = r["kind"]
         if kind == "timeline":
@@ -92,6 +109,12 @@ def writes_of(rows: Iterable[Any]) -> Writes:
         elif kind == "profile":
             profile = ProfileRow(r["user_id"], r["version"], r["display_name"], r["avatar_url"], r["bio"])
             out.profiles.append(ProfileWrite(profile, r["ts"]))
+        elif kind == "author":
+            entry = Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
+            out.author_timeline.append(AuthorTimelineWrite(r["op"], entry, r["ts"]))
+        elif kind == "pull_follow":
+            op, author, ts = r["op"], r["author_id"], r["ts"]
+            out.pull_follows.extend(PullFollowWrite(op, follower, author, ts) for follower in r["timeline_ids"])
         elif kind == "dead_letter":
             out.dead_letters.append((r["dl_key"], r["dl_value"]))
         else:

@@ -35,7 +35,7 @@ from feed_service.kafka.offsets import SOURCE_ROLES
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.restarts import Restarts
 from spark_jobs.job_cli import job_main, refused
-from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, Operator, join_timelines
+from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, JoinConfig, Operator, join_timelines
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -160,10 +160,11 @@ def start_stream(
     backfill; ``options.starting_offsets`` then holds the backfill's snapshot offsets.
     """
     parsed = parse_changes(read_changelogs(spark, settings, options))
+    config = JoinConfig(inbox_cap=settings.inbox_cap, pull_threshold=settings.pull_threshold,
+                        clock_start=clock_start_for(options.checkpoint, clock_start))
     outputs = join_timelines(
         routed_changes(parsed),
-        inbox_cap=settings.inbox_cap,
-        clock_start=clock_start_for(options.checkpoint, clock_start),
+        config=config,
         operator=operator_for(options.checkpoint, options.operator),
         initial_state=initial_state,
     )
@@ -328,6 +329,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inbox-cap", type=int, default=None,
                         help="entries per timeline and tweets per author (default: FEED_INBOX_CAP, else 800);"
                              " a bootstrapped stream must use the backfill's")
+    parser.add_argument("--pull-threshold", type=int, default=None,
+                        help="active followers from which an author is merged in at read time instead of pushed"
+                             " to inboxes (default: FEED_PULL_THRESHOLD, else 2000); a change takes effect per"
+                             " author at its next batch (docs/fan-out.md)")
     parser.add_argument("--operator", choices=OPERATORS, default=None,
                         help=f"stateful operator of a new checkpoint (default {DEFAULT_OPERATOR}); "
                              "an existing checkpoint keeps its own")
@@ -351,7 +356,9 @@ def options_from_args(args: argparse.Namespace) -> StreamOptions:
         trigger_seconds=args.trigger_seconds,
         starting_offsets=args.starting_offsets,
         bootstrap_from=args.bootstrap_from,
-        settings_changes={"inbox_cap": args.inbox_cap} if args.inbox_cap is not None else {},
+        settings_changes={name: value for name, value in (("inbox_cap", args.inbox_cap),
+                                                          ("pull_threshold", args.pull_threshold))
+                          if value is not None},
     )
 
 

@@ -18,11 +18,11 @@ the same per-key frames, and takes no initial state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, TypeAlias
 
 from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert
-from feed_service.core.join import DEFAULT_INBOX_CAP, step
-from feed_service.core.state import decode_state, encode_state
+from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
 from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, OUTPUT_SCHEMA, dead_letter_rows, result_rows
 
@@ -35,7 +35,8 @@ OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPa
 #: The operators of the transformWithState family: they take an initial state (backfill bootstrap).
 INITIAL_STATE_OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas")
 
-STATE_SCHEMA = "state binary"
+STATE_SCHEMA = "core binary, edges binary"
+"""applyInPandasWithState's one state row per key: both parts (it ships state with the data anyway)."""
 
 
 def events_from_rows(rows: Iterable[Any]) -> list[Event]:
@@ -70,21 +71,28 @@ def _frame_rows(frames: Iterator["pd.DataFrame"]) -> Iterator[Any]:
         yield from pdf.itertuples(index=False)
 
 
-def run_key(
-    state_blob: bytes | None, rows: Iterable[Any], *, inbox_cap: int, clock_start: int
-) -> tuple[bytes | None, list[tuple[Any, ...]]]:
-    """One key, one batch: (new state blob or None if unchanged, output rows).
+@dataclass(frozen=True, slots=True)
+class JoinConfig:
+    """The view's shape settings, the same for every step of a checkpoint."""
 
-    ``step`` returns the very state it was given when the batch changed nothing (stale or duplicate
-    changes), so identity says "unchanged" without encoding the state to compare bytes.
+    inbox_cap: int
+    pull_threshold: int
+    clock_start: int
+
+
+def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: Iterable[Any],
+            config: JoinConfig) -> tuple[StoredStep | None, list[tuple[Any, ...]]]:
+    """One key, one batch: the stored step (None without events) and its output rows.
+
+    The step reads the key's edges part only if it needs it (:func:`step_stored`), and says which
+    parts to write back: none when the batch changed nothing (stale or duplicate changes).
     """
     events = events_from_rows(rows)
     if not events:
         return None, []
-    previous = decode_state(state_blob) if state_blob is not None else None
-    result = step(previous, events, inbox_cap=inbox_cap, clock_start=clock_start)
-    blob = None if result.state is previous else encode_state(result.state)
-    return blob, result_rows(result)
+    done = step_stored(core, load_edges, events, inbox_cap=config.inbox_cap,
+                       pull_threshold=config.pull_threshold, clock_start=config.clock_start)
+    return done, result_rows(done.result)
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":
@@ -99,35 +107,41 @@ def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":
     return frame
 
 
-def apply_in_pandas_fn(inbox_cap: int, clock_start: int) -> Callable:
+def apply_in_pandas_fn(config: JoinConfig) -> Callable:
     """The function for ``applyInPandasWithState``: (key, frames, GroupState) -> output frames."""
 
     def fn(key: tuple, frames: Iterator["pd.DataFrame"], state: Any) -> Iterator["pd.DataFrame"]:
         if key[0] == ROUTE_DEAD_LETTER:
             yield _frame(dead_letter_rows(_frame_rows(frames)))
             return
-        blob = state.get[0] if state.exists else None
-        new_blob, rows = run_key(blob, _frame_rows(frames), inbox_cap=inbox_cap, clock_start=clock_start)
-        if new_blob is not None:
-            state.update((new_blob,))
+        core, edges = (_bytes(state.get[0]), _bytes(state.get[1])) if state.exists else (None, None)
+        done, rows = run_key(core, lambda: edges, _frame_rows(frames), config)
+        if done is not None and done.core is not None:
+            state.update((done.core, None if done.clear_edges else (done.edges or edges)))
         if rows:
             yield _frame(rows)
 
     return fn
 
 
-def _stored_blob(state: Any) -> bytes | None:
-    """The key's state blob, in one round trip (``get`` answers None for a key without state)."""
+def _bytes(value: Any) -> bytes | None:
+    return bytes(value) if value is not None else None
+
+
+def _stored(state: Any) -> bytes | None:
+    """A ValueState's blob, in one round trip (``get`` answers None for a key without state)."""
     value = state.get()
     return bytes(value[0]) if value is not None and value[0] is not None else None
 
 
-def transform_with_state_processor(inbox_cap: int, clock_start: int, *, rows_api: bool) -> Any:
-    """A ``StatefulProcessor`` with one binary ValueState per key, for ``transformWithState``
-    (``rows_api``: Spark ``Row`` in and out) or ``transformWithStateInPandas`` (pandas frames).
+def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any:
+    """A ``StatefulProcessor`` for ``transformWithState`` (``rows_api``: Spark ``Row`` in and out)
+    or ``transformWithStateInPandas`` (pandas frames).
 
-    Per key and batch it makes two state calls, a ``get`` and at most one ``update``: each is a
-    socket round trip to the JVM (``shared/design/spark-notes.md``).
+    Two binary ValueStates per key, the state's core part and (for keys with many follow edges) its
+    edges part (docs/fan-out.md). Each state call is a socket round trip to the JVM, so a batch of
+    an ordinary key makes two: a ``get`` of the core and at most one ``update``; the edges part is
+    read and written only when the step needs it.
     """
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
@@ -146,23 +160,34 @@ def transform_with_state_processor(inbox_cap: int, clock_start: int, *, rows_api
     class TimelineJoinProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             schema = StructType([StructField("state", BinaryType(), True)])
-            self.state = handle.getValueState("author_state", schema)
+            self.core = handle.getValueState("author_state", schema)
+            self.edges = handle.getValueState("author_edges", schema)
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             if key[0] == ROUTE_DEAD_LETTER:
                 yield from outputs(dead_letter_rows(inputs(rows)))
                 return
-            new_blob, out = run_key(_stored_blob(self.state), inputs(rows),
-                                    inbox_cap=inbox_cap, clock_start=clock_start)
-            if new_blob is not None:
-                self.state.update((new_blob,))
+            done, out = run_key(_stored(self.core), lambda: _stored(self.edges), inputs(rows), config)
+            if done is not None:
+                self._write(done)
             if out:
                 yield from outputs(out)
+
+        def _write(self, done: StoredStep) -> None:
+            if done.core is not None:
+                self.core.update((done.core,))
+            if done.edges is not None:
+                self.edges.update((done.edges,))
+            elif done.clear_edges:
+                self.edges.clear()
 
         def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
             # A backfill's per-key state (bootstrap of a new checkpoint, first batch only).
             blob = initialState.state if rows_api else initialState["state"].iloc[0]
-            self.state.update((bytes(blob),))
+            core, edges = stored_parts(bytes(blob))
+            self.core.update((core,))
+            if edges is not None:
+                self.edges.update((edges,))
 
         def close(self) -> None:
             pass
@@ -173,15 +198,14 @@ def transform_with_state_processor(inbox_cap: int, clock_start: int, *, rows_api
 def join_timelines(
     changes: "DataFrame",
     *,
-    inbox_cap: int = DEFAULT_INBOX_CAP,
-    clock_start: int = 0,
+    config: JoinConfig,
     operator: Operator = "transformWithState",
     initial_state: "DataFrame | None" = None,
 ) -> "DataFrame":
     """Keyed stateful join of routed changes (``route``, ``key``, event and dead-letter columns, as
     :func:`spark_jobs.envelope.routed_changes` makes them) into compact output rows.
 
-    ``initial_state`` (columns ``key``, ``state`` = :func:`encode_state` blob) seeds a new
+    ``initial_state`` (columns ``key``, ``state`` = a whole-state blob, ``encode_state``) seeds a new
     checkpoint's state, e.g. from a backfill; only the transformWithState operators support it.
     """
     grouped = changes.groupBy("route", "key")
@@ -191,7 +215,7 @@ def join_timelines(
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         return grouped.applyInPandasWithState(
-            apply_in_pandas_fn(inbox_cap, clock_start),
+            apply_in_pandas_fn(config),
             outputStructType=OUTPUT_SCHEMA,
             stateStructType=STATE_SCHEMA,
             outputMode="append",
@@ -203,7 +227,7 @@ def join_timelines(
         rows_api = operator == "transformWithState"
         transform = grouped.transformWithState if rows_api else grouped.transformWithStateInPandas
         return transform(
-            statefulProcessor=transform_with_state_processor(inbox_cap, clock_start, rows_api=rows_api),
+            statefulProcessor=transform_with_state_processor(config, rows_api=rows_api),
             outputStructType=OUTPUT_SCHEMA,
             outputMode="Append",
             timeMode="None",

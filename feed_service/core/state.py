@@ -199,6 +199,12 @@ def encode_core(state: AuthorState, *, with_edges: bool = False) -> bytes:
                                                  protocol=5)
 
 
+def is_whole_state(blob: bytes) -> bool:
+    """Whether ``blob`` is a whole state of the layout before the two parts (a key a checkpoint
+    has not stepped since): :func:`decode_state` reads it."""
+    return bool(blob) and blob[0] == _LEGACY_FORMAT
+
+
 def encode_edges(state: AuthorState) -> bytes:
     """The follow edges and the active followers (``EdgesNotLoaded`` if they were never decoded)."""
     return bytes((STATE_FORMAT,)) + pickle.dumps(_edges_payload(state), protocol=5)

@@ -23,6 +23,7 @@ from feed_service.core.state import (
     decode_state,
     encode_core,
     encode_edges,
+    is_whole_state,
 )
 
 
@@ -58,7 +59,9 @@ def step_stored(
     """Step ``changes`` against the stored parts of one key; ``load_edges`` is called at most once."""
     previous: AuthorState | None = None
     had_separate_edges = False
-    if core_blob is not None:
+    if core_blob is not None and is_whole_state(core_blob):
+        previous = decode_state(core_blob)  # written before the two parts: rewritten as parts below
+    elif core_blob is not None:
         previous = decode_parts(core_blob, None)
         had_separate_edges = not previous.edges_loaded
         if had_separate_edges and needs_edges(previous, changes, pull_threshold=pull_threshold):
@@ -68,7 +71,7 @@ def step_stored(
                                  "but there is no edges part")
             previous = decode_parts(core_blob, edges_blob)
     result = step(previous, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start)
-    if result.state is previous:
+    if result.state is previous and not (core_blob is not None and is_whole_state(core_blob)):
         return StoredStep(result, None, None)
     edges_changed = previous is None or result.state.followers is not previous.followers
     core, edges, clear = _parts(result.state, had_separate_edges=had_separate_edges, edges_changed=edges_changed)

@@ -73,14 +73,17 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
                  *, out: TextIO = sys.stderr) -> BackfillResult:
     """Run every stage (docs/backfill.md); returns the manifest written to ``options.out``.
 
-    The inbox cap is ``settings.inbox_cap``; the stream bootstrapped from this backfill must use the same.
+    The inbox cap is ``settings.inbox_cap``; the stream bootstrapped from this backfill must use the
+    same. Authors with at least ``settings.pull_threshold`` active followers are laid out as pull
+    authors (docs/fan-out.md); the engine states record it, so a stream with another threshold
+    moves each author over at its next batch.
     """
     from pyspark import StorageLevel
 
     out_dir = options.out.resolve()
     check_out(out_dir)
     backfill_ts = options.backfill_ts if options.backfill_ts is not None else time.time_ns() // 1000
-    inbox_cap = settings.inbox_cap
+    inbox_cap, pull_threshold = settings.inbox_cap, settings.pull_threshold
     progress = Progress(spark, out)
     persisted: list[DataFrame] = []
 
@@ -88,7 +91,7 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
         persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
-    summary: dict[str, Any] = {"backfill_ts": backfill_ts, "inbox_cap": inbox_cap}
+    summary: dict[str, Any] = {"backfill_ts": backfill_ts, "inbox_cap": inbox_cap, "pull_threshold": pull_threshold}
     with progress:
         try:
             with progress.stage("snapshot"):
@@ -114,17 +117,18 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
             with progress.stage("states"):
                 state_path = out_dir / STATE_DIR
                 summary["keys"] = write_states(spark, winners, state_path, inbox_cap=inbox_cap,
-                                               backfill_ts=backfill_ts)
+                                               pull_threshold=pull_threshold, backfill_ts=backfill_ts)
                 progress.say(f"  {summary['keys']} author keys -> {state_path}")
 
             with progress.stage("join"):
-                timelines = join_timelines_batch(winners, inbox_cap)
+                timelines = join_timelines_batch(winners, inbox_cap, pull_threshold)
                 summary["timelines"] = count_timelines(winners, inbox_cap)
                 progress.say(f"  {summary['timelines']} non-empty timelines")
 
             with progress.stage("write" if options.write else "count (--no-write)"):
                 reports = []
-                for table, df in tables_to_write(spark, timelines, winners):
+                for table, df in tables_to_write(spark, timelines, winners, inbox_cap=inbox_cap,
+                                                 pull_threshold=pull_threshold):
                     reports.append(write_table(settings, table, df, backfill_ts, write=options.write))
                     progress.say(f"  {reports[-1].describe(written=options.write)}")
                 summary["rows"] = {r.table: r.rows for r in reports}

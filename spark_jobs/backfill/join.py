@@ -1,8 +1,12 @@
-"""Stage ``join``: each author's retained tweets joined with the active follow edges.
+"""Stage ``join``: the hybrid layout of the view, the rows the stream's engine would hold.
 
-``retained tweets ⋈ active follows`` on ``author_id = followee_id`` is exactly the row set the
-stream's engine writes: each author key fans its newest ``inbox_cap`` live tweets out to its active
-followers (docs/backfill.md). Distributed; nothing but counts reaches the driver.
+- inboxes: ``retained tweets ⋈ active follows`` on ``author_id = followee_id``, for push authors
+  only (each push author key fans its newest ``inbox_cap`` live tweets out to its active followers);
+- author timelines: every author's retained tweets;
+- pull follows: the active follow edges of pull authors (at least ``pull_threshold`` active
+  followers), which readers merge in (docs/fan-out.md).
+
+Distributed; nothing but counts reaches the driver.
 """
 
 from __future__ import annotations
@@ -27,17 +31,40 @@ def retained_tweets(live_tweets: "DataFrame", inbox_cap: int) -> "DataFrame":
     return live_tweets.withColumn("rank", F.row_number().over(newest)).where(F.col("rank") <= inbox_cap).drop("rank")
 
 
-def join_timelines_batch(winners: Winners, inbox_cap: int) -> "DataFrame":
-    """``retained tweets ⋈ active follows`` on author = followee: one row per (timeline, tweet).
+def pull_authors(winners: Winners, pull_threshold: int) -> "DataFrame":
+    """``author_id`` of every author with at least ``pull_threshold`` active followers."""
+    from pyspark.sql import functions as F
 
-    The same rows the stream's engine writes (each author key fans out its retained tweets to its
-    active followers), so a timeline read newest-first and cut at ``inbox_cap`` is the reference's.
+    return (winners.active_edges().groupBy(F.col("followee_id").alias("author_id")).count()
+            .where(F.col("count") >= pull_threshold).select("author_id"))
+
+
+def join_timelines_batch(winners: Winners, inbox_cap: int, pull_threshold: int) -> "DataFrame":
+    """Inbox rows: ``retained tweets ⋈ active follows`` of push authors, one row per (timeline, tweet).
+
+    The same rows the stream's engine writes; merged with the pull authors' timelines, a timeline
+    read newest-first and cut at ``inbox_cap`` is the reference's.
     """
     from pyspark.sql import functions as F
 
     active = winners.active_edges().select(F.col("follower_id").alias("timeline_id"),
                                            F.col("followee_id").alias("author_id"))
-    return retained_tweets(winners.live_tweets, inbox_cap).join(active, "author_id").select(*TIMELINE_COLUMNS)
+    pushed = retained_tweets(winners.live_tweets, inbox_cap).join(pull_authors(winners, pull_threshold), "author_id",
+                                                                  "left_anti")
+    return pushed.join(active, "author_id").select(*TIMELINE_COLUMNS)
+
+
+def author_timeline_rows(winners: Winners, inbox_cap: int) -> "DataFrame":
+    """Rows of every author's own timeline: its retained tweets."""
+    return retained_tweets(winners.live_tweets, inbox_cap).select(*TIMELINE_COLUMNS[1:])
+
+
+def pull_follow_rows(winners: Winners, pull_threshold: int) -> "DataFrame":
+    """``follower_id, author_id`` of every active follow edge of a pull author."""
+    from pyspark.sql import functions as F
+
+    edges = winners.active_edges().select("follower_id", F.col("followee_id").alias("author_id"))
+    return edges.join(pull_authors(winners, pull_threshold), "author_id").select("follower_id", "author_id")
 
 
 def count_timelines(winners: Winners, inbox_cap: int) -> int:

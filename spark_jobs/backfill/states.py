@@ -47,7 +47,7 @@ def winner_events(winners: Winners) -> "DataFrame":
             .unionByName(as_events(winners.profiles, "user_id", type="profile")))
 
 
-def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, backfill_ts: int) -> tuple[str, bytes]:
+def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> tuple[str, bytes]:
     """One key's engine state after its events, encoded; its clock is ``backfill_ts``.
 
     ``step`` from an empty state whose clock starts at ``backfill_ts - 1`` stamps the key's outputs
@@ -59,32 +59,34 @@ def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, backfill_ts: int) -
     from spark_jobs.timeline_join import events_from_rows
 
     events = events_from_rows(events_pdf.itertuples(index=False))
-    result = step(None, events, inbox_cap=inbox_cap, clock_start=backfill_ts - 1)
+    result = step(None, events, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=backfill_ts - 1)
     state = result.state if result.state.clock == backfill_ts else replace(result.state, clock=backfill_ts)
     return state.key, encode_state(state)
 
 
-def engine_states(events: "DataFrame", *, inbox_cap: int, backfill_ts: int) -> "DataFrame":
+def engine_states(events: "DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> "DataFrame":
     """``key, state``: :func:`key_state` of every key, by ``groupBy("key").applyInPandas``."""
 
     def fn(pdf: "pd.DataFrame") -> "pd.DataFrame":
         import pandas as pd
 
-        key, blob = key_state(pdf, inbox_cap=inbox_cap, backfill_ts=backfill_ts)
+        key, blob = key_state(pdf, inbox_cap=inbox_cap, pull_threshold=pull_threshold, backfill_ts=backfill_ts)
         return pd.DataFrame({"key": [key], "state": [blob]})
 
     return events.groupBy("key").applyInPandas(fn, STATE_OUTPUT_SCHEMA)
 
 
-def write_states(spark: "SparkSession", winners: Winners, path: Path, *, inbox_cap: int, backfill_ts: int) -> int:
+def write_states(spark: "SparkSession", winners: Winners, path: Path, *, inbox_cap: int, pull_threshold: int,
+                 backfill_ts: int) -> int:
     """Compute every key's state, store it as parquet at ``path``; returns the number of keys."""
-    states = engine_states(winner_events(winners), inbox_cap=inbox_cap, backfill_ts=backfill_ts)
+    states = engine_states(winner_events(winners), inbox_cap=inbox_cap, pull_threshold=pull_threshold,
+                           backfill_ts=backfill_ts)
     states.write.mode("overwrite").parquet(str(path))
     return spark.read.parquet(str(path)).count()
 
 
 def state_timeline_rows(states: "DataFrame") -> "DataFrame":
-    """The timeline rows the engine states hold (retained tweets x active followers), for checks."""
+    """The inbox rows the engine states hold (retained tweets x active followers of push authors), for checks."""
 
     def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
@@ -95,7 +97,8 @@ def state_timeline_rows(states: "DataFrame") -> "DataFrame":
             rows = []
             for blob in pdf["state"]:
                 s = decode_state(bytes(blob))
-                rows.extend((f, tid, s.key, c[1], c[0], c[2], c[3]) for tid, c in s.tweets.items() for f in s.active)
+                if not s.pull:
+                    rows.extend((f, tid, s.key, c[1], c[0], c[2], c[3]) for tid, c in s.tweets.items() for f in s.active)
             yield pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
 
     schema = ("timeline_id string, tweet_id string, author_id string, created_at bigint, version bigint, "

@@ -1,4 +1,5 @@
-"""Stage ``write``: timeline rows, tweets (live and deleted) and profile versions to Cassandra.
+"""Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines and
+pull follows to Cassandra.
 
 Rows are written in place from the executors (``mapInPandas``) through
 :class:`~feed_service.store.cassandra_writer.CassandraWriter`, as the write rows of
@@ -12,7 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
 
-from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import (
+    AuthorTimelineWrite,
+    Entry,
+    ProfileRow,
+    ProfileWrite,
+    PullFollowWrite,
+    TimelineWrite,
+    TweetWrite,
+)
 from feed_service.settings import Settings
 from spark_jobs.backfill.winners import Winners
 
@@ -20,7 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-Table: TypeAlias = Literal["timeline", "tweets", "profiles"]
+Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows"]
 WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
 
 
@@ -62,6 +71,17 @@ def profile_writes(pdf: "pd.DataFrame", ts: int) -> list[ProfileWrite]:
     return [ProfileWrite(p, ts) for p in profiles]
 
 
+def author_timeline_writes(pdf: "pd.DataFrame", ts: int) -> list[AuthorTimelineWrite]:
+    """Rows of ``author_timeline`` from retained tweets."""
+    return [AuthorTimelineWrite("insert", entry, ts) for entry in _entries(pdf)]
+
+
+def pull_follow_writes(pdf: "pd.DataFrame", ts: int) -> list[PullFollowWrite]:
+    """Rows of ``pull_follows`` from the active edges of pull authors."""
+    return [PullFollowWrite("insert", follower, author, ts)
+            for follower, author in zip(pdf["follower_id"].tolist(), pdf["author_id"].tolist())]
+
+
 def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
     if table == "timeline":
         writer.write(timeline=timeline_writes(pdf, ts))
@@ -69,6 +89,10 @@ def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
         writer.write(tweets=tweet_writes(pdf, ts))
     elif table == "profiles":
         writer.write(profiles=profile_writes(pdf, ts))
+    elif table == "author_timeline":
+        writer.write(author_timeline=author_timeline_writes(pdf, ts))
+    elif table == "pull_follows":
+        writer.write(pull_follows=pull_follow_writes(pdf, ts))
     else:
         raise ValueError(f"unknown table {table!r}")
 
@@ -116,13 +140,17 @@ def tweet_rows(winners: Winners) -> "DataFrame":
     return live.unionByName(gone)
 
 
-def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winners) -> list[tuple[Table, "DataFrame"]]:
+def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winners, *, inbox_cap: int,
+                    pull_threshold: int) -> list[tuple[Table, "DataFrame"]]:
     """Each table with the frame of its rows, in write order."""
+    from spark_jobs.backfill.join import author_timeline_rows, pull_follow_rows
+
     # Round robin: the join's partitions follow author keys, so a celebrity's fan-out would leave
     # one writer working alone (seen in bench/bench_backfill.py).
     writers = max(2, spark.sparkContext.defaultParallelism)
     return [("timeline", timelines.repartition(writers)), ("tweets", tweet_rows(winners)),
-            ("profiles", winners.profiles)]
+            ("profiles", winners.profiles), ("author_timeline", author_timeline_rows(winners, inbox_cap)),
+            ("pull_follows", pull_follow_rows(winners, pull_threshold).repartition(writers))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,7 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(
     # The DataFrame join and the engine's states hold exactly the same rows.
     snap = Snapshot(result.manifest["start_offsets"], result.manifest["end_offsets"])
     winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, pipeline, snap)))))
-    joined = _rows(join_timelines_batch(winners, 800))
+    joined = _rows(join_timelines_batch(winners, 800, pipeline.pull_threshold))
     from_states = _rows(state_timeline_rows(spark.read.parquet(str(out / "state"))))
     assert joined == from_states and len(joined) == result.summary["rows"]["timeline"]
 

@@ -91,7 +91,7 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> None:
         "winning_changes": lambda df: FakeWinners(),
         "write_states": lambda *a, **k: 4,
         "join_timelines_batch": lambda *a: FakeFrame(), "count_timelines": lambda *a: 2,
-        "tables_to_write": lambda *a: [("timeline", FakeFrame()), ("tweets", FakeFrame())],
+        "tables_to_write": lambda *a, **k: [("timeline", FakeFrame()), ("tweets", FakeFrame())],
         "write_table": lambda settings, table, df, ts, write: TableReport(table, 6, 0.5, ((0, 6),)),
     }
     for name, fake in fakes.items():

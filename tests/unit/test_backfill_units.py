@@ -87,7 +87,7 @@ def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inb
     ts = 1_700_000_000_000_000
     for key, evs in by_key.items():
         frame = pd.DataFrame([_row(ev) for ev in winners_by_key[key]], columns=COLUMNS)
-        got_key, blob = key_state(frame, inbox_cap=inbox_cap, backfill_ts=ts)
+        got_key, blob = key_state(frame, inbox_cap=inbox_cap, pull_threshold=2000, backfill_ts=ts)
         got = decode_state(blob)
         assert got_key == key and got.clock == ts
         # The engine over every event, in one batch and in many small batches.

@@ -1,4 +1,5 @@
-"""The stateful operator's per-key step: a state is encoded only when the batch changed it."""
+"""The stateful operator's per-key step: state parts are encoded and written only when the batch
+changed them, and a key's edges part is read only when the step needs it."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from typing import Any
 
 import pytest
 
-import spark_jobs.timeline_join as timeline_join
+import feed_service.core.stored_step as stored_step
 from feed_service.core.events import Event, FollowChange, TweetUpsert, join_key
-from feed_service.core.state import decode_state, encode_state
+from feed_service.core.state import decode_parts
 from spark_jobs.envelope import EVENT_COLUMNS
-from spark_jobs.timeline_join import run_key
+from spark_jobs.timeline_join import JoinConfig, run_key
+
+CONFIG = JoinConfig(inbox_cap=800, pull_threshold=2000, clock_start=0)
 
 
 class Routed:
@@ -30,38 +33,47 @@ FIRST = [FollowChange("ann", "bob", 1, "follow"), TweetUpsert("t1", "bob", 1, 10
 @pytest.fixture
 def encodes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     calls: list[Any] = []
+    real = stored_step.encode_core
 
-    def counting(state: Any) -> bytes:
+    def counting(state: Any, **kwargs: Any) -> bytes:
         calls.append(state)
-        return encode_state(state)
+        return real(state, **kwargs)
 
-    monkeypatch.setattr(timeline_join, "encode_state", counting)
+    monkeypatch.setattr(stored_step, "encode_core", counting)
     return calls
 
 
-def _state_after(events: list[Event]) -> bytes:
-    blob, _ = run_key(None, [Routed(e) for e in events], inbox_cap=800, clock_start=0)
-    assert blob is not None
-    return blob
+def no_edges() -> bytes | None:
+    raise AssertionError("a key whose edges are stored inline has no edges part to read")
+
+
+def _core_after(events: list[Event]) -> bytes:
+    done, _ = run_key(None, no_edges, [Routed(e) for e in events], CONFIG)
+    assert done is not None and done.core is not None and done.edges is None
+    return done.core
 
 
 def test_an_unchanged_key_is_not_encoded(encodes: list[Any]) -> None:
-    blob = _state_after(FIRST)
+    core = _core_after(FIRST)
     encodes.clear()
-    # A replay of what the state already holds: no output, no new state, nothing encoded.
-    new_blob, rows = run_key(blob, [Routed(e) for e in FIRST], inbox_cap=800, clock_start=0)
-    assert (new_blob, rows, encodes) == (None, [], [])
+    # A replay of what the state already holds: no output, no write, nothing encoded.
+    done, rows = run_key(core, no_edges, [Routed(e) for e in FIRST], CONFIG)
+    assert done is not None and (done.core, done.edges, rows, encodes) == (None, None, [], [])
 
 
 def test_a_changed_key_is_encoded_once(encodes: list[Any]) -> None:
-    blob = _state_after(FIRST)
+    core = _core_after(FIRST)
     encodes.clear()
     edit = TweetUpsert("t1", "bob", 2, 100, "hi!", 1)
-    new_blob, rows = run_key(blob, [Routed(edit)], inbox_cap=800, clock_start=0)
-    assert len(encodes) == 1 and new_blob == encode_state(encodes[0])
-    assert decode_state(new_blob).tweets["t1"][2] == "hi!" and rows
+    done, rows = run_key(core, no_edges, [Routed(edit)], CONFIG)
+    assert done is not None and len(encodes) == 1 and done.core is not None
+    assert decode_parts(done.core, None).tweets["t1"][2] == "hi!" and rows
 
 
 def test_a_new_key_is_encoded(encodes: list[Any]) -> None:
-    blob = _state_after(FIRST)
-    assert len(encodes) == 1 and decode_state(blob).key == "bob"
+    core = _core_after(FIRST)
+    assert len(encodes) == 1 and decode_parts(core, None).key == "bob"
+
+
+def test_no_events_no_step() -> None:
+    assert run_key(None, no_edges, [], CONFIG) == (None, [])

@@ -34,16 +34,18 @@ from feed_service.core.events import (
 )
 from feed_service.core.join import step
 from feed_service.core.rows import Entry, TimelineWrite
-from feed_service.core.state import AuthorState, decode_state, encode_state
+from feed_service.core.state import AuthorState, decode_parts, encode_state
+from feed_service.core.stored_step import stored_parts
 from spark_jobs.envelope import EVENT_COLUMNS, ROUTE_DEAD_LETTER, ROUTE_JOIN
 from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, writes_of
-from spark_jobs.timeline_join import transform_with_state_processor
+from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
 
 EVENT_NAMES = tuple(name for name, _ in EVENT_COLUMNS)
 #: The columns of :func:`spark_jobs.envelope.routed_changes`, in order.
 RoutedRow = Row("route", "key", *EVENT_NAMES, "dl_key", "dl_value")
 OutputRow = Row(*OUTPUT_COLUMNS)
 STATE_NAME = "author_state"
+EDGES_NAME = "author_edges"
 TWEETS_TOPIC = "feed.tweets.v1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,9 +59,11 @@ class FakeValueState:
     def __init__(self, handle: "FakeHandle") -> None:
         self.handle = handle
         self.values: dict[Any, tuple] = {}
+        self.calls: list[tuple[str, Any]] = []
 
     def _log(self, call: str) -> Any:
         self.handle.calls.append((call, self.handle.key))
+        self.calls.append((call, self.handle.key))
         return self.handle.key
 
     def exists(self) -> bool:
@@ -94,7 +98,7 @@ class Harness:
 
     def __init__(self, *, inbox_cap: int = 800, clock_start: int = 0, rows_api: bool = True) -> None:
         self.rows_api = rows_api
-        self.processor = transform_with_state_processor(inbox_cap, clock_start, rows_api=rows_api)
+        self.processor = transform_with_state_processor(JoinConfig(inbox_cap, 2000, clock_start), rows_api=rows_api)
         self.handle = FakeHandle()
         self.processor.init(self.handle)
 
@@ -103,10 +107,13 @@ class Harness:
         return self.handle.value_states[STATE_NAME]
 
     def seed(self, key: tuple[str, str], state: AuthorState) -> bytes:
-        """Put an encoded state under ``key`` as the state store would return it (binary: bytearray)."""
-        blob = encode_state(state)
-        self._state.values[key] = (bytearray(blob),)
-        return blob
+        """Put a state's stored parts under ``key`` as the state store would return them (binary:
+        bytearray); returns the core part."""
+        core, edges = stored_parts(encode_state(state))
+        self._state.values[key] = (bytearray(core),)
+        if edges is not None:
+            self.handle.value_states[EDGES_NAME].values[key] = (bytearray(edges),)
+        return core
 
     def blob(self, key: tuple[str, str]) -> bytes | None:
         value = self._state.values.get(key)
@@ -114,7 +121,8 @@ class Harness:
 
     def peek(self, key: tuple[str, str]) -> AuthorState | None:
         blob = self.blob(key)
-        return None if blob is None else decode_state(blob)
+        edges = self.handle.value_states[EDGES_NAME].values.get(key)
+        return None if blob is None else decode_parts(blob, None if edges is None else bytes(edges[0]))
 
     def feed(self, key: tuple[str, str], rows: Iterable[Row]) -> list[Row]:
         """One micro-batch of one key; returns the output rows (pandas: as Spark reads the frames back)."""
@@ -197,6 +205,11 @@ def timeline_row(op: str, e: Entry, followers: list[str], ts: int) -> Row:
                      followers, None, None, None, None, ts, None, None)
 
 
+def author_row(op: str, e: Entry, ts: int) -> Row:
+    return OutputRow("author", op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
+                     None, None, None, None, None, ts, None, None)
+
+
 def tweet_row(e: Entry, ts: int) -> Row:
     return OutputRow("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
                      None, None, None, None, None, ts, None, None)
@@ -219,10 +232,23 @@ def seeded_state() -> AuthorState:
 # --- tests -----------------------------------------------------------------------------------------
 
 
-def test_init_declares_one_binary_value_state() -> None:
+def test_init_declares_two_binary_value_states() -> None:
     harness = Harness()
-    assert harness.handle.schemas == {STATE_NAME: StructType([StructField("state", BinaryType(), True)])}
+    binary = StructType([StructField("state", BinaryType(), True)])
+    assert harness.handle.schemas == {STATE_NAME: binary, EDGES_NAME: binary}
     assert harness.handle.calls == []
+
+
+def test_a_pull_authors_tweet_never_touches_its_edges_part() -> None:
+    harness = Harness()
+    many = [follow(f"f{i}", "bob") for i in range(3000)]  # above the inline limit and the threshold of 2000
+    harness.seed(BOB, step(None, many).state)
+    edges = harness.handle.value_states[EDGES_NAME]
+    assert BOB in edges.values
+    out = harness.feed(BOB, [routed(tweet("t9", 500, "from a star"))])
+    assert edges.calls == [] and harness.handle.calls == [("get", BOB), ("update", BOB)]
+    assert [r.kind for r in out] == ["tweet", "author"]  # no inbox rows: readers merge it in
+    assert harness.peek(BOB).pull and "t9" in harness.peek(BOB).tweets
 
 
 def test_new_key_tweet_and_follow_in_one_batch() -> None:
@@ -230,15 +256,17 @@ def test_new_key_tweet_and_follow_in_one_batch() -> None:
     t1 = tweet("t1", 10, "hello")
     out = harness.feed(BOB, [routed(follow("ann", "bob")), routed(t1)])
 
-    assert out == [timeline_row("insert", entry(t1), ["ann"], 1), tweet_row(entry(t1), 1)]
+    assert out == [timeline_row("insert", entry(t1), ["ann"], 1), tweet_row(entry(t1), 1),
+                   author_row("insert", entry(t1), 1)]
     assert harness.handle.calls == [("get", BOB), ("update", BOB)]
     assert harness.peek(BOB) == AuthorState("bob", 1, {"ann": (1, True)}, ("ann",), {"t1": (1, 10, "hello", 1)},
-                                            {}, frozenset(), {})
+                                            {}, frozenset(), {}, False)
     # What the sink makes of the compact rows: one timeline write per follower, one tweet row.
     writes = writes_of(out)
     assert writes.timeline == [TimelineWrite("insert", "ann", entry(t1), 1)]
     assert [(w.tweet_id, w.entry) for w in writes.tweets] == [("t1", entry(t1))]
-    assert (writes.profiles, writes.dead_letters) == ([], [])
+    assert (writes.profiles, writes.dead_letters, writes.pull_follows) == ([], [], [])
+    assert [(w.op, w.entry) for w in writes.author_timeline] == [("insert", entry(t1))]
 
 
 def test_seeded_state_rows_fed_one_batch_at_a_time() -> None:
@@ -249,7 +277,7 @@ def test_seeded_state_rows_fed_one_batch_at_a_time() -> None:
 
     t3 = tweet("t3", 30, "three")
     assert harness.feed(BOB, [routed(t3)]) == [timeline_row("insert", entry(t3), ["ann", "cat"], 101),
-                                               tweet_row(entry(t3), 101)]
+                                               tweet_row(entry(t3), 101), author_row("insert", entry(t3), 101)]
     after_t3 = harness.peek(BOB)
     assert after_t3 == step(seed, [t3]).state and after_t3.clock == 101
 
@@ -268,6 +296,8 @@ def test_seeded_state_rows_fed_one_batch_at_a_time() -> None:
         timeline_row("delete", T2, ["ann"], 103),
         tweet_row(entry(edit), 103),
         OutputRow("tweet", "delete", "t2", "bob", None, None, None, None, None, None, None, None, None, 103, None, None),
+        author_row("update", entry(edit), 103),
+        author_row("delete", T2, 103),
     ]
     final = harness.peek(BOB)
     assert final == step(after_unfollow, [edit, TweetDelete("t2", "bob", 1)]).state
@@ -334,12 +364,12 @@ def test_initial_state_seeds_the_key_and_the_next_batch_builds_on_it() -> None:
     seed = seeded_state()
     harness.initial(BOB, seed)
     assert harness.handle.calls == [("update", BOB)]
-    assert harness.blob(BOB) == encode_state(seed)
+    assert harness.blob(BOB) == stored_parts(encode_state(seed))[0]
     assert isinstance(harness.handle.value_states[STATE_NAME].values[BOB][0], bytes)
 
     t3 = tweet("t3", 30, "three")
     assert harness.feed(BOB, [routed(t3)]) == [timeline_row("insert", entry(t3), ["ann", "cat"], 101),
-                                               tweet_row(entry(t3), 101)]
+                                               tweet_row(entry(t3), 101), author_row("insert", entry(t3), 101)]
 
 
 def test_keys_do_not_share_state() -> None:
@@ -347,7 +377,7 @@ def test_keys_do_not_share_state() -> None:
     harness.seed(BOB, seeded_state())
     cat = (ROUTE_JOIN, "cat")
     t9 = tweet("t9", 5, "cat's", author="cat")
-    assert harness.feed(cat, [routed(t9)]) == [tweet_row(entry(t9), 1)]  # cat has no followers yet
+    assert harness.feed(cat, [routed(t9)]) == [tweet_row(entry(t9), 1), author_row("insert", entry(t9), 1)]  # no followers yet
     assert harness.peek(cat) == step(None, [t9]).state
     assert harness.peek(BOB) == seeded_state()
 
@@ -402,7 +432,7 @@ def test_the_processor_needs_no_jvm() -> None:
         "from tests.unit.test_stream_processor import BOB, Harness, routed, tweet, follow\n"
         "h = Harness()\n"
         "out = h.feed(BOB, [routed(follow('ann', 'bob')), routed(tweet('t1', 1, 'x'))])\n"
-        "assert len(out) == 2, out\n"
+        "assert len(out) == 3, out\n"
         "print(SparkContext._gateway is None, SparkContext._jvm is None, SparkContext._active_spark_context is None)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

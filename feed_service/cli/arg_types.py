@@ -52,3 +52,24 @@ def default_inbox_cap() -> str:
     from feed_service.core.join import DEFAULT_INBOX_CAP
 
     return os.environ.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))
+
+
+def pull_threshold(text: str) -> int:
+    """A pull threshold, validated by the same rule as ``Settings.pull_threshold``."""
+    from feed_service.errors import ConfigError
+    from feed_service.settings import check_pull_threshold
+
+    try:
+        return check_pull_threshold(int(text))
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"not an integer: {text!r}") from None
+
+
+def default_pull_threshold() -> str:
+    """The environment's pull threshold (``FEED_PULL_THRESHOLD``, else the engine's default), checked
+    by argparse with :func:`pull_threshold` only when the option is used."""
+    import os
+
+    from feed_service.core.join import DEFAULT_PULL_THRESHOLD
+
+    return os.environ.get("FEED_PULL_THRESHOLD", str(DEFAULT_PULL_THRESHOLD))

@@ -70,3 +70,24 @@ def test_inbox_cap_below_one_is_refused_before_reading(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "feed_service", "materialize", "--inbox-cap", "0",
                            str(tmp_path / "missing.jsonl")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "inbox cap must be an integer >= 1" in proc.stderr
+
+
+def test_pull_threshold_changes_nothing_in_the_output(tmp_path) -> None:
+    """The same events give the same JSON whether every author is push or most are pull."""
+    import json
+    import subprocess
+    import sys
+
+    from feed_service.core.reference import reference_timelines
+    from feed_service.workload.generator import generate
+
+    events = list(generate(users=60, events=600, seed=3))
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    outputs = []
+    for threshold in ("1", "3", "100000"):
+        proc = subprocess.run([sys.executable, "-m", "feed_service", "materialize", "--pull-threshold", threshold,
+                               str(path)], capture_output=True, text=True, timeout=120, check=True)
+        outputs.append(json.loads(proc.stdout))
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert outputs[0]["timelines"] == reference_timelines([json.dumps(e) for e in events])

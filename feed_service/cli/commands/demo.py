@@ -21,8 +21,14 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator
 
+from feed_service.cli.arg_types import pull_threshold
 from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig, free_ports
+
+
+#: Low enough that the demo workload's most followed authors are pull authors (the service's
+#: default, measured for production-sized graphs, is in feed_service.core.join).
+DEMO_PULL_THRESHOLD = 150
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--duration", type=float, default=60.0, help="workload seconds (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="workload seed (default: random)")
     parser.add_argument("--page-size", type=int, default=10, help="entries printed (default 10)")
+    parser.add_argument("--pull-threshold", type=pull_threshold, default=str(DEMO_PULL_THRESHOLD),
+                        help="active followers from which an author's tweets are merged in at read time (default"
+                             f" {DEMO_PULL_THRESHOLD}: the demo's most followed authors; docs/fan-out.md)")
     parser.add_argument("--keep-running", action="store_true", help="leave the stream and the server running")
     parser.set_defaults(handler=run)
 
@@ -97,9 +106,30 @@ def _read_timeline(address: str, token: str, user_id: str, page_size: int) -> tu
         return list(first.entries), full
 
 
+def _read_user_timeline(address: str, token: str, author_id: str, page_size: int) -> list[Any]:
+    """The first page of an author's own timeline through GetUserTimeline."""
+    import grpc
+
+    from feed_service.api import timeline_pb2, timeline_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = timeline_pb2_grpc.TimelineServiceStub(channel)
+        reply = stub.GetUserTimeline(timeline_pb2.GetUserTimelineRequest(user_id=author_id, page_size=page_size),
+                                     metadata=[("authorization", f"Bearer {token}")], timeout=10)
+        return list(reply.entries)
+
+
+def _print_entries(entries: list[Any], pull: set[str]) -> None:
+    for entry in entries:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(entry.created_at_ms / 1000))
+        name = entry.author_display_name or entry.author_id
+        mark = "*" if entry.author_id in pull else " "
+        print(f"    {when} {mark} {name:<24} {entry.text[:68]}")
+
+
 def run(args: argparse.Namespace) -> int:
     from feed_service.core.join import DEFAULT_INBOX_CAP
-    from feed_service.core.reference import reference_timelines
+    from feed_service.core.reference import reference_tables, reference_timelines
     from feed_service.ops.provision import provision
     from feed_service.server import auth
     from feed_service.stack.local_stack import LocalStack, StackError
@@ -109,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     say = _Narrator().say
     stack_config = StackConfig.from_env()
-    settings = Settings.from_env()
+    settings = Settings.from_env().replace(pull_threshold=args.pull_threshold)
     run_id = uuid.uuid4().hex[:6]
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     logs = stack_config.data_dir / "demo"
@@ -125,10 +155,11 @@ def run(args: argparse.Namespace) -> int:
     say("    " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     for report in provision(settings):
         say(f"    topic {report}")
-    say(f"    keyspace {settings.keyspace}: home_timeline, tweets, profiles")
+    say(f"    keyspace {settings.keyspace}: home_timeline, author_timeline, pull_follows, tweets, profiles")
 
     checkpoint = stack_config.data_dir / "checkpoints" / "stream"
-    say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'})")
+    say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'}); authors with at least"
+        f" {settings.pull_threshold} active followers are merged in at read time instead of fanned out")
     stream = StreamProcess(settings, checkpoint, log_file=logs / "stream.log",
                            status_file=logs / "stream-progress.json").start()
     secret = secrets.token_hex(32)
@@ -165,17 +196,23 @@ def run(args: argparse.Namespace) -> int:
         if not expected:
             say("    the workload produced no timeline entries (too few events?)")
             return 1
-        # The busiest timeline below the inbox cap: there the view must equal the reference exactly
-        # (at the cap, an entry that a delete makes room for need not come back: issue 3).
+        tables = reference_tables(published)
+        followers: dict[str, int] = {}
+        for (_, followee), (_, active) in tables.follows.items():
+            followers[followee] = followers.get(followee, 0) + active
+        pull = {a for a, n in followers.items() if n >= settings.pull_threshold}
+        say(f"    {len(pull)} pull authors (>= {settings.pull_threshold} followers, the largest"
+            f" {max(followers.values(), default=0)}); their tweets are in no inbox")
+        # The busiest timeline below the inbox cap that follows a pull author: there the view must
+        # equal the reference exactly (at the cap, an entry a delete makes room for need not come back).
         below_cap = [u for u in expected if len(expected[u]) < DEFAULT_INBOX_CAP] or list(expected)
-        user_id = max(below_cap, key=lambda u: (len(expected[u]), u))
+        merged = [u for u in below_cap if any(e["author_id"] in pull for e in expected[u])] or below_cap
+        user_id = max(merged, key=lambda u: (len(expected[u]), u))
         token = auth.mint(secret.encode(), subject=user_id, role="user")
         first, full = _read_timeline(address, token, user_id, args.page_size)
-        say(f"6/6 home timeline of {user_id} through gRPC GetHomeTimeline ({len(full)} entries, newest first):")
-        for entry in first:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(entry.created_at_ms / 1000))
-            name = entry.author_display_name or entry.author_id
-            print(f"    {when}  {name:<24} {entry.text[:70]}")
+        say(f"6/6 home timeline of {user_id} through gRPC GetHomeTimeline ({len(full)} entries, newest first;"
+            f" * = a pull author's tweet, merged in at read time):")
+        _print_entries(first, pull)
         served = [(e.tweet_id, e.author_id, e.version, e.text, e.author_display_name or None) for e in full]
         want = [(e["tweet_id"], e["author_id"], e["version"], e["text"], e["author_display_name"])
                 for e in expected[user_id]]
@@ -186,6 +223,11 @@ def run(args: argparse.Namespace) -> int:
                 f"{served[diverge] if diverge < len(served) else None} vs {want[diverge] if diverge < len(want) else None}")
         say(f"    matches the engine's batch reference over the same {len(published)} events: "
             f"{'yes' if same else 'NO'}")
+        if pull:
+            star = max(pull, key=lambda a: (followers[a], a))
+            own = _read_user_timeline(address, token, star, min(args.page_size, 5))
+            say(f"    GetUserTimeline of {star}, the most followed author ({followers[star]} followers):")
+            _print_entries(own, pull)
         if args.keep_running:
             say(f"stream (pid {stream.proc.pid if stream.proc else '?'}) and server (pid {server.pid}) left running")
         return 0 if same else 1

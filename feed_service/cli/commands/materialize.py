@@ -14,9 +14,9 @@ import sys
 from itertools import islice
 from typing import Any, BinaryIO, TextIO
 
-from feed_service.cli.arg_types import default_inbox_cap, inbox_cap
+from feed_service.cli.arg_types import default_inbox_cap, default_pull_threshold, inbox_cap, pull_threshold
 from feed_service.cli.arg_types import positive_int as _positive
-from feed_service.core.join import DEFAULT_INBOX_CAP
+from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD
 from feed_service.core.view import Materializer
 
 DEFAULT_BATCH_SIZE = 1000
@@ -32,18 +32,23 @@ def register(sub: Any) -> None:
                         help=f"lines per micro-batch (default {DEFAULT_BATCH_SIZE})")
     parser.add_argument("--inbox-cap", type=inbox_cap, default=default_inbox_cap(),
                         help="entries kept per timeline (default: FEED_INBOX_CAP, else 800)")
+    parser.add_argument("--pull-threshold", type=pull_threshold, default=default_pull_threshold(),
+                        help="active followers from which an author is merged in at read time (default:"
+                             " FEED_PULL_THRESHOLD, else 2000); the output is the same view whatever it is")
     parser.set_defaults(handler=run)
 
 
 def materialize(
     lines: BinaryIO, *, batch_size: int = DEFAULT_BATCH_SIZE, inbox_cap: int = DEFAULT_INBOX_CAP,
-    errors: TextIO | None = None,
+    pull_threshold: int = DEFAULT_PULL_THRESHOLD, errors: TextIO | None = None,
 ) -> dict[str, Any]:
     """Apply every line of ``lines`` in micro-batches; return the output document.
 
+    The timelines are what a reader gets: the inboxes merged with the pull authors each user follows,
+    by the engine and the read-side merge the stream and the server use (docs/fan-out.md).
     Rejected lines are written to ``errors`` as ``line N: <code>: <reason>`` (1-based numbers).
     """
-    engine = Materializer(inbox_cap=inbox_cap)
+    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=True)
     line_no = 0
     while True:
         chunk = list(islice(lines, batch_size))
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open(args.events, "rb") as lines:
             document = materialize(lines, batch_size=args.batch_size, inbox_cap=args.inbox_cap,
-                                   errors=sys.stderr)
+                                   pull_threshold=args.pull_threshold, errors=sys.stderr)
     except OSError as exc:
         print(f"feedctl materialize: cannot read {args.events}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -160,3 +160,49 @@ def test_kill_while_an_author_crosses_the_threshold(settings: Settings, unique: 
     with _server(pipeline) as server:
         assert read_all_home_timelines(server, _users(events)) == reference_timelines(events)
     assert {a for _, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")} >= {f"{prefix}star"}
+
+
+VIEW_TABLES = {
+    "home_timeline": "SELECT timeline_id, created_at, tweet_id, author_id, version, text, profile_version FROM home_timeline",
+    "author_timeline": "SELECT author_id, created_at, tweet_id, version, text, profile_version FROM author_timeline",
+    "pull_follows": "SELECT follower_id, author_id FROM pull_follows",
+    "tweets": "SELECT tweet_id, author_id, created_at, version, text, profile_version FROM tweets",
+    "profiles": "SELECT user_id, version, display_name, avatar_url, bio FROM profiles",
+}
+
+
+def _view(pipeline: Settings) -> dict[str, list[tuple]]:
+    return {table: sorted(map(tuple, read_table(pipeline, query))) for table, query in VIEW_TABLES.items()}
+
+
+def test_backfill_lays_out_the_hybrid_view_and_bootstraps_the_stream(
+        settings: Settings, unique: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    pipeline = _isolated(settings, unique)
+    prefix = f"b{unique[-6:]}-"
+    events = _history(prefix) + _crossing(prefix, up=True, version=1)
+    publish(pipeline, events)
+    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
+        stream.wait_caught_up()
+    streamed = _view(pipeline)
+    assert streamed["pull_follows"] and streamed["author_timeline"]
+    for table in VIEW_TABLES:
+        read_table(pipeline, f"TRUNCATE {table}")
+
+    out = tmp_path / "backfill"
+    env = {**os.environ, **pipeline.to_env()}  # FEED_PULL_THRESHOLD included
+    proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert _view(pipeline) == streamed  # the same hybrid layout, table for table
+
+    more = _crossing(prefix, up=False, version=2)
+    with running(StreamProcess(pipeline, tmp_path / "ckpt2", log_file=tmp_path / "stream2.log",
+                               extra_args=["--bootstrap-from", str(out)])) as stream:
+        publish(pipeline, more)
+        stream.wait_caught_up()
+    with _server(pipeline) as server:
+        assert read_all_home_timelines(server, _users(events + more)) == reference_timelines(events + more)

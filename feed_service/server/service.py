@@ -280,14 +280,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         user_id = _check_id(request.user_id, "user_id")
         page_size = _page_size(request.page_size)
         self._authorize_timeline(claims, user_id)
-        before, served = None, 0
-        if request.page_token:
-            try:
-                cursor = self._pages.decode(request.page_token, timeline_id=user_id, kind=KIND_PAGE)
-            except PageTokenError as exc:
-                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-            before, served = cursor.position, cursor.served
-        limit = min(page_size, self.inbox_cap - served)
+        before, served, limit = self._page_start(request.page_token, user_id, KIND_PAGE, page_size)
         if limit <= 0:
             return pb.GetHomeTimelineResponse()
         store = self._store()
@@ -308,6 +301,17 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         sources = await asyncio.gather(inbox, self.pull.pages(store, authors, before=before, limit=limit,
                                                               timeout=budget))
         return merge_newest([sources[0], *sources[1]], limit)
+
+    def _page_start(self, token: str, timeline_id: str, kind: int, page_size: int) -> tuple[Cursor | None, int, int]:
+        """(cursor, entries served so far, rows to serve now) of a paged call; the cap bounds the last."""
+        before, served = None, 0
+        if token:
+            try:
+                cursor = self._pages.decode(token, timeline_id=timeline_id, kind=kind)
+            except PageTokenError as exc:
+                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            before, served = cursor.position, cursor.served
+        return before, served, min(page_size, self.inbox_cap - served)
 
     async def _page_of(self, store: TimelineStore, rows: list[Entry], limit: int, served: int,
                        budget: float) -> tuple[list[pb.TimelineEntry], Cursor | None]:
@@ -363,14 +367,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         self._authenticate(context)  # an author's own tweets are public: any valid token reads them
         author_id = _check_id(request.user_id, "user_id")
         page_size = _page_size(request.page_size)
-        before, served = None, 0
-        if request.page_token:
-            try:
-                cursor = self._pages.decode(request.page_token, timeline_id=author_id, kind=KIND_AUTHOR_PAGE)
-            except PageTokenError as exc:
-                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-            before, served = cursor.position, cursor.served
-        limit = min(page_size, self.inbox_cap - served)
+        before, served, limit = self._page_start(request.page_token, author_id, KIND_AUTHOR_PAGE, page_size)
         if limit <= 0:
             return pb.GetUserTimelineResponse()
         store = self._store()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from feed_service.core.events import FollowChange, TweetDelete, TweetUpsert
 from feed_service.core.join import needs_edges, step
-from feed_service.core.state import AuthorState, decode_parts, encode_state
+from feed_service.core.state import decode_parts, encode_state
 from feed_service.core.stored_step import step_stored, stored_parts
 from feed_service.core.view import Materializer
 

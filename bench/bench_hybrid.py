@@ -217,6 +217,9 @@ def read_run(base: Settings, args: argparse.Namespace, workdir: Path) -> dict:
     events += [e for a in push_authors for e in _follows(a, push_readers)]
     now = int(time.time() * 1000)
     events += [_tweet(a, f"{a}-t{n}", now - n * 1000) for a in pull_authors + push_authors for n in range(30)]
+    # Every author has its profile, as in production: a read hydrates display names from the cache.
+    events += [{"type": "profile", "user_id": a, "version": 1, "display_name": f"Author {a}"}
+               for a in pull_authors + push_authors]
     pipe.publish(events)
     pipe.stream.start()
     try:

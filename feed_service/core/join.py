@@ -246,13 +246,18 @@ def step(
     retained_before, retained, cold, deleted, changed, _, _, new_deletes = tweets
     followers, _, active_after, _, _, _ = edges
     pull_before, pull_after = state.pull, len(active_after) >= pull_threshold
-    audience = _inbox_audience(edges, pull_before, pull_after)
-    if retained is not retained_before or audience[3] or audience[4]:
-        deltas, entries = _timeline_deltas(key, tweets, audience)
+    if pull_before or pull_after:
+        audience = _inbox_audience(edges, pull_before, pull_after)
+        pull_follows = _pull_follow_deltas(key, edges, pull_before, pull_after)
+    else:  # a push author, before and after: its inbox audience is its active followers
+        _, active_before, _, stayed, added, dropped = edges
+        audience, pull_follows = (active_before, active_after, stayed, added, dropped), _NONE
+    touched = list(_touched(tweets)) if retained is not retained_before else _NONE
+    if touched or audience[3] or audience[4] or changed:
+        deltas, entries = _timeline_deltas(key, tweets, touched, audience)
     else:
         deltas, entries = _NONE, _NO_ENTRIES
-    author_timeline = _author_timeline_deltas(key, tweets, entries) if retained is not retained_before else _NONE
-    pull_follows = _pull_follow_deltas(key, edges, pull_before, pull_after)
+    author_timeline = _author_timeline_deltas(key, touched, entries) if touched else _NONE
 
     tweet_rows = [_tuple_new(TweetChange, (tid, key, entries[tid])) for tid in sorted(changed)]
     tweet_rows += [_tuple_new(TweetChange, (tid, key, None)) for tid in sorted(new_deletes)]
@@ -444,10 +449,11 @@ def _touched(tweets: _TweetsDiff) -> Iterator[tuple[str, TweetContent | None, Tw
             yield tid, old, new
 
 
-def _author_timeline_deltas(key: str, tweets: _TweetsDiff, entries: Mapping[str, Entry]) -> list[AuthorTimelineDelta]:
+def _author_timeline_deltas(key: str, touched: Sequence[tuple[str, TweetContent | None, TweetContent | None]],
+                            entries: Mapping[str, Entry]) -> list[AuthorTimelineDelta]:
     """Changes of the author's own timeline: its retained tweets, before against after."""
     out: list[AuthorTimelineDelta] = []
-    for tid, old, new in _touched(tweets):
+    for tid, old, new in touched:
         if old is not None and new is not None and old[1] == new[1]:
             out.append(_tuple_new(AuthorTimelineDelta, ("update", entries[tid])))
             continue
@@ -458,7 +464,8 @@ def _author_timeline_deltas(key: str, tweets: _TweetsDiff, entries: Mapping[str,
     return out
 
 
-def _timeline_deltas(key: str, tweets: _TweetsDiff, audience: _Audience) -> tuple[list[TimelineDelta], dict[str, Entry]]:
+def _timeline_deltas(key: str, tweets: _TweetsDiff, touched: Sequence[tuple[str, TweetContent | None, TweetContent | None]],
+                     audience: _Audience) -> tuple[list[TimelineDelta], dict[str, Entry]]:
     """Touched tweets x inbox holders (those who stayed, or all when the row set changes), then
     added/dropped holders x retained tweets; also the entries of the changed tweets."""
     deltas: list[TimelineDelta] = []
@@ -467,7 +474,7 @@ def _timeline_deltas(key: str, tweets: _TweetsDiff, audience: _Audience) -> tupl
     holders_before, holders_after, stayed, added, dropped = audience
     entries = {tid: _entry(tid, key, c) for tid, c in changed.items()}
     if after is not before:
-        for tid, old, new in _touched(tweets):
+        for tid, old, new in touched:
             if old is not None and new is not None and old[1] == new[1]:
                 if stayed:
                     deltas.append(_delta("update", entries[tid], stayed))

@@ -33,43 +33,54 @@ def port(text: str) -> int:
     return value
 
 
+def setting(check: Callable[[int], int]) -> Callable[[str], int]:
+    """An argparse type for an integer setting, validated by the same rule as :class:`Settings`
+    (``check`` raises :class:`~feed_service.errors.ConfigError`)."""
+
+    def parse(text: str) -> int:
+        from feed_service.errors import ConfigError
+
+        try:
+            return check(int(text))
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+    return parse
+
+
+def _env_default(name: str, default: int) -> str:
+    """An argparse default from the environment, as a string: argparse then checks it with the
+    option's type only when the option is used (a bad value elsewhere breaks no other command)."""
+    import os
+
+    return os.environ.get(name, str(default))
+
+
 def inbox_cap(text: str) -> int:
-    """An inbox cap, validated by the same rule as ``Settings.inbox_cap``."""
-    from feed_service.errors import ConfigError
+    """An inbox cap (``Settings.inbox_cap``'s rule)."""
     from feed_service.settings import check_inbox_cap
 
-    try:
-        return check_inbox_cap(int(text))
-    except (ValueError, ConfigError) as exc:
-        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"not an integer: {text!r}") from None
+    return setting(check_inbox_cap)(text)
 
 
 def default_inbox_cap() -> str:
-    """The environment's inbox cap (``FEED_INBOX_CAP``, else the view's default) as an argparse
-    default: a string, so argparse checks it with :func:`inbox_cap` only when the option is used."""
-    import os
-
+    """``FEED_INBOX_CAP``, else the view's default."""
     from feed_service.core.join import DEFAULT_INBOX_CAP
 
-    return os.environ.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))
+    return _env_default("FEED_INBOX_CAP", DEFAULT_INBOX_CAP)
 
 
 def pull_threshold(text: str) -> int:
-    """A pull threshold, validated by the same rule as ``Settings.pull_threshold``."""
-    from feed_service.errors import ConfigError
+    """A pull threshold (``Settings.pull_threshold``'s rule)."""
     from feed_service.settings import check_pull_threshold
 
-    try:
-        return check_pull_threshold(int(text))
-    except (ValueError, ConfigError) as exc:
-        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"not an integer: {text!r}") from None
+    return setting(check_pull_threshold)(text)
 
 
 def default_pull_threshold() -> str:
-    """The environment's pull threshold (``FEED_PULL_THRESHOLD``, else the engine's default), checked
-    by argparse with :func:`pull_threshold` only when the option is used."""
-    import os
-
+    """``FEED_PULL_THRESHOLD``, else the engine's default."""
     from feed_service.core.join import DEFAULT_PULL_THRESHOLD
 
-    return os.environ.get("FEED_PULL_THRESHOLD", str(DEFAULT_PULL_THRESHOLD))
+    return _env_default("FEED_PULL_THRESHOLD", DEFAULT_PULL_THRESHOLD)

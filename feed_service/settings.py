@@ -17,6 +17,14 @@ Environment variables (defaults: the local stack of ``feedctl stack up``):
   ``materialize`` and the read service must agree on it
 - ``FEED_PULL_THRESHOLD``    active followers from which an author's tweets are merged in at read
   time instead of written to inboxes (docs/fan-out.md); the stream, the backfill and ``materialize``
+- ``FEED_TRIM_SLACK``        rows a stored home timeline may hold above the inbox cap before it is
+  trimmed back to the cap (default 200; docs/retention.md)
+- ``FEED_HISTORY_HORIZON_S`` seconds of event time after which the join forgets dead edges, tombstones
+  and cold digests and rejects older changes (default 864000 = 10 days, 0 = keep everything); also
+  sets the changelog topics' ``delete.retention.ms`` and the tables' ``gc_grace_seconds``
+  (:mod:`feed_service.core.retention`)
+- ``FEED_STATE_PARTITIONS``  state partitions of a *new* stream checkpoint (default
+  :data:`DEFAULT_STATE_PARTITIONS`); an existing checkpoint keeps its own until ``feedctl reshard``
 """
 
 from __future__ import annotations
@@ -28,7 +36,15 @@ from typing import Mapping
 
 from feed_service import resources
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD
+from feed_service.core.retention import DEFAULT_HISTORY_HORIZON_S, Retention
 from feed_service.errors import ConfigError
+
+DEFAULT_TRIM_SLACK = 200
+"""Rows above the cap a stored timeline may reach before it is trimmed (docs/retention.md: a trim reads
+cap + slack keys, so each insert pays (cap + slack) / slack key reads; 200 = 5 per insert, 25 % space)."""
+
+DEFAULT_STATE_PARTITIONS = 2
+"""State partitions of a new stream checkpoint (docs/streaming.md has the measurement behind it)."""
 
 _KEYSPACE_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 
@@ -76,6 +92,27 @@ def check_pull_threshold(value: int) -> int:
     return value
 
 
+def check_trim_slack(value: int) -> int:
+    """``value`` if it is a usable trim slack (an integer >= 0), else :class:`ConfigError`."""
+    if type(value) is not int or value < 0:
+        raise ConfigError(f"trim slack must be an integer >= 0, got {value!r}")
+    return value
+
+
+def check_history_horizon(value: int) -> int:
+    """``value`` if it is a usable history horizon in seconds (an integer >= 0; 0 keeps everything)."""
+    if type(value) is not int or value < 0:
+        raise ConfigError(f"history horizon must be an integer number of seconds >= 0, got {value!r}")
+    return value
+
+
+def check_state_partitions(value: int) -> int:
+    """``value`` if it is a usable number of state partitions (an integer from 1 to 4096)."""
+    if type(value) is not int or not 1 <= value <= 4096:
+        raise ConfigError(f"state partitions must be an integer from 1 to 4096, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     kafka_bootstrap: str = "127.0.0.1:9092"
@@ -87,14 +124,28 @@ class Settings:
     """Entries per home timeline, and tweets retained per author key."""
     pull_threshold: int = DEFAULT_PULL_THRESHOLD
     """Active followers from which an author is a pull author (docs/fan-out.md)."""
+    trim_slack: int = DEFAULT_TRIM_SLACK
+    """Rows above ``inbox_cap`` a stored home timeline may reach before it is trimmed to the cap."""
+    history_horizon_s: int = DEFAULT_HISTORY_HORIZON_S
+    """Event-time seconds of history the join keeps (0: all); see :attr:`retention`."""
+    state_partitions: int = DEFAULT_STATE_PARTITIONS
+    """State partitions of a new stream checkpoint."""
 
     def __post_init__(self) -> None:
         check_inbox_cap(self.inbox_cap)
         check_pull_threshold(self.pull_threshold)
+        check_trim_slack(self.trim_slack)
+        check_history_horizon(self.history_horizon_s)
+        check_state_partitions(self.state_partitions)
         if not _KEYSPACE_NAME.fullmatch(self.keyspace):
             raise ConfigError(f"invalid keyspace name {self.keyspace!r} (lower case letter, then [a-z0-9_])")
         if not self.cassandra_hosts or not all(self.cassandra_hosts):
             raise ConfigError(f"no Cassandra contact points in {self.cassandra_hosts!r}")
+
+    @property
+    def retention(self) -> Retention:
+        """The history horizon and the Kafka and Cassandra settings derived from it."""
+        return Retention.from_seconds(self.history_horizon_s)
 
     def topic(self, role: str) -> str:
         return self.topics[role].name
@@ -119,6 +170,9 @@ class Settings:
                 keyspace=env.get("FEED_KEYSPACE", "feed"),
                 inbox_cap=int(env.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))),
                 pull_threshold=int(env.get("FEED_PULL_THRESHOLD", str(DEFAULT_PULL_THRESHOLD))),
+                trim_slack=int(env.get("FEED_TRIM_SLACK", str(DEFAULT_TRIM_SLACK))),
+                history_horizon_s=int(env.get("FEED_HISTORY_HORIZON_S", str(DEFAULT_HISTORY_HORIZON_S))),
+                state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
             )
         except ValueError as exc:
             if isinstance(exc, ConfigError):
@@ -142,4 +196,7 @@ class Settings:
             "FEED_TOPIC_SUFFIX": suffixes.pop(),
             "FEED_INBOX_CAP": str(self.inbox_cap),
             "FEED_PULL_THRESHOLD": str(self.pull_threshold),
+            "FEED_TRIM_SLACK": str(self.trim_slack),
+            "FEED_HISTORY_HORIZON_S": str(self.history_horizon_s),
+            "FEED_STATE_PARTITIONS": str(self.state_partitions),
         }

@@ -1,0 +1,83 @@
+"""The history horizon: how long the pipeline remembers what no longer shows, and the settings of
+Kafka and Cassandra that must agree with it (docs/retention.md).
+
+The join keeps, per author key, the versions of dead follow edges, the tombstones of deleted tweets
+and the digests of live tweets pushed out of the newest ``inbox_cap`` (``cold``): they are what
+stops a late or replayed older change from undoing a newer one. Kept for ever, they grow with the
+key's whole history. With a horizon ``H`` a key forgets such an entry once its newest event time
+(the key's *watermark*, Kafka record timestamps) is more than ``H`` past the entry's, and rejects
+every change whose own event time is more than ``H`` behind the watermark (a dead letter with
+reason ``beyond_horizon``): a change that old could need something already forgotten.
+
+Kafka and Cassandra hold the same kind of history, and each must keep it at least as long:
+
+- changelog topics (compacted): ``delete.retention.ms`` = ``H``, so a consumer that is less than ``H``
+  behind still reads every delete marker compaction leaves;
+- Cassandra tables: ``gc_grace_seconds`` = ``H``, so a tombstone the view wrote (a delete, an unfollow's
+  removal, a trim) outlives every write the pipeline can still make for that row.
+
+:class:`Retention` is the one place those values come from: provisioning (``feed_service/kafka/topics.py``,
+``feed_service/store/schema.py``) and the engine both read it, so the three cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HISTORY_HORIZON_S = 864_000
+"""Ten days: Cassandra's own default ``gc_grace_seconds`` (its repair cycle is planned around it),
+far longer than any replay window of the stream, and two orders of magnitude above edit windows."""
+
+NO_WATERMARK = -1
+"""The watermark of a key that has seen no timed event: nothing is forgotten or rejected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """A history horizon, in milliseconds of event time; ``None`` keeps everything (no horizon).
+
+    >>> r = Retention(horizon_ms=1_000)
+    >>> r.floor(5_000), r.beyond(3_999, watermark=5_000), r.beyond(4_000, watermark=5_000)
+    (4000, True, False)
+    >>> Retention(None).beyond(0, watermark=10**12)
+    False
+    >>> Retention.from_seconds(864_000).cassandra_gc_grace_seconds()
+    864000
+    """
+
+    horizon_ms: int | None
+
+    def __post_init__(self) -> None:
+        if self.horizon_ms is not None and (type(self.horizon_ms) is not int or self.horizon_ms < 1):
+            raise ValueError(f"history horizon must be a positive number of ms or None, got {self.horizon_ms!r}")
+
+    @classmethod
+    def from_seconds(cls, seconds: int | None) -> Retention:
+        """The horizon of a setting given in seconds (``0`` or ``None``: keep everything)."""
+        return cls(seconds * 1000 if seconds else None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.horizon_ms is not None
+
+    def floor(self, watermark: int) -> int:
+        """Event times strictly below this are beyond the horizon of a key at ``watermark``."""
+        if self.horizon_ms is None or watermark == NO_WATERMARK:
+            return NO_WATERMARK
+        return watermark - self.horizon_ms
+
+    def beyond(self, event_time: int, *, watermark: int) -> bool:
+        """Whether a change at ``event_time`` is too old for a key whose watermark is ``watermark``."""
+        return event_time < self.floor(watermark)
+
+    def kafka_changelog_config(self) -> dict[str, str]:
+        """Configs every compacted changelog topic must carry for this horizon."""
+        if self.horizon_ms is None:
+            return {}
+        return {"delete.retention.ms": str(self.horizon_ms)}
+
+    def cassandra_gc_grace_seconds(self) -> int | None:
+        """``gc_grace_seconds`` of every table the view writes tombstones to (None: leave the schema's)."""
+        if self.horizon_ms is None:
+            return None
+        return -(-self.horizon_ms // 1000)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 from itertools import islice
-from typing import AbstractSet, Iterator, Mapping, NoReturn, Sequence, TypeAlias
+from typing import AbstractSet, Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypeAlias
 
 from feed_service.core.events import (
     Event,
@@ -49,6 +49,7 @@ from feed_service.core.rows import (
     TimelineDelta,
     TweetChange,
 )
+from feed_service.core.retention import NO_WATERMARK, Retention
 from feed_service.core.state import AuthorState, ColdTweet, Edge
 
 DEFAULT_INBOX_CAP = 800
@@ -76,6 +77,8 @@ class StepResult:
     """Changes of the author's own timeline (its retained tweets)."""
     pull_follows: tuple[PullFollowDelta, ...] = ()
     """Followers who start or stop merging this author in at read time."""
+    late: tuple[int, ...] = ()
+    """Positions in ``changes`` of the changes rejected as beyond the history horizon (not applied)."""
 
     @property
     def delta_count(self) -> int:
@@ -100,6 +103,9 @@ def _entry(tweet_id: str, author_id: str, c: TweetContent) -> Entry:
 
 def _delta(op: DeltaOp, entry: Entry, timeline_ids: tuple[str, ...]) -> TimelineDelta:
     return _tuple_new(TimelineDelta, (op, entry, timeline_ids))
+
+
+_NO_RETENTION = Retention(None)
 
 
 def _beats_cold(c: TweetContent, cold: ColdTweet) -> bool:
@@ -150,16 +156,17 @@ _Batch: TypeAlias = tuple[dict[str, TweetContent], set[str], dict[str, Edge], di
 """(upserts, deletes, edges, profiles): each entity's highest-ranked change in the batch."""
 
 _TweetsDiff: TypeAlias = tuple[Mapping[str, TweetContent], Mapping[str, TweetContent], Mapping[str, ColdTweet],
-                               AbstractSet[str], dict[str, TweetContent], list[str], list[str], set[str]]
+                               Mapping[str, int], dict[str, TweetContent], list[str], list[str], set[str]]
 """(before, after, cold, deleted, changed, removed, evicted, new_deletes): the retained tweets before
-and after the batch, the cold and deleted sets after it; ``changed`` the upserts that beat what the
+and after the batch, the cold and deleted maps after it; ``changed`` the upserts that beat what the
 state knew, ``removed`` retained tweets the batch deleted, ``evicted`` retained tweets pushed out of
 the newest ``inbox_cap`` (now cold), ``new_deletes`` tombstones new in this batch."""
 
 _EdgesDiff: TypeAlias = tuple[Mapping[str, Edge], tuple[str, ...], tuple[str, ...], tuple[str, ...], Sequence[str],
-                              Sequence[str]]
-"""(followers, active_before, active_after, stayed, added, dropped): the edges after the batch, the
-active followers before and after it, those active on both sides, and who changed side."""
+                              Sequence[str], Mapping[str, int]]
+"""(followers, active_before, active_after, stayed, added, dropped, dead_at): the edges after the
+batch, the active followers before and after it, those active on both sides, who changed side, and
+the stamps of the inactive edges."""
 
 _Audience: TypeAlias = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], Sequence[str], Sequence[str]]
 """(before, after, stayed, added, dropped): whose inboxes hold the author's tweets before and after
@@ -189,6 +196,8 @@ def step(
     inbox_cap: int = DEFAULT_INBOX_CAP,
     pull_threshold: int = DEFAULT_PULL_THRESHOLD,
     clock_start: int = 0,
+    times: Sequence[int] | None = None,
+    retention: Retention = _NO_RETENTION,
 ) -> StepResult:
     """Apply one micro-batch of one author key's changes; return the new state and the deltas.
 
@@ -196,6 +205,12 @@ def step(
     means a new key, whose clock starts at ``clock_start``. Every change must have this key as its
     :func:`join_key`, otherwise ``ValueError`` (a routing bug, not bad input). ``inbox_cap`` must be
     the same for every step of a key.
+
+    ``times`` are the changes' event times (Kafka record timestamps, ms), one per change; with a
+    ``retention`` horizon, changes more than the horizon behind the key's watermark (its newest
+    event time, this batch included) are not applied but listed in ``StepResult.late``, and history
+    stamped more than two horizons back is forgotten (docs/retention.md). Without ``times`` nothing is rejected or
+    forgotten.
 
     Step table (t a tweet of this author, u a follower; "retained" = among the author's newest
     ``inbox_cap`` live tweets by (created_at, tweet_id)):
@@ -236,21 +251,35 @@ def step(
             raise ValueError("step: a new key needs at least one change")
         state = AuthorState.empty(join_key(changes[0]), clock=clock_start)
     key = state.key
+    watermark, late = state.watermark, _NONE
+    if times is not None:
+        if len(times) != len(changes):
+            raise ValueError(f"step: {len(times)} times for {len(changes)} changes")
+        if times:
+            watermark = max(watermark, max(times))
+        floor = retention.floor(watermark)
+        late = tuple(i for i, t in enumerate(times) if t < floor)
+        if late:
+            for i in late:  # a foreign event must fail loudly even when it is late
+                if join_key(changes[i]) != key:
+                    _foreign(changes[i], key)
+            skip = set(late)
+            changes = [ev for i, ev in enumerate(changes) if i not in skip]
     upserts, deletes, edge_changes, profile_changes = _fold(key, changes)
-    tweets = _apply_tweets(state, upserts, deletes, inbox_cap)
+    tweets = _apply_tweets(state, upserts, deletes, inbox_cap, watermark)
     # The usual batch is one author's new tweet: the phases with nothing to do are skipped inline.
     active = state.active
-    edges = (_apply_edges(state, edge_changes) if edge_changes
-             else (state.followers, active, active, active, _NONE, _NONE))
+    edges = (_apply_edges(state, edge_changes, watermark) if edge_changes
+             else (state.followers, active, active, active, _NONE, _NONE, state.dead_at))
     profiles, profile_rows = _apply_profiles(state, profile_changes) if profile_changes else (state.profiles, _NONE)
     retained_before, retained, cold, deleted, changed, _, _, new_deletes = tweets
-    followers, _, active_after, _, _, _ = edges
+    followers, _, active_after, _, _, _, _ = edges
     pull_before, pull_after = state.pull, len(active_after) >= pull_threshold
     if pull_before or pull_after:
         audience = _inbox_audience(edges, pull_before, pull_after)
         pull_follows = _pull_follow_deltas(key, edges, pull_before, pull_after)
     else:  # a push author, before and after: its inbox audience is its active followers
-        _, active_before, _, stayed, added, dropped = edges
+        _, active_before, _, stayed, added, dropped, _ = edges
         audience, pull_follows = (active_before, active_after, stayed, added, dropped), _NONE
     touched = list(_touched(tweets)) if retained is not retained_before else _NONE
     if touched or audience[3] or audience[4] or changed:
@@ -263,13 +292,57 @@ def step(
     tweet_rows += [_tuple_new(TweetChange, (tid, key, None)) for tid in sorted(new_deletes)]
     emitted = bool(deltas or tweet_rows or profile_rows or author_timeline or pull_follows)
     clock = state.clock + 1 if emitted else state.clock
+    dead_at = edges[6]
+    if retention.enabled and watermark != NO_WATERMARK:
+        cold, deleted, followers, dead_at = _forget(retention.forget_floor(watermark), watermark, cold, deleted,
+                                                    followers, dead_at, edges_loaded=state.edges_loaded)
     unchanged = (retained is state.tweets and followers is state.followers and profiles is state.profiles
                  and deleted is state.deleted and cold is state.cold and clock == state.clock
-                 and pull_after == pull_before)
+                 and pull_after == pull_before and watermark == state.watermark and dead_at is state.dead_at)
     new_state = state if unchanged else AuthorState(
-        key, clock, followers, active_after, retained, cold, deleted, profiles, pull_after)
+        key, clock, followers, active_after, retained, cold, deleted, profiles, pull_after, watermark, dead_at)
     return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows),
-                      tuple(author_timeline), tuple(pull_follows))
+                      tuple(author_timeline), tuple(pull_follows), late)
+
+
+def _forget(floor: int, watermark: int, cold: Mapping[str, ColdTweet], deleted: Mapping[str, int],
+            followers: Mapping[str, Edge], dead_at: Mapping[str, int], *, edges_loaded: bool
+            ) -> tuple[Mapping[str, ColdTweet], Mapping[str, int], Mapping[str, Edge], Mapping[str, int]]:
+    """Drop the history entries stamped before ``floor``; stamp entries of unknown age (a state
+    written before the horizon existed) with ``watermark``, so they expire one horizon from now.
+
+    The maps are in stamp order, so only their fronts are read unless something is dropped.
+    Dead edges live with the follow edges and are forgotten only when those are loaded.
+    """
+    if cold and _expired(cold, floor, lambda c: c[2]):
+        cold = _restamped({t: c for t, c in cold.items() if not NO_WATERMARK < c[2] < floor},
+                          lambda c: c[2], lambda c: (c[0], c[1], watermark))
+    if deleted and _expired(deleted, floor, lambda s: s):
+        deleted = _restamped({t: s for t, s in deleted.items() if not NO_WATERMARK < s < floor},
+                             lambda s: s, lambda s: watermark)
+    if edges_loaded and dead_at and _expired(dead_at, floor, lambda s: s):
+        gone = [f for f, s in dead_at.items() if NO_WATERMARK < s < floor]
+        dead_at = _restamped({f: s for f, s in dead_at.items() if not NO_WATERMARK < s < floor},
+                             lambda s: s, lambda s: watermark)
+        if gone:
+            followers = dict(followers)
+            for f in gone:
+                del followers[f]
+    return cold, deleted, followers, dead_at
+
+
+def _expired(entries: Mapping, floor: int, since: Callable[[Any], int]) -> bool:
+    """Whether the oldest entry is due: expired, or of unknown age (then it gets a stamp)."""
+    first = since(next(iter(entries.values())))
+    return first < floor or first == NO_WATERMARK
+
+
+def _restamped(entries: dict, since: Callable[[Any], int], stamp: Callable[[Any], Any]) -> dict:
+    """``entries`` with the unknown-age ones stamped and moved behind the others (keeps stamp order)."""
+    unknown = [k for k, v in entries.items() if since(v) == NO_WATERMARK]
+    for k in unknown:
+        entries[k] = stamp(entries.pop(k))
+    return entries
 
 
 def _fold(key: str, changes: Sequence[Event]) -> _Batch:
@@ -313,10 +386,10 @@ def _fold(key: str, changes: Sequence[Event]) -> _Batch:
 
 
 def _apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes: set[str],
-                  inbox_cap: int) -> _TweetsDiff:
+                  inbox_cap: int, since: int) -> _TweetsDiff:
     """Merge the batch's tweets: keep the newest ``inbox_cap`` live ones, remember the rest as cold."""
     before, cold, deleted = state.tweets, state.cold, state.deleted
-    new_deletes = deletes - deleted if deletes else set()
+    new_deletes = {tid for tid in deletes if tid not in deleted} if deletes else set()
     changed: dict[str, TweetContent] = {}
     for tid, c in upserts.items():
         if tid in deletes or tid in deleted:
@@ -350,16 +423,20 @@ def _apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes:
                 del cold[tid]
             for tid in evicted:
                 c = after.pop(tid)
-                cold[tid] = (c[0], content_digest(c))
+                cold[tid] = (c[0], content_digest(c), since)
         if new_deletes:
-            deleted = frozenset(deleted | new_deletes)
+            deleted = dict(deleted)
+            for tid in sorted(new_deletes):
+                deleted[tid] = since
     return before, after, cold, deleted, changed, removed, evicted, new_deletes
 
 
-def _apply_edges(state: AuthorState, edges: dict[str, Edge]) -> _EdgesDiff:
-    """Apply the batch's winning edge changes; which followers became active or inactive."""
+def _apply_edges(state: AuthorState, edges: dict[str, Edge], since: int) -> _EdgesDiff:
+    """Apply the batch's winning edge changes; which followers became active or inactive. Every
+    inactive edge the batch changed is stamped with ``since`` in ``dead_at`` (the seventh item)."""
     before = state.followers
     after = before
+    dead_at = state.dead_at
     added: list[str] = []
     dropped: list[str] = []
     for follower, e in edges.items():
@@ -368,7 +445,11 @@ def _apply_edges(state: AuthorState, edges: dict[str, Edge]) -> _EdgesDiff:
             continue
         if after is before:
             after = dict(before)
+            dead_at = dict(dead_at)
         after[follower] = e  # type: ignore[index]
+        dead_at.pop(follower, None)  # type: ignore[attr-defined]
+        if not e[1]:
+            dead_at[follower] = since  # type: ignore[index]
         was_active = old is not None and old[1]
         if e[1] and not was_active:
             added.append(follower)
@@ -383,7 +464,7 @@ def _apply_edges(state: AuthorState, edges: dict[str, Edge]) -> _EdgesDiff:
     if added:
         added.sort()
         active_after = tuple(sorted(stayed + tuple(added)))
-    return after, active_before, active_after, stayed, added, dropped
+    return after, active_before, active_after, stayed, added, dropped, dead_at
 
 
 def _apply_profiles(state: AuthorState, profs: dict[int, Profile]) -> tuple[Mapping[int, Profile], list[ProfileRow]]:
@@ -410,7 +491,7 @@ def _inbox_audience(edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> _
     every retained tweet from every inbox, and falling back pushes them all again (a real
     transition, computed by the same diff as a follow or an unfollow).
     """
-    _, active_before, active_after, stayed, added, dropped = edges
+    _, active_before, active_after, stayed, added, dropped, _ = edges
     if not pull_before and not pull_after:
         return active_before, active_after, stayed, added, dropped
     if pull_before and pull_after:
@@ -423,7 +504,7 @@ def _inbox_audience(edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> _
 def _pull_follow_deltas(key: str, edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> list[PullFollowDelta]:
     """Changes of the set of followers who merge this author in at read time (its active
     followers while it is a pull author, nobody otherwise)."""
-    _, active_before, active_after, _, added, dropped = edges
+    _, active_before, active_after, _, added, dropped, _ = edges
     if pull_before and pull_after:
         inserts, deletes = added, dropped
     elif pull_after:

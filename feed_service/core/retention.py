@@ -7,7 +7,11 @@ stops a late or replayed older change from undoing a newer one. Kept for ever, t
 key's whole history. With a horizon ``H`` a key forgets such an entry once its newest event time
 (the key's *watermark*, Kafka record timestamps) is more than ``H`` past the entry's, and rejects
 every change whose own event time is more than ``H`` behind the watermark (a dead letter with
-reason ``beyond_horizon``): a change that old could need something already forgotten.
+reason ``beyond_horizon``), and forgets a history entry once its stamp (the watermark when it was
+last changed) is more than ``2H`` behind. The factor two is what makes the guarantee exact: any
+change still accepted was published more than ``H`` after everything forgotten, so the producers'
+version clocks need only order changes of one entity that are more than ``H`` apart
+(docs/retention.md states the guarantee and its two producer assumptions).
 
 Kafka and Cassandra hold the same kind of history, and each must keep it at least as long:
 
@@ -28,6 +32,9 @@ DEFAULT_HISTORY_HORIZON_S = 864_000
 """Ten days: Cassandra's own default ``gc_grace_seconds`` (its repair cycle is planned around it),
 far longer than any replay window of the stream, and two orders of magnitude above edit windows."""
 
+BEYOND_HORIZON = "beyond_horizon"
+"""Reason code of a change rejected for being older than its key's horizon (dead letter, CLI reject)."""
+
 NO_WATERMARK = -1
 """The watermark of a key that has seen no timed event: nothing is forgotten or rejected."""
 
@@ -37,8 +44,8 @@ class Retention:
     """A history horizon, in milliseconds of event time; ``None`` keeps everything (no horizon).
 
     >>> r = Retention(horizon_ms=1_000)
-    >>> r.floor(5_000), r.beyond(3_999, watermark=5_000), r.beyond(4_000, watermark=5_000)
-    (4000, True, False)
+    >>> r.floor(5_000), r.forget_floor(5_000), r.beyond(3_999, watermark=5_000), r.beyond(4_000, watermark=5_000)
+    (4000, 3000, True, False)
     >>> Retention(None).beyond(0, watermark=10**12)
     False
     >>> Retention.from_seconds(864_000).cassandra_gc_grace_seconds()
@@ -66,6 +73,12 @@ class Retention:
             return NO_WATERMARK
         return watermark - self.horizon_ms
 
+    def forget_floor(self, watermark: int) -> int:
+        """History entries stamped strictly below this may be forgotten (two horizons back)."""
+        if self.horizon_ms is None or watermark == NO_WATERMARK:
+            return NO_WATERMARK
+        return watermark - 2 * self.horizon_ms
+
     def beyond(self, event_time: int, *, watermark: int) -> bool:
         """Whether a change at ``event_time`` is too old for a key whose watermark is ``watermark``."""
         return event_time < self.floor(watermark)
@@ -81,3 +94,13 @@ class Retention:
         if self.horizon_ms is None:
             return None
         return -(-self.horizon_ms // 1000)
+
+
+def beyond_horizon_reason(event_time: int, watermark: int, retention: Retention) -> str:
+    """The human reason of a ``beyond_horizon`` rejection.
+
+    >>> beyond_horizon_reason(1_000, 100_000, Retention(60_000))
+    'event time 1000 is 99000 ms behind its key (watermark 100000); the history horizon is 60000 ms'
+    """
+    return (f"event time {event_time} is {watermark - event_time} ms behind its key (watermark {watermark});"
+            f" the history horizon is {retention.horizon_ms} ms")

@@ -7,7 +7,7 @@ what is known of its older and deleted tweets, its profile versions, and the key
 The state is immutable; :func:`feed_service.core.join.step` returns a new one that shares the
 containers it did not change. Containers must therefore never be mutated in place.
 
-Codec: one format byte and a pickle (protocol 5) of plain tuples, dicts and a frozenset. Pickle was
+Codec: one format byte and a pickle (protocol 5) of plain tuples and dicts. Pickle was
 measured against json+zlib and marshal in ``bench/bench_engine.py``: it is the fastest to decode of
 the portable choices and stable across Python versions (marshal is not). State bytes are only ever
 read back by this module, never from outside input.
@@ -23,20 +23,24 @@ blob (the backfill's bootstrap files, tests).
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import AbstractSet, Mapping, TypeAlias
 
 from feed_service.core.events import Profile, TweetContent
+from feed_service.core.retention import NO_WATERMARK
 
 Edge: TypeAlias = tuple[int, bool]
 """(version, active) of the highest-ranked change of one follow edge."""
 
-ColdTweet: TypeAlias = tuple[int, int]
-"""(version, payload digest) of a live tweet that is not among the author's newest ``inbox_cap``."""
+ColdTweet: TypeAlias = tuple[int, int, int]
+"""(version, payload digest, since) of a live tweet that is not among the author's newest ``inbox_cap``;
+``since`` is the key's watermark when it went cold (docs/retention.md)."""
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 """First byte of every encoded state or part; bump it when a tuple layout changes."""
+_TWO_PART_FORMAT = 2
+"""The two-part layout before the history horizon: no watermark, no times on history entries."""
 _LEGACY_FORMAT = 1
 """The whole-state layout before pull mode existed (no ``pull`` flag: such keys were push)."""
 
@@ -89,22 +93,28 @@ _EMPTY_MAP: Mapping = MappingProxyType({})
 class AuthorState:
     """Everything one author key knows; bounded except for the history noted per field.
 
-    - ``followers``: follower -> (version, active) for every edge ever seen, dead ones included
-      (their versions keep a late, older follow from reviving them). Grows with dead edges.
+    - ``followers``: follower -> (version, active) for every edge seen, dead ones included (their
+      versions keep a late, older follow from reviving them) until the horizon forgets them.
     - ``active``: the active followers, sorted; derived from ``followers``, kept so that fan-out
       reuses one tuple instead of filtering the edges on every tweet.
     - ``tweets``: tweet_id -> content of the newest live tweets by (created_at, tweet_id), at most
       the inbox cap: an older tweet can never be in any follower's newest-N. Iterates in ascending
       (created_at, tweet_id) order, so the oldest is evicted and backfill walks it backwards
       without sorting (dicts and the codec keep insertion order).
-    - ``cold``: tweet_id -> (version, digest) of live tweets pushed out of ``tweets``, so a late
-      older upsert cannot bring back stale content. Grows with the author's history.
-    - ``deleted``: tombstones; a delete is final. Grows with the author's deletes.
+    - ``cold``: tweet_id -> (version, digest, since) of live tweets pushed out of ``tweets``, so a
+      late older upsert cannot bring back stale content; forgotten past the horizon.
+    - ``deleted``: tweet_id -> since: tombstones (a delete is final); forgotten past the horizon.
     - ``profiles``: version -> profile payload. Grows with the author's profile versions.
     - ``clock``: logical write timestamp of the last step that emitted anything.
     - ``pull``: whether the author was a pull author after its last step (its tweets are merged in
       at read time, not written to inboxes); kept rather than recomputed so that a changed
       threshold moves a key over at its next batch, with a real transition.
+    - ``watermark``: the newest event time (Kafka timestamp, ms) the key has seen, or
+      ``NO_WATERMARK``; history entries (``cold``, ``deleted``, ``dead_at``) are stamped with it.
+    - ``dead_at``: follower -> since, for the inactive edges of ``followers`` (stored with them).
+
+    ``cold`` and ``deleted`` are dicts in ``since`` order (the watermark never goes down), so the
+    horizon forgets from their front, in time proportional to what it forgets.
     """
 
     key: str
@@ -113,14 +123,16 @@ class AuthorState:
     active: tuple[str, ...]
     tweets: Mapping[str, TweetContent]
     cold: Mapping[str, ColdTweet]
-    deleted: AbstractSet[str]
+    deleted: Mapping[str, int]
     profiles: Mapping[int, Profile]
     pull: bool = False
+    watermark: int = NO_WATERMARK
+    dead_at: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
         """Return the state of a key never seen, its clock starting at ``clock``."""
-        return cls(key, clock, _EMPTY_MAP, (), _EMPTY_MAP, _EMPTY_MAP, frozenset(), _EMPTY_MAP)
+        return cls(key, clock, _EMPTY_MAP, (), _EMPTY_MAP, _EMPTY_MAP, _EMPTY_MAP, _EMPTY_MAP)
 
     @property
     def edges_loaded(self) -> bool:
@@ -142,10 +154,19 @@ def _fields(state: AuthorState) -> tuple:
         state.active,
         dict(state.tweets),
         dict(state.cold),
-        frozenset(state.deleted),
+        _since_map(state.deleted),
         dict(state.profiles),
         state.pull,
+        state.watermark,
+        dict(state.dead_at) if state.edges_loaded else None,
     )
+
+
+def _since_map(entries: Mapping[str, int] | AbstractSet[str]) -> dict[str, int]:
+    """A history map; a plain set (tests, the layouts before the horizon) means "since unknown"."""
+    if isinstance(entries, Mapping):
+        return _plain(entries)
+    return dict.fromkeys(entries, NO_WATERMARK)
 
 
 def _plain(mapping: Mapping) -> dict:
@@ -158,15 +179,14 @@ batch for ordinary keys, a separate part only for keys whose edges are worth ski
 
 
 def _core_payload(state: AuthorState, edges: tuple | None = None) -> tuple:
-    deleted = state.deleted if type(state.deleted) is frozenset else frozenset(state.deleted)
-    return (state.key, state.clock, len(state.active), state.pull, _plain(state.tweets), _plain(state.cold), deleted,
-            _plain(state.profiles), edges)
+    return (state.key, state.clock, len(state.active), state.pull, _plain(state.tweets), _plain(state.cold),
+            _since_map(state.deleted), _plain(state.profiles), edges, state.watermark)
 
 
 def _edges_payload(state: AuthorState) -> tuple:
     if not state.edges_loaded:
         raise EdgesNotLoaded(f"cannot encode the edges of {state.key!r}: they were never decoded")
-    return (_plain(state.followers), state.active)
+    return (_plain(state.followers), state.active, _plain(state.dead_at))
 
 
 def encode_state(state: AuthorState) -> bytes:
@@ -180,16 +200,29 @@ def encode_state(state: AuthorState) -> bytes:
 
 
 def decode_state(blob: bytes) -> AuthorState:
-    """Inverse of :func:`encode_state` (also reads the layout before pull mode); ``ValueError`` on an
-    unknown format byte."""
+    """Inverse of :func:`encode_state` (also reads the layouts before pull mode and before the
+    horizon); ``ValueError`` on an unknown format byte."""
     fmt = blob[0] if blob else None
     if fmt == _LEGACY_FORMAT:
         key, clock, followers, active, tweets, cold, deleted, profiles = pickle.loads(memoryview(blob)[1:])
-        return AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, False)
-    if fmt != STATE_FORMAT:
+        return _upgraded(AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, False))
+    if fmt not in (STATE_FORMAT, _TWO_PART_FORMAT):
         raise ValueError(f"decode_state: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
     core, edges = pickle.loads(memoryview(blob)[1:])
     return _assemble(core, edges)
+
+
+def _upgraded(state: AuthorState) -> AuthorState:
+    """A state of a layout before the horizon, with its history entries stamped "since unknown"
+    (``NO_WATERMARK``): kept until a later step stamps them (docs/retention.md, upgrading)."""
+    from dataclasses import replace
+
+    cold = {tid: (c[0], c[1], NO_WATERMARK) for tid, c in state.cold.items()}
+    if state.edges_loaded and not state.dead_at:
+        dead_at = {f: NO_WATERMARK for f, e in state.followers.items() if not e[1]}
+    else:
+        dead_at = state.dead_at
+    return replace(state, cold=cold, deleted=_since_map(state.deleted), dead_at=dead_at)
 
 
 def encode_core(state: AuthorState, *, with_edges: bool = False) -> bytes:
@@ -221,7 +254,7 @@ def decode_parts(core_blob: bytes, edges_blob: bytes | None) -> AuthorState:
     (False, 1, 3)
     """
     for blob in (core_blob, edges_blob):
-        if blob is not None and (not blob or blob[0] != STATE_FORMAT):
+        if blob is not None and (not blob or blob[0] not in (STATE_FORMAT, _TWO_PART_FORMAT)):
             raise ValueError(f"decode_parts: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
     core = pickle.loads(memoryview(core_blob)[1:])
     edges = pickle.loads(memoryview(edges_blob)[1:]) if edges_blob is not None else None
@@ -229,11 +262,21 @@ def decode_parts(core_blob: bytes, edges_blob: bytes | None) -> AuthorState:
 
 
 def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
-    key, clock, active_count, pull, tweets, cold, deleted, profiles, inline = core
+    """A state from decoded payloads; the layout before the horizon (a shorter core tuple, edges
+    without ``dead_at``) is upgraded, so a key may hold parts of both layouts until both are rewritten."""
+    if len(core) == 9:  # before the horizon
+        key, clock, active_count, pull, tweets, cold, deleted, profiles, inline = core
+        watermark, upgrade = NO_WATERMARK, True
+    else:
+        key, clock, active_count, pull, tweets, cold, deleted, profiles, inline, watermark = core
+        upgrade = False
     if edges is None:
         edges = inline
     if edges is None:
-        followers, active = _UNLOADED_FOLLOWERS, UnloadedActive(active_count)
+        followers, active, dead_at = _UNLOADED_FOLLOWERS, UnloadedActive(active_count), _EMPTY_MAP
+    elif len(edges) == 2:  # before the horizon
+        (followers, active), dead_at = edges, {f: NO_WATERMARK for f, e in edges[0].items() if not e[1]}
     else:
-        followers, active = edges
-    return AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull)
+        followers, active, dead_at = edges
+    state = AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull, watermark, dead_at)
+    return _upgraded(state) if upgrade else state

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from feed_service.core.events import Event
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, needs_edges, step
+from feed_service.core.retention import Retention
 from feed_service.core.state import (
     INLINE_EDGES_LIMIT,
     AuthorState,
@@ -55,8 +56,11 @@ def step_stored(
     inbox_cap: int = DEFAULT_INBOX_CAP,
     pull_threshold: int = DEFAULT_PULL_THRESHOLD,
     clock_start: int = 0,
+    times: Sequence[int] | None = None,
+    retention: Retention = Retention(None),
 ) -> StoredStep:
-    """Step ``changes`` against the stored parts of one key; ``load_edges`` is called at most once."""
+    """Step ``changes`` (with their event ``times``, under ``retention``: see :func:`step`) against
+    the stored parts of one key; ``load_edges`` is called at most once."""
     previous: AuthorState | None = None
     had_separate_edges = False
     if core_blob is not None and is_whole_state(core_blob):
@@ -70,7 +74,8 @@ def step_stored(
                 raise ValueError(f"state of {previous.key!r}: the core part says its edges are stored apart, "
                                  "but there is no edges part")
             previous = decode_parts(core_blob, edges_blob)
-    result = step(previous, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start)
+    result = step(previous, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start,
+                  times=times, retention=retention)
     if result.state is previous and not (core_blob is not None and is_whole_state(core_blob)):
         return StoredStep(result, None, None)
     edges_changed = previous is None or result.state.followers is not previous.followers

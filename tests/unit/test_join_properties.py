@@ -133,7 +133,7 @@ def check_state_invariants(engine: Materializer) -> None:
         order = [(c[1], tid) for tid, c in state.tweets.items()]
         assert order == sorted(order) and len(order) <= engine.inbox_cap
         assert state.active == tuple(sorted(f for f, (_, active) in state.followers.items() if active))
-        assert not (set(state.tweets) & set(state.cold)) and not (set(state.tweets) | set(state.cold)) & state.deleted
+        assert not (set(state.tweets) & set(state.cold)) and not (set(state.tweets) | set(state.cold)) & set(state.deleted)
 
 
 @SETTINGS

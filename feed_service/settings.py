@@ -18,7 +18,7 @@ Environment variables (defaults: the local stack of ``feedctl stack up``):
 - ``FEED_PULL_THRESHOLD``    active followers from which an author's tweets are merged in at read
   time instead of written to inboxes (docs/fan-out.md); the stream, the backfill and ``materialize``
 - ``FEED_TRIM_SLACK``        rows a stored home timeline may hold above the inbox cap before it is
-  trimmed back to the cap (default 200; docs/retention.md)
+  trimmed back to the cap (default 200; docs/trimming.md)
 - ``FEED_HISTORY_HORIZON_S`` seconds of event time after which the join forgets dead edges, tombstones
   and cold digests and rejects older changes (default 864000 = 10 days, 0 = keep everything); also
   sets the changelog topics' ``delete.retention.ms`` and the tables' ``gc_grace_seconds``
@@ -40,7 +40,7 @@ from feed_service.core.retention import DEFAULT_HISTORY_HORIZON_S, Retention
 from feed_service.errors import ConfigError
 
 DEFAULT_TRIM_SLACK = 200
-"""Rows above the cap a stored timeline may reach before it is trimmed (docs/retention.md: a trim reads
+"""Rows above the cap a stored timeline may reach before it is trimmed (docs/trimming.md: a trim reads
 cap + slack keys, so each insert pays (cap + slack) / slack key reads; 200 = 5 per insert, 25 % space)."""
 
 DEFAULT_STATE_PARTITIONS = 2
@@ -113,6 +113,14 @@ def check_state_partitions(value: int) -> int:
     return value
 
 
+def _with_retention(topics: dict[str, TopicSpec], retention: Retention) -> dict[str, TopicSpec]:
+    """Topic specs with the configs the history horizon sets on every compacted topic."""
+    derived = retention.kafka_changelog_config()
+    return {role: replace(spec, config={**spec.config, **derived})
+            if spec.config.get("cleanup.policy") == "compact" and derived else spec
+            for role, spec in topics.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     kafka_bootstrap: str = "127.0.0.1:9092"
@@ -137,6 +145,8 @@ class Settings:
         check_trim_slack(self.trim_slack)
         check_history_horizon(self.history_horizon_s)
         check_state_partitions(self.state_partitions)
+        # The changelog topics' delete.retention.ms follows the history horizon (one source of truth).
+        object.__setattr__(self, "topics", _with_retention(self.topics, self.retention))
         if not _KEYSPACE_NAME.fullmatch(self.keyspace):
             raise ConfigError(f"invalid keyspace name {self.keyspace!r} (lower case letter, then [a-z0-9_])")
         if not self.cassandra_hosts or not all(self.cassandra_hosts):

@@ -101,8 +101,11 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     from pyspark.sql import functions as F
 
     fault = lambda code, reason: F.struct(F.lit(code).alias("code"), reason.alias("reason"))  # noqa: E731
+    # Event time = the Kafka record timestamp (docs/retention.md); absent in hand-made test frames.
+    event_time = (F.expr("unix_millis(timestamp)") if "timestamp" in kafka_df.columns
+                  else F.lit(None).cast("bigint"))
     parsed = kafka_df.select(
-        F.col("topic"), F.col("partition"), F.col("offset"),
+        F.col("topic"), F.col("partition"), F.col("offset"), event_time.alias("event_time"),
         F.col("value").cast("string").alias("raw"), F.sha2(F.col("value"), 256).alias("sentinel"),
     ).withColumn("wrapped", F.expr("try_parse_json(concat('[', raw, ',\"', sentinel, '\"]'))")).withColumn(
         "v", F.when(F.expr("try_variant_get(wrapped, '$[1]', 'string') = sentinel AND variant_get(wrapped, '$[2]')"
@@ -150,14 +153,14 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     typed = [
         F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')").alias(name) for name, sql_type in EVENT_COLUMNS
     ]
-    out = parsed.select("topic", "partition", "offset", "raw", fault_col.alias("fault"), *typed)
+    out = parsed.select("topic", "partition", "offset", "event_time", "raw", fault_col.alias("fault"), *typed)
     key = (
         F.when(F.col("type") == "tweet", F.col("author_id"))
         .when(F.col("type") == "follow", F.col("followee_id"))
         .otherwise(F.col("user_id"))
     )
     return out.select(
-        "topic", "partition", "offset", "raw",
+        "topic", "partition", "offset", "event_time", "raw",
         F.col("fault.code").alias("reject_code"), F.col("fault.reason").alias("reject_reason"),
         key.alias("key"), *(name for name, _ in EVENT_COLUMNS),
     )
@@ -169,8 +172,10 @@ ROUTE_DEAD_LETTER = "dead_letter"
 
 
 def routed_changes(parsed: "DataFrame") -> "DataFrame":
-    """Every row, valid or not, for one stateful query: ``route``, ``key``, event columns, and for
-    rejected rows the dead-letter record (``dl_key``, ``dl_value``) built here in the JVM.
+    """Every row, valid or not, for one stateful query: ``route``, ``key``, event columns,
+    ``event_time`` (Kafka timestamp, ms), ``dl_key`` (the source record's topic/partition/offset: a
+    valid change may still become a dead letter, ``beyond_horizon``) and for rejected rows the
+    dead-letter value (``dl_value``) built here in the JVM.
 
     Rejected rows are grouped under one key per source topic so they cost one call per batch, and
     the sink publishes them; one query reads the topics once (a second query for dead letters would
@@ -184,7 +189,8 @@ def routed_changes(parsed: "DataFrame") -> "DataFrame":
         F.when(rejected, F.lit(ROUTE_DEAD_LETTER)).otherwise(F.lit(ROUTE_JOIN)).alias("route"),
         F.when(rejected, F.col("topic")).otherwise(F.col("key")).alias("key"),
         *(name for name, _ in EVENT_COLUMNS),
-        F.when(rejected, letter_key).alias("dl_key"),
+        F.col("event_time"),
+        letter_key.alias("dl_key"),
         F.when(rejected, letter_value).alias("dl_value"),
     )
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, TypeAlias
 
-from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert
+import json
+
+from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert, event_to_json
+from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
 from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, OUTPUT_SCHEMA, dead_letter_rows, result_rows
@@ -78,6 +81,12 @@ class JoinConfig:
     inbox_cap: int
     pull_threshold: int
     clock_start: int
+    horizon_ms: int | None = None
+    """History horizon (docs/retention.md); None keeps everything."""
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.horizon_ms)
 
 
 def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: Iterable[Any],
@@ -87,12 +96,41 @@ def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: It
     The step reads the key's edges part only if it needs it (:func:`step_stored`), and says which
     parts to write back: none when the batch changed nothing (stale or duplicate changes).
     """
+    rows = list(rows)
     events = events_from_rows(rows)
     if not events:
         return None, []
+    times = [r.event_time for r in rows] if config.horizon_ms is not None else None
+    if times is not None and any(t is None or t != t for t in times):
+        times = None  # no Kafka timestamps (hand-made frames): nothing to judge lateness by
+    retention = config.retention
     done = step_stored(core, load_edges, events, inbox_cap=config.inbox_cap,
-                       pull_threshold=config.pull_threshold, clock_start=config.clock_start)
-    return done, result_rows(done.result)
+                       pull_threshold=config.pull_threshold, clock_start=config.clock_start,
+                       times=None if times is None else [int(t) for t in times], retention=retention)
+    out = result_rows(done.result)
+    if done.result.late:
+        out += dead_letter_rows(_LateLetter(rows[i].dl_key, _late_value(events[i], rows[i], done.result.state.watermark,
+                                                                       retention))
+                                for i in done.result.late)
+    return done, out
+
+
+@dataclass(frozen=True, slots=True)
+class _LateLetter:
+    dl_key: str
+    dl_value: str
+
+
+def _late_value(event: Event, row: Any, watermark: int, retention: Retention) -> str:
+    """The dead-letter value of a change beyond the horizon, in the shape of the JVM-built ones
+    (:func:`spark_jobs.envelope.dead_letter_columns`); the record is the event re-serialized."""
+    topic, partition, offset = str(row.dl_key).rsplit("/", 2)
+    return json.dumps({
+        "reason_code": BEYOND_HORIZON,
+        "reason": beyond_horizon_reason(int(row.event_time), watermark, retention),
+        "source_topic": topic, "source_partition": int(partition), "source_offset": int(offset),
+        "value": json.dumps(event_to_json(event), ensure_ascii=False, separators=(",", ":")),
+    }, ensure_ascii=False, separators=(",", ":"))
 
 
 def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":

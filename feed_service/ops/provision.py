@@ -13,7 +13,7 @@ def provision(settings: Settings) -> list[TopicReport]:
     reports = ensure_topics(settings.kafka_bootstrap, settings.topics.values())
     cluster, session = connect(settings)
     try:
-        apply_schema(session, settings.keyspace)
+        apply_schema(session, settings.keyspace, gc_grace_seconds=settings.retention.cassandra_gc_grace_seconds())
     finally:
         cluster.shutdown()
     return reports

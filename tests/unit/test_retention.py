@@ -233,3 +233,21 @@ def test_with_retention_the_view_equals_the_reference_over_the_accepted_changes(
 def test_a_horizon_must_be_a_positive_integer(bad: object) -> None:
     with pytest.raises(ValueError):
         Retention(bad)  # type: ignore[arg-type]
+
+
+def test_kafka_and_cassandra_settings_come_from_the_one_horizon() -> None:
+    from feed_service.settings import Settings
+    from feed_service.store.schema import gc_grace_alignments, schema_statements
+
+    settings = Settings(history_horizon_s=3_600)
+    compacted = [s for s in settings.topics.values() if s.config.get("cleanup.policy") == "compact"]
+    assert compacted and all(s.config["delete.retention.ms"] == "3600000" for s in compacted)
+    assert "delete.retention.ms" not in settings.topics["dead_letter"].config
+    assert settings.with_topic_suffix(".x").topics["tweets"].config["delete.retention.ms"] == "3600000"
+    grace = settings.retention.cassandra_gc_grace_seconds()
+    assert grace == 3_600
+    statements = schema_statements("ks", gc_grace_seconds=grace)
+    assert all("gc_grace_seconds = 3600" in s for s in statements if "gc_grace_seconds" in s)
+    tables = {s.split()[2] for s in gc_grace_alignments("ks", grace)}
+    assert {"ks.home_timeline", "ks.tweets", "ks.author_timeline", "ks.pull_follows"} <= tables
+    assert Settings(history_horizon_s=0).retention.cassandra_gc_grace_seconds() is None

@@ -42,7 +42,7 @@ from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
 
 EVENT_NAMES = tuple(name for name, _ in EVENT_COLUMNS)
 #: The columns of :func:`spark_jobs.envelope.routed_changes`, in order.
-RoutedRow = Row("route", "key", *EVENT_NAMES, "dl_key", "dl_value")
+RoutedRow = Row("route", "key", *EVENT_NAMES, "event_time", "dl_key", "dl_value")
 OutputRow = Row(*OUTPUT_COLUMNS)
 STATE_NAME = "author_state"
 EDGES_NAME = "author_edges"
@@ -96,9 +96,11 @@ class FakeHandle:
 class Harness:
     """Runs the processor the way transformWithState does: ``init`` once, then one call per key."""
 
-    def __init__(self, *, inbox_cap: int = 800, clock_start: int = 0, rows_api: bool = True) -> None:
+    def __init__(self, *, inbox_cap: int = 800, clock_start: int = 0, rows_api: bool = True,
+                 horizon_ms: int | None = None) -> None:
         self.rows_api = rows_api
-        self.processor = transform_with_state_processor(JoinConfig(inbox_cap, 2000, clock_start), rows_api=rows_api)
+        self.processor = transform_with_state_processor(JoinConfig(inbox_cap, 2000, clock_start, horizon_ms),
+                                                        rows_api=rows_api)
         self.handle = FakeHandle()
         self.processor.init(self.handle)
 
@@ -149,7 +151,8 @@ class Harness:
 # input rows as the Python worker builds it, and output frames as the worker ships them back.
 _ARROW_TYPES = {"string": "string", "bigint": "int64"}
 _SPARK_TYPES = {"string": StringType(), "bigint": LongType(), "array<string>": ArrayType(StringType())}
-ROUTED_TYPES = (("route", "string"), ("key", "string"), *EVENT_COLUMNS, ("dl_key", "string"), ("dl_value", "string"))
+ROUTED_TYPES = (("route", "string"), ("key", "string"), *EVENT_COLUMNS, ("event_time", "bigint"), ("dl_key", "string"),
+                ("dl_value", "string"))
 OUTPUT_STRUCT = StructType([StructField(name, _SPARK_TYPES[t], True) for name, t in OUTPUT_FIELDS])
 
 
@@ -173,10 +176,11 @@ def from_spark_frame(frame: pd.DataFrame) -> list[Row]:
     return [OutputRow(*(d[c] for c in OUTPUT_COLUMNS)) for d in batch.to_pylist()]
 
 
-def routed(event: Event) -> Row:
+def routed(event: Event, event_time: int | None = None, offset: int = 0) -> Row:
     """A valid event as the routed row the JVM hands over (absent fields are null)."""
     envelope = event_to_json(event)
-    return RoutedRow(ROUTE_JOIN, join_key(event), *(envelope.get(name) for name in EVENT_NAMES), None, None)
+    return RoutedRow(ROUTE_JOIN, join_key(event), *(envelope.get(name) for name in EVENT_NAMES), event_time,
+                     f"{TWEETS_TOPIC}/0/{offset}", None)
 
 
 def rejected(offset: int, code: str, raw: str) -> Row:
@@ -184,7 +188,7 @@ def rejected(offset: int, code: str, raw: str) -> Row:
     dl_value = json.dumps({"reason_code": code, "reason": code, "source_topic": TWEETS_TOPIC,
                            "source_partition": 0, "source_offset": offset, "value": raw})
     # Some typed columns are set for a partly valid record: the processor must not care.
-    return RoutedRow(ROUTE_DEAD_LETTER, TWEETS_TOPIC, "tweet", "upsert", "g1", "u1", *([None] * 10),
+    return RoutedRow(ROUTE_DEAD_LETTER, TWEETS_TOPIC, "tweet", "upsert", "g1", "u1", *([None] * 10), None,
                      f"{TWEETS_TOPIC}/0/{offset}", dl_value)
 
 
@@ -323,6 +327,21 @@ def test_order_of_rows_within_a_batch_does_not_matter() -> None:
         harness.seed(BOB, seeded_state())
         results.append((harness.feed(BOB, rows), harness.blob(BOB)))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("rows_api", [True, False])
+def test_a_change_beyond_the_horizon_becomes_a_dead_letter_with_its_source(rows_api: bool) -> None:
+    harness = Harness(horizon_ms=1_000, rows_api=rows_api)
+    harness.feed(BOB, [routed(follow("ann", "bob"), 50_000, offset=1)])
+    out = harness.feed(BOB, [routed(tweet("t1", 10, "old"), 48_999, offset=7),
+                             routed(tweet("t2", 20, "new"), 50_000, offset=8)])
+    letters = writes_of(out).dead_letters
+    assert [key for key, _ in letters] == [f"{TWEETS_TOPIC}/0/7"]
+    value = json.loads(letters[0][1])
+    assert value["reason_code"] == "beyond_horizon" and value["source_offset"] == 7
+    assert json.loads(value["value"])["tweet_id"] == "t1" and "1001 ms behind" in value["reason"]
+    assert [w.entry.tweet_id for w in writes_of(out).timeline] == ["t2"]
+    assert harness.peek(BOB).watermark == 50_000
 
 
 def test_dead_letters_pass_through_without_touching_state() -> None:

@@ -1,5 +1,6 @@
-"""Write the join's compact output rows from the executors (``foreachPartition``): timeline, tweet
-and profile rows to Cassandra, passed-through rejected records to the dead-letter topic.
+"""Write the join's compact output rows from the executors (``mapPartitions``): timeline, tweet
+and profile rows to Cassandra, passed-through rejected records to the dead-letter topic; each
+partition hands back its home-timeline upserts per timeline, for the driver's trimming.
 
 Each Python worker keeps one driver session per settings (workers are reused across tasks), so a
 micro-batch pays for statements, not for connections. Rows are written in chunks through
@@ -49,15 +50,24 @@ def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None = None) -> None:
-    """Write one partition of output rows; add the timeline rows written to ``counter`` (an accumulator)."""
+def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None = None) -> dict[str, int]:
+    """Write one partition of output rows; add the timeline rows written to ``counter`` (an accumulator).
+
+    Returns the home-timeline rows inserted or updated per timeline: the driver's trim tracker adds
+    them to its bounds (spark_jobs/trimming.py, docs/trimming.md).
+    """
     writer = writer_for(settings)
     total = WriteCounts()
+    upserts: dict[str, int] = {}
     for chunk in _chunks(rows, CHUNK_ROWS):
         writes = writes_of(chunk)
         total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles,
                                      author_timeline=writes.author_timeline, pull_follows=writes.pull_follows)
+        for w in writes.timeline:
+            if w.op != "delete":
+                upserts[w.timeline_id] = upserts.get(w.timeline_id, 0) + 1
         if writes.dead_letters:
             publish_dead_letters(settings, writes.dead_letters)
     if counter is not None:
         counter.add(total.timeline_upserts + total.timeline_deletes)
+    return upserts

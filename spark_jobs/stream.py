@@ -32,10 +32,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from feed_service.errors import CheckpointError, ConfigError, FeedError
 from feed_service.settings import Settings
 from feed_service.kafka.offsets import SOURCE_ROLES
+from spark_jobs.checkpoint import CheckpointLock, inspect_checkpoint
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.restarts import Restarts
+from spark_jobs.state_stats import PeriodicStats, live_state, stream_stats
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, JoinConfig, Operator, join_timelines
+from spark_jobs.trimming import StreamTrimming
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,6 +61,11 @@ RESTART_BACKOFF_SECONDS = 5.0
 STATUS_INTERVAL_SECONDS = 1.0
 #: Exit codes: the query failed too often in a row; the job was refused before it ran (FeedError).
 EXIT_GAVE_UP = 1
+#: How often the per-key state size and rows per timeline are computed for the progress record
+#: (spark_jobs/state_stats.py; 0 = never): a pass over the whole state, so minutes apart.
+DEFAULT_STATE_STATS_INTERVAL = 300.0
+#: Timelines whose rows that periodic computation counts (a sample; all of them when there are fewer).
+STATE_STATS_TIMELINE_SAMPLE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,8 @@ class StreamOptions:
     settings_changes: Mapping[str, Any] = field(default_factory=dict)
     """Settings given on the command line (``--inbox-cap``): :func:`run_stream` applies them with
     :meth:`Settings.replace` before anything starts; :func:`start_stream` reads only the settings."""
+    state_stats_interval: float = DEFAULT_STATE_STATS_INTERVAL
+    """Seconds between computations of the state size per key and rows per timeline; 0 = off."""
 
 
 def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
@@ -123,27 +133,40 @@ def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOp
     )
 
 
-def _write_batch(settings: Settings, counter: Any) -> Any:
+def _write_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None) -> Any:
+    """The foreachBatch function: the executors write the rows and hand back their home-timeline
+    upserts per timeline; the driver then trims the timelines that may be over the bound, before
+    the batch ends (docs/trimming.md)."""
     from spark_jobs.cassandra_sink import write_partition
+    from spark_jobs.trimming import merge_counts
 
     def write(batch_df: "DataFrame", batch_id: int) -> None:
-        batch_df.foreachPartition(lambda rows: write_partition(settings, rows, counter))
+        upserts = batch_df.rdd.mapPartitions(lambda rows: [write_partition(settings, rows, counter)]).collect()
+        if trimming is not None:
+            trimming.after_batch(merge_counts(upserts))
 
     return write
 
 
 @dataclass
 class RunningStream:
-    """The query's handle, plus the accumulator of timeline rows written."""
+    """The query's handle, plus the accumulator of timeline rows written and the trimming of home
+    timelines (its counters: ``trimming.record()``)."""
 
     join: "StreamingQuery"
     timeline_rows: Any
+    trimming: "StreamTrimming | None" = None
 
     def stop(self) -> None:
         try:
             self.join.stop()
         except Exception:  # noqa: BLE001 - stopping a failed query is best effort
             log.exception("stopping %s", self.join.name)
+        if self.trimming is not None:
+            try:
+                self.trimming.close()
+            except Exception:  # noqa: BLE001 - closing the trimmer's session is best effort
+                log.exception("closing the trimmer")
 
 
 def start_stream(
@@ -161,7 +184,8 @@ def start_stream(
     """
     parsed = parse_changes(read_changelogs(spark, settings, options))
     config = JoinConfig(inbox_cap=settings.inbox_cap, pull_threshold=settings.pull_threshold,
-                        clock_start=clock_start_for(options.checkpoint, clock_start))
+                        clock_start=clock_start_for(options.checkpoint, clock_start),
+                        horizon_ms=settings.retention.horizon_ms)
     outputs = join_timelines(
         routed_changes(parsed),
         config=config,
@@ -169,20 +193,22 @@ def start_stream(
         initial_state=initial_state,
     )
     counter = spark.sparkContext.accumulator(0)
+    trimming = StreamTrimming(settings)  # per start: a restarted query trims what it writes first
     trigger = {"processingTime": f"{options.trigger_seconds} seconds"}
     join_query = (
         outputs.writeStream.queryName("timeline-join")
         .outputMode("append")
         .option("checkpointLocation", str(options.checkpoint / "join"))
         .trigger(**trigger)
-        .foreachBatch(_write_batch(settings, counter))
+        .foreachBatch(_write_batch(settings, counter, trimming))
         .start()
     )
-    return RunningStream(join_query, counter)
+    return RunningStream(join_query, counter, trimming)
 
 
-def progress_record(stream: RunningStream) -> dict[str, Any]:
-    """What the stream has done: the last batch id and the source end offsets."""
+def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -> dict[str, Any]:
+    """What the stream has done: the last batch id and the source end offsets; the state size the
+    last batch reported (``state``, cheap) and the latest periodic ``state_stats`` (docs/streaming.md)."""
     record: dict[str, Any] = {"time": time.time(), "timeline_rows_written": stream.timeline_rows.value}
     for query in (stream.join,):
         progress = query.lastProgress
@@ -192,7 +218,10 @@ def progress_record(stream: RunningStream) -> dict[str, Any]:
             "end_offsets": {k: v for s in (progress or {}).get("sources", []) for k, v in _offsets(s).items()},
             "input_rows": progress.get("numInputRows") if progress else None,
             "duration_ms": progress.get("durationMs", {}).get("triggerExecution") if progress else None,
+            "state": live_state(progress),
         }
+    if stats is not None:
+        record["state_stats"] = stats.latest()
     return record
 
 
@@ -211,16 +240,19 @@ def write_status(path: Path, record: dict[str, Any]) -> None:
 
 
 def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
-              restarts: Restarts) -> int:
+              restarts: Restarts, stats: PeriodicStats | None = None) -> int:
     """Keep the query of ``start()`` running until ``stop`` is set; returns the exit code.
 
     A query that fails (a Cassandra timeout, a Python worker that did not start in time) is
     restarted from its checkpoint after ``restarts.backoff()``; when ``restarts`` says give up
     (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
-    supervisor to act. The progress record, with the restart counts, goes to ``status_file``.
+    supervisor to act. The progress record, with the restart counts, goes to ``status_file``, with
+    the latest result of ``stats`` (started here, stopped on the way out) if given.
     """
     stream = start()
     last_batch = None
+    if stats is not None:
+        stats.start()
     try:
         while not stop.is_set():
             if not stream.join.isActive:
@@ -235,7 +267,7 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                 stream = start()
                 restarts.restarted()
                 continue
-            record = progress_record(stream)
+            record = progress_record(stream, stats)
             batch = record["timeline-join"]["batch_id"]
             if batch is not None and batch != last_batch:
                 last_batch = batch
@@ -248,6 +280,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
             stop.wait(STATUS_INTERVAL_SECONDS)
         return 0
     finally:
+        if stats is not None:
+            stats.stop()
         stream.stop()
 
 
@@ -264,8 +298,15 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
     bootstrap_kwargs: dict[str, Any] = {}
     if options.bootstrap_from is not None:
         options, bootstrap_kwargs = _bootstrap(settings, options)
-    operator = operator_for(options.checkpoint, options.operator)
-    spark = build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": "2"})
+    # Held until the stream ends: a second stream or a reshard on this checkpoint is refused meanwhile.
+    lock = CheckpointLock.acquire(options.checkpoint, "feedctl stream")
+    try:
+        operator = operator_for(options.checkpoint, options.operator)
+        partitions = state_partitions_for(options.checkpoint, settings.state_partitions)
+        spark = build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": str(partitions)})
+    except BaseException:
+        lock.release()
+        raise
     try:
         if bootstrap_kwargs:
             bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
@@ -273,18 +314,47 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         restarts = Restarts(MAX_CONSECUTIVE_RESTARTS, RESTART_BACKOFF_SECONDS)
-        log.info("stream started: checkpoint %s, operator %s", options.checkpoint, operator)
+        log.info("stream started: checkpoint %s, operator %s, %d state partitions", options.checkpoint, operator,
+                 partitions)
+        stats = (stream_stats(spark, settings, options.checkpoint, options.state_stats_interval,
+                              sample=STATE_STATS_TIMELINE_SAMPLE) if options.state_stats_interval > 0 else None)
         # Every start gets the same initial state: if batch 0 never committed, a restart still bootstraps it.
         exit_code = supervise(lambda: start_stream(spark, settings, options, **bootstrap_kwargs), stop,
-                              status_file=status_file or options.checkpoint / "progress.json", restarts=restarts)
+                              status_file=status_file or options.checkpoint / "progress.json", restarts=restarts,
+                              stats=stats)
     finally:
         spark.stop()
+        lock.release()
     if exit_code == 0:
         log.info("stream stopped after %d restarts", restarts.total)
     else:
         log.error("stream gave up after %d failures in a row (%d restarts in all); last error: %s",
                   restarts.consecutive, restarts.total, restarts.last_error)
     return exit_code
+
+
+def state_partitions_for(checkpoint: Path, requested: int) -> int:
+    """The state partitions the query runs with: ``requested`` for a new checkpoint, else the number
+    the checkpoint pinned (Spark takes it from the offset log whatever the session says).
+
+    A difference is logged as a warning naming ``feedctl reshard``, the one way to change it; an
+    offset log this cannot read is left to Spark (docs/streaming.md, "State partitions").
+    """
+    try:
+        info = inspect_checkpoint(checkpoint)
+    except CheckpointError as exc:
+        log.warning("cannot read the pinned state partitions (%s); Spark uses the checkpoint's own", exc)
+        return requested
+    if info.is_new or info.state_partitions is None:
+        log.info("new checkpoint %s: %d state partitions, pinned from its first batch on", checkpoint, requested)
+        return requested
+    pinned = info.state_partitions
+    log.info("checkpoint %s has %d state partitions (pinned in its offset log)", checkpoint, pinned)
+    if pinned != requested:
+        log.warning("state partitions: %d asked (--state-partitions or FEED_STATE_PARTITIONS) but checkpoint %s"
+                    " keeps its %d; to change them stop the stream and run `feedctl reshard --checkpoint %s"
+                    " --partitions %d`", requested, checkpoint, pinned, checkpoint, requested)
+    return pinned
 
 
 def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
@@ -333,6 +403,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="active followers from which an author is merged in at read time instead of pushed"
                              " to inboxes (default: FEED_PULL_THRESHOLD, else 2000); a change takes effect per"
                              " author at its next batch (docs/fan-out.md)")
+    parser.add_argument("--state-partitions", type=int, default=None,
+                        help="state partitions of a new checkpoint (default: FEED_STATE_PARTITIONS, else 2); an"
+                             " existing checkpoint keeps its own until `feedctl reshard` (docs/streaming.md)")
     parser.add_argument("--operator", choices=OPERATORS, default=None,
                         help=f"stateful operator of a new checkpoint (default {DEFAULT_OPERATOR}); "
                              "an existing checkpoint keeps its own")
@@ -346,6 +419,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " (feedctl backfill --out); needs an operator of the transformWithState family")
     parser.add_argument("--status-file", type=Path, default=None,
                         help="progress JSON, rewritten every second (default CHECKPOINT/progress.json)")
+    parser.add_argument("--state-stats-interval", type=_seconds, default=DEFAULT_STATE_STATS_INTERVAL,
+                        metavar="SECONDS",
+                        help="how often the progress JSON's state size per key and rows per timeline are computed"
+                             f" (default {DEFAULT_STATE_STATS_INTERVAL:g}; 0 = never; docs/streaming.md)")
+
+
+def _seconds(text: str) -> float:
+    """A duration argument: a number of seconds, not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text}")
+    return value
 
 
 def options_from_args(args: argparse.Namespace) -> StreamOptions:
@@ -356,8 +444,10 @@ def options_from_args(args: argparse.Namespace) -> StreamOptions:
         trigger_seconds=args.trigger_seconds,
         starting_offsets=args.starting_offsets,
         bootstrap_from=args.bootstrap_from,
+        state_stats_interval=args.state_stats_interval,
         settings_changes={name: value for name, value in (("inbox_cap", args.inbox_cap),
-                                                          ("pull_threshold", args.pull_threshold))
+                                                          ("pull_threshold", args.pull_threshold),
+                                                          ("state_partitions", args.state_partitions))
                           if value is not None},
     )
 

@@ -84,3 +84,17 @@ def default_pull_threshold() -> str:
     from feed_service.core.join import DEFAULT_PULL_THRESHOLD
 
     return _env_default("FEED_PULL_THRESHOLD", DEFAULT_PULL_THRESHOLD)
+
+
+def trim_slack(text: str) -> int:
+    """A trim slack (``Settings.trim_slack``'s rule)."""
+    from feed_service.settings import check_trim_slack
+
+    return setting(check_trim_slack)(text)
+
+
+def default_trim_slack() -> str:
+    """``FEED_TRIM_SLACK``, else the stream's default."""
+    from feed_service.settings import DEFAULT_TRIM_SLACK
+
+    return _env_default("FEED_TRIM_SLACK", DEFAULT_TRIM_SLACK)

@@ -28,6 +28,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stream",
     "serve",
     "backfill",
+    "reshard",
+    "state_stats",
     "demo",
 )
 

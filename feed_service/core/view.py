@@ -25,6 +25,7 @@ from feed_service.core.events import (
     parse_event,
 )
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
+from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.core.state import AuthorState, decode_parts
 from feed_service.core.stored_step import step_stored
@@ -62,11 +63,22 @@ class TimelineView:
     (:func:`~feed_service.core.timeline_merge.merge_newest`) and return the ``inbox_cap`` newest.
     With ``strict`` a delta that contradicts the stored rows raises :class:`ViewContractError`,
     which is how tests catch a wrong delta rather than only a wrong final result.
+
+    ``trim_slack`` (None: never) models the store's trimming (docs/trimming.md): after a step, an
+    inbox holding more than ``inbox_cap + trim_slack`` rows keeps its newest ``inbox_cap``. As in
+    Cassandra, a later delete of a trimmed row does nothing and an update re-creates it; strict mode
+    remembers the trimmed rows so that it tolerates exactly those.
     """
 
-    def __init__(self, *, inbox_cap: int = DEFAULT_INBOX_CAP, strict: bool = True) -> None:
+    def __init__(self, *, inbox_cap: int = DEFAULT_INBOX_CAP, strict: bool = True,
+                 trim_slack: int | None = None) -> None:
         self.inbox_cap = inbox_cap
         self.strict = strict
+        self.trim_slack = trim_slack
+        self.trimmed: dict[str, set[RowKey]] = {}
+        """timeline -> rows cut by a trim and not written since (kept in strict mode only)."""
+        self.trims = 0
+        self.trimmed_rows = 0
         self.timelines: dict[str, dict[RowKey, Entry]] = {}
         self.tweets: dict[tuple[str, str], Entry | None] = {}
         """(author_id, tweet_id) -> latest content, None once deleted."""
@@ -83,13 +95,16 @@ class TimelineView:
         """Apply one step's outputs."""
         strict = self.strict
         timelines = self.timelines
+        trimmed = self.trimmed
+        trimming = self.trim_slack is not None
+        grown: set[str] = set()
         for op, entry, timeline_ids in result.deltas:
             row = (entry.created_at, entry.tweet_id, entry.author_id)
             if op == "delete":
                 for uid in timeline_ids:
                     rows = timelines.get(uid)
                     if rows is None or rows.pop(row, None) is None:
-                        if strict:
+                        if strict and not _untrim(trimmed, uid, row):  # a trimmed row: the delete is a no-op
                             raise ViewContractError(f"delete of missing row {row} in timeline {uid!r}")
                         continue
                     if not rows:
@@ -97,10 +112,19 @@ class TimelineView:
             else:
                 for uid in timeline_ids:
                     rows = timelines.setdefault(uid, {})
-                    if strict and (row in rows) != (op == "update"):
+                    # an update of a trimmed row re-creates it, as a Cassandra upsert does
+                    if strict and (row in rows) != (op == "update") and not (
+                            op == "update" and _untrim(trimmed, uid, row)):
                         raise ViewContractError(f"{op} of {'missing' if op == 'update' else 'present'} "
                                                 f"row {row} in timeline {uid!r}")
+                    if strict and op == "insert" and row in trimmed.get(uid, ()):
+                        raise ViewContractError(f"insert of trimmed row {row} in timeline {uid!r}")
                     rows[row] = entry
+                if trimming:
+                    grown.update(timeline_ids)
+        if trimming:
+            for uid in sorted(grown):
+                self._trim(uid)
         for op, entry in result.author_timeline:
             rows = self.author_timelines.setdefault(entry.author_id, {})
             row = (entry.created_at, entry.tweet_id, entry.author_id)
@@ -126,6 +150,19 @@ class TimelineView:
         for prow in result.profiles:
             self.profiles[(prow.user_id, prow.version)] = prow
 
+    def _trim(self, uid: str) -> None:
+        """Cut ``uid``'s inbox to its newest ``inbox_cap`` rows if it holds more than cap + slack."""
+        rows = self.timelines.get(uid)
+        if rows is None or self.trim_slack is None or len(rows) <= self.inbox_cap + self.trim_slack:
+            return
+        cut = sorted(rows, reverse=True)[self.inbox_cap:]
+        for row in cut:
+            del rows[row]
+        if self.strict:
+            self.trimmed.setdefault(uid, set()).update(cut)
+        self.trims += 1
+        self.trimmed_rows += len(cut)
+
     def display_name(self, author_id: str, profile_version: int) -> str | None:
         """The author's display name at exactly ``profile_version``, or None while unknown."""
         prow = self.profiles.get((author_id, profile_version))
@@ -149,6 +186,17 @@ class TimelineView:
         """Every non-empty timeline, by user id in sorted order."""
         users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows))
         return {uid: timeline for uid in users if (timeline := self.read(uid))}
+
+
+def _untrim(trimmed: dict[str, set[RowKey]], uid: str, row: RowKey) -> bool:
+    """Whether ``row`` of ``uid`` was trimmed (and forget it: it is written again now)."""
+    rows = trimmed.get(uid)
+    if rows is None or row not in rows:
+        return False
+    rows.discard(row)
+    if not rows:
+        del trimmed[uid]
+    return True
 
 
 def _newest_first(rows: dict[RowKey, Entry]) -> list[Entry]:
@@ -190,10 +238,14 @@ class Materializer:
         view: TimelineView | None = None,
         encode_states: bool = False,
         clock_start: int = 0,
+        trim_slack: int | None = None,
+        retention: Retention = Retention(None),
     ) -> None:
         self.inbox_cap = inbox_cap
+        self.retention = retention
         self.pull_threshold = pull_threshold
-        self.view = view if view is not None else TimelineView(inbox_cap=inbox_cap)
+        # trim_slack: the new view trims its inboxes (None: never; docs/trimming.md)
+        self.view = view if view is not None else TimelineView(inbox_cap=inbox_cap, trim_slack=trim_slack)
         self.encode_states = encode_states
         self.clock_start = clock_start
         self.states: dict[str, AuthorState] = {}
@@ -209,13 +261,17 @@ class Materializer:
         stored = self.stored.get(key)
         return None if stored is None else decode_parts(*stored)
 
-    def process_batch(self, raw_events: Iterable[RawEvent | Event], *, first_position: int = 0) -> BatchReport:
+    def process_batch(self, raw_events: Iterable[RawEvent | Event], *, first_position: int = 0,
+                      times: Sequence[int] | None = None) -> BatchReport:
         """Parse, route and apply one micro-batch; rejected records are counted, never raised.
 
         The i-th record's position is ``first_position + i``. Parsed events pass through as they are.
+        ``times`` (one event time per record, as Kafka timestamps are) turn the retention horizon on:
+        a change too far behind its key's watermark is rejected with code ``beyond_horizon``.
         """
         report = BatchReport()
         groups: dict[str, list[Event]] = {}
+        positions: dict[str, list[int]] = {}
         for i, raw in enumerate(raw_events):
             if isinstance(raw, _EVENT_TYPES):
                 event: Event = raw
@@ -225,29 +281,40 @@ class Materializer:
                 except InvalidEvent as exc:
                     report.rejections.append(Rejection(first_position + i, exc.code, exc.reason))
                     continue
-            groups.setdefault(join_key(event), []).append(event)
+            key = join_key(event)
+            groups.setdefault(key, []).append(event)
+            positions.setdefault(key, []).append(i)
             report.accepted += 1
         for key in sorted(groups):
-            result = self.step_key(key, groups[key])
+            key_times = None if times is None else [times[i] for i in positions[key]]
+            result = self.step_key(key, groups[key], times=key_times)
             report.timeline_deltas += result.delta_count
+            for j in result.late:
+                i = positions[key][j]
+                report.rejections.append(Rejection(first_position + i, BEYOND_HORIZON, beyond_horizon_reason(
+                    key_times[j], result.state.watermark, self.retention)))  # type: ignore[index]
+            report.accepted -= len(result.late)
+        report.rejections.sort(key=lambda r: r.position)
         report.keys = len(groups)
         self.accepted += report.accepted
         self.rejected += len(report.rejections)
         return report
 
-    def step_key(self, key: str, changes: Sequence[Event]) -> StepResult:
+    def step_key(self, key: str, changes: Sequence[Event], *, times: Sequence[int] | None = None) -> StepResult:
         """Run one key's step against its stored state, store the new state, apply the outputs."""
         if self.encode_states:
             core, edges = self.stored.get(key, (None, None))
             done = step_stored(core, lambda: edges, changes, inbox_cap=self.inbox_cap,
-                               pull_threshold=self.pull_threshold, clock_start=self.clock_start)
+                               pull_threshold=self.pull_threshold, clock_start=self.clock_start,
+                               times=times, retention=self.retention)
             result = done.result
             if done.core is not None:
                 edges = None if done.clear_edges else (done.edges if done.edges is not None else edges)
                 self.stored[key] = (done.core, edges)
         else:
             result = step(self.states.get(key), changes, inbox_cap=self.inbox_cap,
-                          pull_threshold=self.pull_threshold, clock_start=self.clock_start)
+                          pull_threshold=self.pull_threshold, clock_start=self.clock_start,
+                          times=times, retention=self.retention)
             self.states[key] = result.state
         self.view.apply(result)
         return result

@@ -95,3 +95,23 @@ class ViewWriter(Protocol):
         author_timeline: Iterable[AuthorTimelineWrite] = (),
         pull_follows: Iterable[PullFollowWrite] = (),
     ) -> WriteCounts: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TrimResult:
+    """What one :meth:`TimelineTrimmer.trim` call did (docs/trimming.md)."""
+
+    kept: dict[str, int]
+    """timeline -> rows it holds after the call (every timeline asked for)."""
+    trimmed_timelines: int = 0
+    """Timelines that held more than cap + slack rows and were cut to the cap."""
+    trimmed_rows: int = 0
+    """Rows deleted."""
+
+
+class TimelineTrimmer(Protocol):
+    """Bounds stored home timelines: a timeline holding more than ``inbox_cap + trim_slack`` rows
+    keeps its newest ``inbox_cap``. Raises only :class:`~feed_service.errors.StoreError` subclasses
+    for store faults."""
+
+    def trim(self, timeline_ids: Iterable[str]) -> TrimResult: ...

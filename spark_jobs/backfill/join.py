@@ -1,7 +1,9 @@
 """Stage ``join``: the hybrid layout of the view, the rows the stream's engine would hold.
 
 - inboxes: ``retained tweets ⋈ active follows`` on ``author_id = followee_id``, for push authors
-  only (each push author key fans its newest ``inbox_cap`` live tweets out to its active followers);
+  only (each push author key fans its newest ``inbox_cap`` live tweets out to its active followers),
+  then each inbox's newest ``inbox_cap`` rows: the stream trims stored inboxes (docs/trimming.md),
+  so a rebuilt keyspace starts within that bound;
 - author timelines: every author's retained tweets;
 - pull follows: the active follow edges of pull authors (at least ``pull_threshold`` active
   followers), which readers merge in (docs/fan-out.md).
@@ -40,18 +42,24 @@ def pull_authors(winners: Winners, pull_threshold: int) -> "DataFrame":
 
 
 def join_timelines_batch(winners: Winners, inbox_cap: int, pull_threshold: int) -> "DataFrame":
-    """Inbox rows: ``retained tweets ⋈ active follows`` of push authors, one row per (timeline, tweet).
+    """Inbox rows: ``retained tweets ⋈ active follows`` of push authors, one row per (timeline, tweet),
+    at most the newest ``inbox_cap`` per timeline.
 
-    The same rows the stream's engine writes; merged with the pull authors' timelines, a timeline
-    read newest-first and cut at ``inbox_cap`` is the reference's.
+    The rows the stream's engine writes, trimmed as the stream trims; merged with the pull authors'
+    timelines, a timeline read newest-first and cut at ``inbox_cap`` is the reference's (an inbox row
+    beyond the inbox's own cap-th is beyond the merged cap-th too).
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     active = winners.active_edges().select(F.col("follower_id").alias("timeline_id"),
                                            F.col("followee_id").alias("author_id"))
     pushed = retained_tweets(winners.live_tweets, inbox_cap).join(pull_authors(winners, pull_threshold), "author_id",
                                                                   "left_anti")
-    return pushed.join(active, "author_id").select(*TIMELINE_COLUMNS)
+    newest = Window.partitionBy("timeline_id").orderBy(F.col("created_at").desc(), F.col("tweet_id").desc(),
+                                                       F.col("author_id").desc())
+    return (pushed.join(active, "author_id").withColumn("rank", F.row_number().over(newest))
+            .where(F.col("rank") <= inbox_cap).select(*TIMELINE_COLUMNS))
 
 
 def author_timeline_rows(winners: Winners, inbox_cap: int) -> "DataFrame":

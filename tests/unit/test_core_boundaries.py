@@ -47,11 +47,12 @@ class Layer:
 LAYERS: tuple[Layer, ...] = (
     Layer("package", ("feed_service",)),  # the root __init__: a docstring and a version
     Layer("errors", ("feed_service.errors",)),
+    Layer("distribution", ("feed_service.distribution",)),  # pure size summaries (feedctl state-stats)
     Layer("core", ("feed_service.core",), ("errors",)),
     Layer("settings", ("feed_service.settings", "feed_service.resources"), ("core", "errors")),
     Layer("api", ("feed_service.api",), libraries=("grpc", "google", "grpc_tools")),  # generated gRPC stubs
     Layer("kafka", ("feed_service.kafka",), ("core", "errors", "settings"), ("confluent_kafka", "fastjsonschema")),
-    Layer("store", ("feed_service.store",), ("core", "errors", "settings"), ("cassandra",)),
+    Layer("store", ("feed_service.store",), ("core", "errors", "settings", "distribution"), ("cassandra",)),
     Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api"),
           ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
@@ -59,7 +60,8 @@ LAYERS: tuple[Layer, ...] = (
     # The local stack starts processes; it probes Kafka and Cassandra and builds the Spark session.
     Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops"),
           ("confluent_kafka", "cassandra", "pyspark")),
-    Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "settings", "kafka", "store", "feed_service.stack.spark"),
+    Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
+                                          "feed_service.stack.spark"),
           ("pyspark", "pandas", "pyarrow")),
     Layer("cli", ("feed_service.cli", "feed_service.__main__"), (ANY,), (ANY,)),
 )

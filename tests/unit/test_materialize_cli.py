@@ -91,3 +91,18 @@ def test_pull_threshold_changes_nothing_in_the_output(tmp_path) -> None:
         outputs.append(json.loads(proc.stdout))
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[0]["timelines"] == reference_timelines([json.dumps(e) for e in events])
+
+
+def test_trim_slack_option_trims_like_the_stream(tmp_path: Path) -> None:
+    # Cap 1, slack 0: bob's t1 is trimmed when dan's t2 arrives; after t2 is deleted the trimmed view
+    # stays short (the rule allows it: docs/trimming.md), a roomier one shows t1 again.
+    lines = [LINES[0], LINES[1], LINES[0].replace("bob", "dan"), LINES[4].replace("bob", "dan"),
+             '{"type":"tweet","op":"delete","tweet_id":"t2","author_id":"dan","version":2}']
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines))
+    trimmed = json.loads(run_cli(path, "--batch-size", "1", "--inbox-cap", "1", "--trim-slack", "0").stdout)
+    roomy = json.loads(run_cli(path, "--batch-size", "1", "--inbox-cap", "1", "--trim-slack", "5").stdout)
+    assert trimmed["timelines"] == {}
+    assert roomy["timelines"] == reference_timelines(lines, inbox_cap=1)
+    bad = run_cli(path, "--trim-slack", "-1")
+    assert bad.returncode == 2 and "trim slack must be an integer >= 0" in bad.stderr

@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any, BinaryIO, TextIO
 
 from feed_service.cli.arg_types import default_inbox_cap, default_pull_threshold, inbox_cap, pull_threshold
+from feed_service.cli.arg_types import default_trim_slack, trim_slack as _trim_slack
 from feed_service.cli.arg_types import positive_int as _positive
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD
 from feed_service.core.view import Materializer
@@ -35,20 +36,25 @@ def register(sub: Any) -> None:
     parser.add_argument("--pull-threshold", type=pull_threshold, default=default_pull_threshold(),
                         help="active followers from which an author is merged in at read time (default:"
                              " FEED_PULL_THRESHOLD, else 2000); the output is the same view whatever it is")
+    parser.add_argument("--trim-slack", type=_trim_slack, default=default_trim_slack(),
+                        help="rows an inbox may hold above the cap before it is trimmed back to it, as the"
+                             " stream does in Cassandra (default: FEED_TRIM_SLACK, else 200; docs/trimming.md)")
     parser.set_defaults(handler=run)
 
 
 def materialize(
     lines: BinaryIO, *, batch_size: int = DEFAULT_BATCH_SIZE, inbox_cap: int = DEFAULT_INBOX_CAP,
-    pull_threshold: int = DEFAULT_PULL_THRESHOLD, errors: TextIO | None = None,
+    pull_threshold: int = DEFAULT_PULL_THRESHOLD, errors: TextIO | None = None, trim_slack: int | None = None,
 ) -> dict[str, Any]:
     """Apply every line of ``lines`` in micro-batches; return the output document.
 
     The timelines are what a reader gets: the inboxes merged with the pull authors each user follows,
     by the engine and the read-side merge the stream and the server use (docs/fan-out.md).
     Rejected lines are written to ``errors`` as ``line N: <code>: <reason>`` (1-based numbers).
+    ``trim_slack`` trims the inboxes as the stream does (None: never).
     """
-    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=True)
+    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=True,
+                          trim_slack=trim_slack)
     line_no = 0
     while True:
         chunk = list(islice(lines, batch_size))
@@ -68,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open(args.events, "rb") as lines:
             document = materialize(lines, batch_size=args.batch_size, inbox_cap=args.inbox_cap,
-                                   pull_threshold=args.pull_threshold, errors=sys.stderr)
+                                   pull_threshold=args.pull_threshold, errors=sys.stderr,
+                                   trim_slack=args.trim_slack)
     except OSError as exc:
         print(f"feedctl materialize: cannot read {args.events}: {exc.strerror or exc}", file=sys.stderr)
         return 2

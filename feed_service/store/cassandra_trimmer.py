@@ -1,0 +1,157 @@
+"""Trim ``home_timeline`` partitions to the inbox cap: bounded storage per home timeline.
+
+:class:`CassandraTrimmer` implements :class:`~feed_service.store.ports.TimelineTrimmer`. For each
+timeline it reads the partition's clustering keys with the newest write time of each row's regular
+cells, and when the partition holds more than ``inbox_cap + trim_slack`` rows it deletes the rows
+beyond the ``inbox_cap`` newest, each ``USING TIMESTAMP`` = that row's observed write time.
+
+Why that timestamp (docs/trimming.md): every row is owned by one author key whose logical clock only
+increases (docs/idempotent-writes.md). A later legitimate insert or update of the row by its key
+carries a strictly greater timestamp and wins over the trim's tombstone; a replayed batch rewriting
+the row at the same timestamp loses (a tombstone wins a tie), which is right since the row was
+beyond the cap. A wall-clock timestamp would instead hide later writes of keys whose clocks are
+behind the wall clock, and a single range tombstone cannot carry the different clocks of the rows
+it covers.
+
+Statements are prepared once and run with bounded concurrency (as in
+:mod:`feed_service.store.cassandra_writer`); driver faults are translated as the reader does
+(:func:`~feed_service.store.cassandra_reader.translate_driver_error`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from feed_service.errors import StoreError, WriteFailed
+from feed_service.store.cassandra_reader import translate_driver_error
+from feed_service.store.ports import TrimResult
+
+if TYPE_CHECKING:
+    from cassandra.cluster import Cluster, Session
+
+    from feed_service.settings import Settings
+
+#: In-flight partition reads or delete batches.
+DEFAULT_CONCURRENCY = 32
+#: Timelines read per round: bounds the keys held in memory at once (about cap + slack each).
+TIMELINES_PER_ROUND = 256
+#: Deletes per single-partition UNLOGGED batch (one mutation for the partition, each statement
+#: with its own timestamp); about 60 bytes each, far below the batch size warning.
+DELETES_PER_BATCH = 100
+
+_WRITETIME_COLUMNS = ("author_id", "version", "text", "profile_version")
+"""The regular columns: a row's write time is the newest of theirs (a null cell has none)."""
+
+
+class CassandraTrimmer:
+    """Trims home timelines to ``inbox_cap`` rows once they hold more than ``inbox_cap + trim_slack``."""
+
+    def __init__(
+        self,
+        session: "Session",
+        keyspace: str,
+        *,
+        inbox_cap: int,
+        trim_slack: int,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        cluster: "Cluster | None" = None,
+    ) -> None:
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT
+        from cassandra.query import tuple_factory
+
+        self.session = session
+        self.cluster = cluster
+        self.inbox_cap = inbox_cap
+        self.trim_slack = trim_slack
+        self.concurrency = concurrency
+        self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
+        writetimes = ", ".join(f"WRITETIME({c})" for c in _WRITETIME_COLUMNS)
+        self._scan = session.prepare(
+            f"SELECT created_at, tweet_id, {writetimes} FROM {keyspace}.home_timeline WHERE timeline_id = ?"
+        )
+        self._delete = session.prepare(
+            f"DELETE FROM {keyspace}.home_timeline USING TIMESTAMP ? WHERE timeline_id = ? AND created_at = ?"
+            " AND tweet_id = ?"
+        )
+
+    @classmethod
+    def connect(cls, settings: "Settings") -> "CassandraTrimmer":
+        """Connect to ``settings``' cluster with its cap and slack (blocking); :meth:`close` shuts it down."""
+        from feed_service.store.session import connect
+
+        try:
+            cluster, session = connect(settings)
+        except Exception as exc:
+            raise translate_driver_error(exc) from exc
+        try:
+            return cls(session, settings.keyspace, inbox_cap=settings.inbox_cap, trim_slack=settings.trim_slack,
+                       cluster=cluster)
+        except Exception as exc:
+            cluster.shutdown()
+            raise translate_driver_error(exc) from exc
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.shutdown()
+
+    def trim(self, timeline_ids: Iterable[str]) -> TrimResult:
+        """Trim every timeline of ``timeline_ids`` that holds more than cap + slack rows.
+
+        Raises :class:`StoreUnavailable` / :class:`StoreTimeout` when a partition cannot be read and
+        :class:`WriteFailed` when deletes failed; a trim is idempotent, so the caller retries it.
+        """
+        ids = list(dict.fromkeys(timeline_ids))
+        kept: dict[str, int] = {}
+        timelines = rows = 0
+        for start in range(0, len(ids), TIMELINES_PER_ROUND):
+            chunk = ids[start : start + TIMELINES_PER_ROUND]
+            scans = self._run([(self._scan, (tid,)) for tid in chunk], reading=True)
+            deletes: list[tuple[Any, Any]] = []
+            for tid, result in zip(chunk, scans):
+                try:
+                    keys = list(result)  # later pages, if any, are fetched here
+                except Exception as exc:
+                    raise translate_driver_error(exc) from exc
+                if len(keys) <= self.inbox_cap + self.trim_slack:
+                    kept[tid] = len(keys)
+                    continue
+                keys.sort(key=lambda r: (r[0], r[1]), reverse=True)  # clustering order, to be sure
+                beyond = keys[self.inbox_cap :]
+                cut = [(r[0], r[1], max(t for t in r[2:] if t is not None)) for r in beyond
+                       if any(t is not None for t in r[2:])]
+                kept[tid] = len(keys) - len(cut)
+                deletes += self._delete_batches(tid, cut)
+                timelines += 1
+                rows += len(cut)
+            self._run(deletes, reading=False)
+        return TrimResult(kept, timelines, rows)
+
+    def _delete_batches(self, timeline_id: str, cut: Sequence[tuple[int, str, int]]) -> list[tuple[Any, Any]]:
+        from cassandra.query import BatchStatement, BatchType
+
+        out: list[tuple[Any, Any]] = []
+        for i in range(0, len(cut), DELETES_PER_BATCH):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for created_at, tweet_id, ts in cut[i : i + DELETES_PER_BATCH]:
+                batch.add(self._delete, (ts, timeline_id, created_at, tweet_id))
+            out.append((batch, None))
+        return out
+
+    def _run(self, statements: list[tuple[Any, Any]], *, reading: bool) -> list[Any]:
+        """Execute with bounded concurrency; the results in order, or the first failure translated."""
+        if not statements:
+            return []
+        from cassandra.concurrent import execute_concurrent
+
+        try:
+            results = execute_concurrent(self.session, statements, concurrency=self.concurrency,
+                                         raise_on_first_error=False, execution_profile=self._profile)
+        except Exception as exc:  # session shut down, no connection pool...
+            raise translate_driver_error(exc) from exc
+        failures = [r.result_or_exc for r in results if not r.success]
+        if failures:
+            first = translate_driver_error(failures[0])
+            if reading or not isinstance(first, StoreError):
+                raise first
+            raise WriteFailed(f"{len(failures)} of {len(statements)} trim deletes failed; first: {failures[0]!r}")
+        return [r.result_or_exc for r in results]

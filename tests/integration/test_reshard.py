@@ -1,0 +1,117 @@
+"""``feedctl reshard`` on a live pipeline: a stream with 2 state partitions runs part of a history,
+stops cleanly, is moved to 8 partitions, and continues with the rest; every timeline in Cassandra
+must equal the batch reference over the whole history (nothing lost, nothing applied twice).
+
+Both routes: Spark's offline state repartition in place, and a backfill with a new checkpoint
+bootstrapped from it. Each test prints how long its reshard took (docs/streaming.md quotes them).
+The backfill route's test takes about 140 s on the 2-core machine (a stream, a backfill, a
+bootstrapped stream), so it runs only with ``FEED_TEST_RESHARD_BACKFILL=1``; backfill -> bootstrapped stream itself
+is covered by test_backfill.py and test_hybrid_fanout.py on every run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from feed_service.core.reference import reference_timelines
+from feed_service.ops.provision import provision
+from feed_service.settings import Settings
+from feed_service.workload.generator import generate
+from spark_jobs.checkpoint import inspect_checkpoint
+
+from .pipeline import StreamProcess, publish, read_timelines, running
+
+
+def _isolated(settings: Settings, unique: str) -> Settings:
+    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
+    provision(isolated)
+    return isolated
+
+
+def _halves(unique: str) -> tuple[list[dict], list[dict]]:
+    """One history, split: the second part edits, deletes and follows around keys of the first."""
+    events = list(generate(users=30, events=600, seed=21, mean_following=6, prefix=f"r{unique[-6:]}-"))
+    cut = len(events) * 3 // 5
+    return events[:cut], events[cut:]
+
+
+def _first_part_on_two_partitions(pipeline: Settings, checkpoint: Path, first: list[dict], log: Path) -> None:
+    publish(pipeline, first)
+    with running(StreamProcess(pipeline, checkpoint, log_file=log, extra_args=["--state-partitions", "2"])) as stream:
+        stream.wait_caught_up()
+    info = inspect_checkpoint(checkpoint)
+    assert info.state_partitions == 2 and info.cleanly_committed, info
+
+
+def _reshard(pipeline: Settings, *args: str) -> tuple[float, str]:
+    """``feedctl reshard ARGS`` in its own process; (seconds, its ``feedctl reshard:`` lines)."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "feed_service", "reshard", *args],
+                          env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=600)
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return seconds, "\n".join(line for line in proc.stderr.splitlines() if line.startswith("feedctl reshard:"))
+
+
+def _expected(events: list[dict], pipeline: Settings) -> dict[str, list]:
+    timelines = reference_timelines(events, inbox_cap=pipeline.inbox_cap)
+    assert timelines and all(len(entries) < pipeline.inbox_cap for entries in timelines.values())
+    return timelines
+
+
+def test_reshard_in_place_continues_exactly(settings: Settings, unique: str, tmp_path: Path) -> None:
+    pipeline = _isolated(settings, unique)
+    first, rest = _halves(unique)
+    checkpoint = tmp_path / "ckpt"
+    _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log")
+    before = inspect_checkpoint(checkpoint)
+
+    seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8")
+    print(f"\nreshard via repartition 2 -> 8: {seconds:.1f}s for the command (Spark session included)\n{stderr}")
+    after = inspect_checkpoint(checkpoint)
+    assert after.state_partitions == 8 and after.cleanly_committed
+    assert after.last_batch == before.last_batch + 1  # one batch that read and wrote nothing
+    assert {p.name for p in (checkpoint / "join" / "state" / "0").iterdir() if p.name.isdigit()} == \
+        {str(n) for n in range(8)}
+
+    # The setting says 8 now too: no warning; the stream reports the checkpoint's 8.
+    log = tmp_path / "run2.log"
+    with running(StreamProcess(replace(pipeline, state_partitions=8), checkpoint, log_file=log)) as stream:
+        publish(pipeline, rest)
+        stream.wait_caught_up()
+        assert read_timelines(pipeline) == _expected(first + rest, pipeline)
+    text = log.read_text(errors="replace")
+    assert "has 8 state partitions" in text and "feedctl reshard" not in text
+    final = inspect_checkpoint(checkpoint)
+    assert final.state_partitions == 8 and final.last_batch > after.last_batch
+
+
+@pytest.mark.skipif(os.environ.get("FEED_TEST_RESHARD_BACKFILL") != "1",
+                    reason="slow (~140 s): set FEED_TEST_RESHARD_BACKFILL=1 to run the backfill route end to end")
+def test_reshard_via_backfill_continues_exactly(settings: Settings, unique: str, tmp_path: Path) -> None:
+    pipeline = _isolated(settings, unique)
+    first, rest = _halves(unique)
+    checkpoint = tmp_path / "ckpt"
+    _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log")
+
+    seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8", "--via", "backfill")
+    print(f"\nreshard via backfill 2 -> 8: {seconds:.1f}s for the command (Spark session included)\n{stderr}")
+    new, out = tmp_path / "ckpt-p8", tmp_path / "ckpt-p8.backfill"
+    assert f"--checkpoint {new} --bootstrap-from {out} --state-partitions 8" in stderr
+    assert inspect_checkpoint(checkpoint).state_partitions == 2  # the old checkpoint is left as it was
+
+    # The command the reshard printed, with a setting that disagrees: the new checkpoint takes the flag's 8.
+    log = tmp_path / "run2.log"
+    with running(StreamProcess(pipeline, new, log_file=log,
+                               extra_args=["--bootstrap-from", str(out), "--state-partitions", "8"])) as stream:
+        publish(pipeline, rest)
+        stream.wait_caught_up()
+        assert read_timelines(pipeline) == _expected(first + rest, pipeline)
+    assert inspect_checkpoint(new).state_partitions == 8

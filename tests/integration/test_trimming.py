@@ -1,0 +1,157 @@
+"""Bounded home timelines on the real stack (docs/trimming.md).
+
+The trimmer against Cassandra: a trim's tombstones carry each row's own write time, so they never
+hide a later write of the row by its key, and hide a replay at the same timestamp. The stream: a user
+following prolific authors receives thousands of entries while its inbox stays within cap + slack
+rows, across a restart of the stream, and every home timeline read through gRPC keeps the rule of a
+trimmed view; author timelines and pull follows stay bounded by the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from feed_service.core.reference import reference_tables, reference_timelines, trim_rule_violations
+from feed_service.core.rows import Entry, TimelineWrite
+from feed_service.ops.provision import provision
+from feed_service.settings import Settings
+from feed_service.workload.generator import WORKLOAD_EPOCH_MS, generate
+
+from .pipeline import StreamProcess, publish, read_table, running
+from .test_hybrid_fanout import _server, read_all_home_timelines
+
+CAP, SLACK, THRESHOLD = 20, 5, 4
+
+
+def _isolated(settings: Settings, unique: str) -> Settings:
+    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", inbox_cap=CAP,
+                       trim_slack=SLACK, pull_threshold=THRESHOLD)
+    provision(isolated)
+    return isolated
+
+
+def _rows(pipeline: Settings, timeline_id: str) -> list[tuple[str, int]]:
+    return sorted(read_table(pipeline, f"SELECT tweet_id, writetime(version) FROM home_timeline"
+                                       f" WHERE timeline_id = '{timeline_id}'"))
+
+
+def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, unique: str) -> None:
+    from feed_service.store.cassandra_trimmer import CassandraTrimmer
+    from feed_service.store.cassandra_writer import CassandraWriter
+    from feed_service.store.session import connect
+
+    pipeline = _isolated(settings, unique)
+    cluster, session = connect(pipeline)
+    try:
+        writer = CassandraWriter(session, pipeline.keyspace)
+        trimmer = CassandraTrimmer(session, pipeline.keyspace, inbox_cap=3, trim_slack=1)
+
+        def write(op: str, n: int, ts: int, text: str = "x") -> None:
+            author = "fast" if n % 2 else "slow"  # two author keys whose clocks are far apart
+            writer.write(timeline=[TimelineWrite(op, "u", Entry(f"t{n}", author, n, 1, text, 1), ts)])
+
+        clock = {"fast": 1_000_000, "slow": 10}
+        for n in range(6):
+            write("insert", n, clock["fast" if n % 2 else "slow"] + n)
+        assert trimmer.trim(["u", "nobody"]).kept == {"u": 3, "nobody": 0}  # 6 > 3 + 1
+        assert [t for t, _ in _rows(pipeline, "u")] == ["t3", "t4", "t5"]
+        assert trimmer.trim(["u"]).trimmed_rows == 0  # at the cap: nothing to do
+
+        # A replay of a trimmed row's write at its own timestamp stays trimmed (a tombstone wins a tie)...
+        write("insert", 1, 1_000_001)
+        write("update", 2, 12, "replayed")
+        assert [t for t, _ in _rows(pipeline, "u")] == ["t3", "t4", "t5"]
+        # ...and a later write by the row's key, even one whose clock is far below another key's, shows.
+        write("insert", 2, 13, "again")
+        write("update", 1, 1_000_002, "edited")
+        assert _rows(pipeline, "u") == [("t1", 1_000_002), ("t2", 13), ("t3", 1_000_003), ("t4", 14),
+                                        ("t5", 1_000_005)]
+        write("insert", 6, 16)  # 6 rows: trim again, the re-created rows go
+        result = trimmer.trim(["u"])
+        assert (result.kept, result.trimmed_timelines, result.trimmed_rows) == ({"u": 3}, 1, 3)
+        assert [t for t, _ in _rows(pipeline, "u")] == ["t4", "t5", "t6"]
+    finally:
+        cluster.shutdown()
+
+
+def _prolific(prefix: str, reader: str, authors: range, tweets: int, *, start: int) -> list[dict[str, Any]]:
+    """``reader`` follows the push authors ``prolific<i>`` of ``authors``, each tweeting ``tweets``
+    times, interleaved in time (from tweet number ``start``; the follows come with the first)."""
+    events: list[dict[str, Any]] = []
+    names = [f"{prefix}prolific{i}" for i in authors]
+    if start == 0:
+        events += [{"type": "profile", "user_id": a, "version": 1, "display_name": f"Prolific {i}"}
+                   for i, a in enumerate(names)]
+        events += [{"type": "follow", "op": "follow", "follower_id": reader, "followee_id": a, "version": 1}
+                   for a in names]
+    for n in range(start, start + tweets):
+        for i, a in enumerate(names):
+            events.append({"type": "tweet", "op": "upsert", "tweet_id": f"{a}-{n}", "author_id": a, "version": 1,
+                           "created_at": WORKLOAD_EPOCH_MS + n * 50 + i, "text": f"{a} #{n}", "profile_version": 1})
+    return events
+
+
+def _deletes(events: list[dict[str, Any]], author: str, newest: int) -> list[dict[str, Any]]:
+    """Deletes of ``author``'s ``newest`` tweets: room at the top that trimmed rows cannot refill."""
+    own = sorted((e for e in events if e["type"] == "tweet" and e["author_id"] == author),
+                 key=lambda e: e["created_at"])[-newest:]
+    return [{"type": "tweet", "op": "delete", "tweet_id": e["tweet_id"], "author_id": author, "version": 2}
+            for e in own]
+
+
+def _over_the_bound(pipeline: Settings) -> dict[str, int]:
+    counts = read_table(pipeline, "SELECT timeline_id, COUNT(*) FROM home_timeline GROUP BY timeline_id")
+    return {tid: n for tid, n in counts if n > CAP + SLACK}
+
+
+def _count(pipeline: Settings, timeline_id: str) -> int:
+    return read_table(pipeline, f"SELECT COUNT(*) FROM home_timeline WHERE timeline_id = '{timeline_id}'")[0][0]
+
+
+def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, unique: str, tmp_path: Path) -> None:
+    pipeline = _isolated(settings, unique)
+    prefix = f"tr{unique[-6:]}-"
+    reader, other = f"{prefix}reader", f"{prefix}other"
+    base = list(generate(users=40, events=400, seed=9, mean_following=6, prefix=prefix))
+    first = base + _prolific(prefix, reader, range(5), 300, start=0) + _prolific(prefix, other, range(5, 7), 300,
+                                                                                 start=0)
+    publish(pipeline, first)
+    checkpoint, args = tmp_path / "ckpt", ["--max-offsets-per-trigger", "600"]  # several batches
+    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log", extra_args=args)) as stream:
+        stream.wait_caught_up()
+    assert _count(pipeline, reader) <= CAP + SLACK and _over_the_bound(pipeline) == {}
+
+    # A new process knows no bounds: each timeline is trimmed at its first write, and stays bounded.
+    second = _prolific(prefix, reader, range(5), 300, start=300) + _prolific(prefix, other, range(5, 7), 300,
+                                                                             start=300)
+    second += _deletes(first + second, f"{prefix}prolific5", 30)  # other's: room that trims may not refill
+    events = first + second
+    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as stream:
+        publish(pipeline, second)
+        stream.wait_caught_up()
+    assert len(reference_timelines(events, inbox_cap=None)[reader]) == 3000  # entries reader received
+    assert _count(pipeline, reader) <= CAP + SLACK and _count(pipeline, other) <= CAP + SLACK
+    assert _over_the_bound(pipeline) == {}
+
+    with _server(pipeline) as server:
+        users = sorted({e["follower_id"] for e in events if e["type"] == "follow"})
+        read = read_all_home_timelines(server, users)
+    assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK) == []
+    expected = reference_timelines(events, inbox_cap=CAP)
+    # No removal ever touched reader's authors, so its timeline is exact (the rule's exact set is
+    # conservative: it sees the removals elsewhere in the history). other's may be short.
+    assert read[reader] == expected[reader]
+
+    # The engine bounds the other two tables: an author timeline holds its newest live tweets (at most
+    # the cap), pull follows the active followers of pull authors.
+    tables = reference_tables(events)
+    per_author = dict(read_table(pipeline, "SELECT author_id, COUNT(*) FROM author_timeline GROUP BY author_id"))
+    assert max(per_author.values()) <= CAP and per_author[f"{prefix}prolific1"] == CAP
+    followers: dict[str, set[str]] = {}
+    for (follower, followee), (_, active) in tables.follows.items():
+        if active:
+            followers.setdefault(followee, set()).add(follower)
+    want = sorted((f, a) for a, fs in followers.items() if len(fs) >= THRESHOLD for f in fs)
+    assert want and sorted(read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")) == want

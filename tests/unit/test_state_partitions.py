@@ -1,0 +1,193 @@
+"""State partitions without Spark: reading what a checkpoint pinned, the stream's choice and warning,
+and every refusal of ``feedctl reshard`` (exit code 2, one line, before any Spark session)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from feed_service.cli.main import main as feedctl
+from feed_service.errors import CheckpointError
+from spark_jobs import reshard, stream
+from spark_jobs.checkpoint import (
+    LOCK_NAME, CheckpointLock, inspect_checkpoint, pinned_partitions, recent_progress,
+)
+
+CONF = {"spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.formatVersion": "5"}
+
+
+def _batch(checkpoint: Path, batch: int, *, partitions: int = 2, committed: bool = True) -> None:
+    """Offset (and commit) log entries as Spark 4 writes them."""
+    offsets, commits = checkpoint / "join" / "offsets", checkpoint / "join" / "commits"
+    offsets.mkdir(parents=True, exist_ok=True)
+    commits.mkdir(parents=True, exist_ok=True)
+    metadata = {"batchWatermarkMs": 0, "batchTimestampMs": 1,
+                "conf": {**CONF, "spark.sql.shuffle.partitions": str(partitions)}}
+    (offsets / str(batch)).write_text("v1\n" + json.dumps(metadata) + '\n{"feed.tweets.v1":{"0":3}}')
+    (offsets / f".{batch}.crc").write_bytes(b"\0")
+    if committed:
+        (commits / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def _checkpoint(tmp_path: Path, *batches: tuple[int, int, bool]) -> Path:
+    checkpoint = tmp_path / "ckpt"
+    for batch, partitions, committed in batches:
+        _batch(checkpoint, batch, partitions=partitions, committed=committed)
+    return checkpoint
+
+
+# --- inspection ---------------------------------------------------------------------------------
+
+
+def test_a_new_checkpoint_pins_nothing(tmp_path: Path) -> None:
+    info = inspect_checkpoint(tmp_path / "nothing")
+    assert info.is_new and info.state_partitions is None and not info.cleanly_committed
+
+
+def test_the_newest_offset_entry_says_the_partitions(tmp_path: Path) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, True), (2, 8, True), (10, 8, False))
+    info = inspect_checkpoint(checkpoint)
+    assert (info.last_batch, info.last_commit, info.state_partitions) == (10, 2, 8)
+    assert not info.cleanly_committed  # batch 10 planned, never committed
+    _batch(checkpoint, 10, partitions=8)
+    assert inspect_checkpoint(checkpoint).cleanly_committed
+
+
+def test_an_offset_entry_without_the_setting_is_an_error(tmp_path: Path) -> None:
+    bad = tmp_path / "0"
+    bad.write_text('v1\n{"batchWatermarkMs":0,"conf":{}}\n{}')
+    with pytest.raises(CheckpointError, match="records no spark.sql.shuffle.partitions"):
+        pinned_partitions(bad)
+    bad.write_text("v1\nnot json")
+    with pytest.raises(CheckpointError):
+        pinned_partitions(bad)
+
+
+def test_the_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
+    with CheckpointLock.acquire(tmp_path, "feedctl stream"):
+        with pytest.raises(CheckpointError, match=rf"in use by feedctl stream \(pid {os.getpid()}\)"):
+            CheckpointLock.acquire(tmp_path, "feedctl reshard")
+    CheckpointLock.acquire(tmp_path, "feedctl reshard").release()  # released with the block
+
+
+def test_a_fresh_progress_file_looks_in_use(tmp_path: Path) -> None:
+    assert recent_progress(tmp_path) is None
+    (tmp_path / "progress.json").write_text("{}")
+    assert recent_progress(tmp_path) is not None
+    assert recent_progress(tmp_path, now=time.time() + 60) is None
+
+
+# --- the stream ---------------------------------------------------------------------------------
+
+
+def test_a_new_checkpoint_takes_the_setting(tmp_path: Path) -> None:
+    assert stream.state_partitions_for(tmp_path / "ckpt", 8) == 8
+
+
+def test_an_existing_checkpoint_keeps_its_own_and_says_how_to_change_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True))
+    caplog.set_level(logging.INFO, logger="feed.stream")
+    assert stream.state_partitions_for(checkpoint, 2) == 2
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert stream.state_partitions_for(checkpoint, 8) == 2
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warning) == 1 and f"feedctl reshard --checkpoint {checkpoint} --partitions 8" in warning[0]
+
+
+def test_the_stream_session_gets_the_pinned_partitions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import feed_service.stack.spark
+
+    checkpoint = _checkpoint(tmp_path, (0, 8, True))
+    seen: dict[str, str] = {}
+
+    def session(*_: object, extra_conf: dict[str, str], **__: object) -> object:
+        seen.update(extra_conf)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(feed_service.stack.spark, "build_session", session)
+    with pytest.raises(RuntimeError, match="stop here"):
+        stream.run_stream(stream.Settings(), stream.StreamOptions(checkpoint=checkpoint,
+                                                                  settings_changes={"state_partitions": 3}))
+    assert seen["spark.sql.shuffle.partitions"] == "8"
+    CheckpointLock.acquire(checkpoint, "test").release()  # the refusal released the lock
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_state_partitions_zero_is_refused_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert stream.main(["--state-partitions", "0", "--checkpoint", str(tmp_path / "ckpt")]) == 2
+    assert "state partitions must be an integer from 1 to 4096, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_a_second_stream_on_a_checkpoint_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with CheckpointLock.acquire(tmp_path / "ckpt", "feedctl stream"):
+        assert stream.main(["--checkpoint", str(tmp_path / "ckpt")]) == 2
+    assert "is in use by feedctl stream" in capsys.readouterr().err
+
+
+# --- reshard refusals: exit 2, one line, no Spark -----------------------------------------------
+
+
+def _refusal(capsys: pytest.CaptureFixture, *args: str) -> str:
+    assert feedctl(["reshard", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("feedctl reshard: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_reshard_refuses_an_uncommitted_last_batch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))
+    err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8")
+    assert "last batch (1)" in err and "offsets/1 without commits/1" in err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_reshard_refuses_a_checkpoint_in_use(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True))
+    with CheckpointLock.acquire(checkpoint, "feedctl stream"):
+        err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8")
+    assert "in use by feedctl stream" in err
+    (checkpoint / "progress.json").write_text("{}")
+    assert "looks in use" in _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8")
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_reshard_refuses_what_is_not_a_used_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert "not a stream checkpoint" in _refusal(capsys, "--checkpoint", str(tmp_path / "x"), "--partitions", "8")
+    assert not (tmp_path / "x").exists()  # no lock file left in a mistyped folder
+    (tmp_path / "new" / "join").mkdir(parents=True)
+    assert "has no batch yet" in _refusal(capsys, "--checkpoint", str(tmp_path / "new"), "--partitions", "8")
+    checkpoint = _checkpoint(tmp_path, (0, 2, True))
+    assert "from 1 to 4096, got 0" in _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "0")
+    assert not (checkpoint / LOCK_NAME).exists()
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_reshard_via_backfill_needs_a_new_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))  # the backfill route does not need a commit
+    _batch(tmp_path / "used", 0)
+    err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8", "--via", "backfill",
+                   "--new-checkpoint", str(tmp_path / "used"))
+    assert "must be a new checkpoint folder" in err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_reshard_to_the_pinned_number_does_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 8, True))
+    assert feedctl(["reshard", "--checkpoint", str(checkpoint), "--partitions", "8"]) == 0
+    assert "already has 8 state partitions; nothing to do" in capsys.readouterr().err
+
+
+def test_backfill_route_paths_sit_next_to_the_old_checkpoint(tmp_path: Path) -> None:
+    options = reshard.ReshardOptions(tmp_path / "ckpt", 8, via="backfill")
+    assert options.new_checkpoint_path() == tmp_path / "ckpt-p8"
+    assert options.backfill_path() == tmp_path / "ckpt-p8.backfill"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import random
 import statistics
 import tempfile
@@ -31,6 +32,7 @@ from pathlib import Path
 from feed_service.core.rows import Entry, TimelineWrite
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
+from feed_service.stack.spark import SPARK_CONF_ENV
 from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS
@@ -155,11 +157,23 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
             if done.is_set() and time.perf_counter() - done_at[0] > 60:
                 break
 
+    batch_ms: dict[int, float] = {}
+    sampling = threading.Event()
+
+    def batches() -> None:
+        """Durations of the micro-batches that ran while sampling (from the progress file)."""
+        while not done.is_set():
+            join = (stream.progress() or {}).get("timeline-join") or {}
+            if sampling.is_set() and join.get("batch_id") is not None and join.get("duration_ms") is not None:
+                batch_ms[join["batch_id"]] = join["duration_ms"]
+            time.sleep(0.2)
+
     done_at = [0.0]
     try:
         stream.wait_caught_up(timeout=600)
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
+        threading.Thread(target=batches, daemon=True).start()
         authors = list(graph)
         # The first seconds after a start are slower (JIT, fresh Python workers: batches of 2-3 s
         # instead of ~1 s); the same rate runs unsampled for --warmup-seconds, then the sampling starts.
@@ -175,6 +189,8 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
                 now_ms = int(time.time() * 1000)
                 event = _tweet(author, n, now_ms)
                 producer.publish_event(event)
+                if n == warmup:
+                    sampling.set()
                 if n >= warmup and n % 5 == 0:
                     producer.flush()  # the sample's clock starts when the broker has the record
                     with lock:
@@ -188,8 +204,10 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
         cluster.shutdown()
     latencies.sort()
     q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))]  # noqa: E731
+    durations = sorted(batch_ms.values()) or [float("nan")]
     return {"samples": len(latencies), "lost": len(pending), "p50_s": q(0.50), "p99_s": q(0.99),
-            "max_s": latencies[-1], "mean_s": statistics.mean(latencies)}
+            "max_s": latencies[-1], "mean_s": statistics.mean(latencies),
+            "batch_p50_ms": durations[len(durations) // 2]}
 
 
 def main() -> int:
@@ -205,6 +223,9 @@ def main() -> int:
     parser.add_argument("--writer-procs", type=int, default=2)
     parser.add_argument("--operators", default=",".join(OPERATORS), help="comma list, for the throughput runs")
     parser.add_argument("--operator", default=DEFAULT_OPERATOR, help="for the freshness run")
+    parser.add_argument("--variants", default="",
+                        help="freshness runs back to back with different Spark settings: "
+                             "'name:spark.k=v,spark.k2=v2|name2:...' (an empty conf = the defaults)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -233,12 +254,29 @@ def main() -> int:
             print(f"{operator}: {r['tweets_per_s']:,.0f} tweets/s, {r['inserts_per_s']:,.0f} timeline inserts/s "
                   f"({r['rows']:,} rows in {r['seconds']:.1f}s, fan-out {args.fanout}{share})")
     if "freshness" not in skip:
-        f = freshness(base, args, workdir)
-        print(f"freshness at {args.rate:.0f} tweets/s for {args.seconds:.0f}s after {args.warmup_seconds:.0f}s of"
-              f" warm-up ({args.operator}): "
-              f"p50 {f['p50_s']:.2f}s, p99 {f['p99_s']:.2f}s, max {f['max_s']:.2f}s over {f['samples']} samples "
-              f"({f['lost']} not seen)")
+        for name, conf in _variants(args.variants):
+            os.environ[SPARK_CONF_ENV] = conf  # read by the stream process's build_session
+            f = freshness(base, args, workdir)
+            print(f"freshness [{name}: {conf or 'defaults'}] at {args.rate:.0f} tweets/s for {args.seconds:.0f}s after"
+                  f" {args.warmup_seconds:.0f}s of warm-up ({args.operator}): "
+                  f"p50 {f['p50_s']:.2f}s, p99 {f['p99_s']:.2f}s, max {f['max_s']:.2f}s over {f['samples']} samples "
+                  f"({f['lost']} not seen), batch p50 {f['batch_p50_ms']:.0f} ms; load average {_load()}", flush=True)
     return 0
+
+
+def _variants(spec: str) -> list[tuple[str, str]]:
+    """``name:k=v,k=v|name2:...`` -> [(name, FEED_SPARK_CONF value)]; an empty spec is one default run."""
+    if not spec:
+        return [("default", os.environ.get(SPARK_CONF_ENV, ""))]
+    out = []
+    for part in spec.split("|"):
+        name, _, conf = part.partition(":")
+        out.append((name.strip(), ";".join(c.strip() for c in conf.split(",") if c.strip())))
+    return out
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

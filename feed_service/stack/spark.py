@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from feed_service.stack import maven
+from feed_service.errors import ConfigError
 from feed_service.stack.config import default_cache_dir
 from feed_service.stack.versions import SPARK_VERSION
 
@@ -43,6 +44,27 @@ def kafka_connector_jars(cache_dir: Path | None = None) -> list[Path]:
     shipped = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     lib = maven.fetch(cache_dir if cache_dir is not None else default_cache_dir(), "spark-kafka")
     return sorted(j for j in lib.glob("*.jar") if _artifact(j) not in shipped)
+
+
+SPARK_CONF_ENV = "FEED_SPARK_CONF"
+"""Extra Spark settings for every session of this process, ``key=value`` pairs separated by ``;``
+(tuning and benchmarks: docs/streaming.md); applied last, so they override the defaults here."""
+
+
+def spark_conf_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of :data:`SPARK_CONF_ENV`; :class:`ConfigError` on a malformed pair.
+
+    >>> spark_conf_from_env({"FEED_SPARK_CONF": "spark.a=1; spark.b = x=y"})
+    {'spark.a': '1', 'spark.b': 'x=y'}
+    """
+    raw = (os.environ if env is None else env).get(SPARK_CONF_ENV, "")
+    out: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in raw.split(";"))):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise ConfigError(f"{SPARK_CONF_ENV}: expected spark.<name>=<value> pairs separated by ';', got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def build_session(
@@ -75,7 +97,7 @@ def build_session(
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
     )
-    for key, value in (extra_conf or {}).items():
+    for key, value in {**(extra_conf or {}), **spark_conf_from_env()}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

@@ -8,7 +8,9 @@ them without losing or repeating a change (docs/streaming.md, "State partitions"
   of the last committed batch into N partitions as one extra batch that reads nothing and writes
   nothing; the stream restarts on the same checkpoint, from the same offsets. It needs the last batch
   committed: a batch that was interrupted would otherwise be skipped, and its half-written rows could
-  differ from the ones its replay writes (same timestamps, other contents).
+  differ from the ones its replay writes (same timestamps, other contents). ``--finish-pending``
+  first runs the stream once with ``--until-caught-up`` (a child process, same checkpoint and
+  settings), which re-runs that batch with its logged offsets and ends with every batch committed.
 - ``backfill``: a backfill (docs/backfill.md) into a folder next to the checkpoint, then a new
   checkpoint that the stream bootstraps from it with N partitions. Slower (it rewrites the whole view
   in Cassandra) but independent of the old checkpoint's logs: the fallback when the offline
@@ -22,9 +24,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Sequence, get_args
 
@@ -40,6 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("feed.reshard")
 
+#: Progress file of the stream ``--finish-pending`` runs: not the stream's default ``progress.json``,
+#: whose fresh rewrite would make the check that follows refuse the checkpoint as in use.
+FINISH_STATUS_NAME = "finish-pending.progress.json"
+
 Route = Literal["repartition", "backfill"]
 ROUTES: tuple[Route, ...] = get_args(Route)
 
@@ -54,6 +63,9 @@ class ReshardOptions:
     """Backfill route: the new checkpoint (default ``<checkpoint>-p<N>``, next to the old one)."""
     out: Path | None = None
     """Backfill route: the backfill folder (default ``<new checkpoint>.backfill``)."""
+    finish_pending: bool = False
+    """Repartition route: when the last batch is not committed, run the stream ``--until-caught-up``
+    first (:func:`finish_pending`) instead of refusing."""
 
     def new_checkpoint_path(self) -> Path:
         return self.new_checkpoint or self.checkpoint.with_name(f"{self.checkpoint.name}-p{self.partitions}")
@@ -73,9 +85,14 @@ class ReshardResult:
     """The checkpoint the stream continues with: the same one, or the new one (backfill route)."""
     stream_command: tuple[str, ...]
     """What the operator runs next."""
+    finished_batch: int | None = None
+    """The uncommitted last batch that ``--finish-pending`` ran to its commit first, if any."""
+    finish_seconds: float = 0.0
 
     def describe(self) -> str:
-        return (f"{self.before} -> {self.after} state partitions in {self.seconds:.1f}s (via {self.via});"
+        finished = ("" if self.finished_batch is None else
+                    f"finished pending batch {self.finished_batch} and caught up in {self.finish_seconds:.1f}s, then ")
+        return (f"{finished}{self.before} -> {self.after} state partitions in {self.seconds:.1f}s (via {self.via});"
                 f" next: {' '.join(self.stream_command)}")
 
 
@@ -95,10 +112,17 @@ def check_reshard(options: ReshardOptions) -> CheckpointInfo:
         raise CheckpointError(f"checkpoint {checkpoint} has no batch yet: nothing to reshard (a new checkpoint"
                               " takes --state-partitions or FEED_STATE_PARTITIONS at its first start)")
     if options.via == "repartition" and not info.cleanly_committed:
-        raise CheckpointError(
-            f"the last batch ({info.last_batch}) of checkpoint {checkpoint} is not committed (offsets/"
-            f"{info.last_batch} without commits/{info.last_batch}): the stream stopped in the middle of a batch;"
-            " start it again, stop it once it has caught up, then reshard (or use --via backfill)")
+        pending = (f"the last batch ({info.last_batch}) of checkpoint {checkpoint} is not committed (offsets/"
+                   f"{info.last_batch} without commits/{info.last_batch}): the stream stopped in the middle of a"
+                   " batch")
+        if not options.finish_pending:
+            raise CheckpointError(f"{pending}; add --finish-pending to finish it first (runs the stream until"
+                                  " caught up: needs Kafka and Cassandra), or use --via backfill")
+        if info.last_commit is None:
+            # Batch 0 of a bootstrapped checkpoint needs the backfill's initial state, which only the
+            # stream's own --bootstrap-from can give it.
+            raise CheckpointError(f"{pending}, and none of its batches committed yet: start the stream as before"
+                                  " (with its --bootstrap-from, if any) until it commits a batch, then reshard")
     if options.via == "backfill":
         new = options.new_checkpoint_path()
         if new.resolve() == checkpoint.resolve() or not inspect_checkpoint(new).is_new:
@@ -150,25 +174,75 @@ def reshard(spark: "SparkSession", settings: Settings, options: ReshardOptions, 
     return ReshardResult(before, options.partitions, time.monotonic() - started, "backfill", new, command)
 
 
+def finish_command(checkpoint: Path) -> list[str]:
+    """The stream job that finishes a pending batch: ``feedctl stream``'s module with the availableNow
+    trigger, and no periodic state statistics (a pass over the state that nobody would read)."""
+    return [sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(checkpoint), "--until-caught-up",
+            "--state-stats-interval", "0", "--status-file", str(checkpoint / FINISH_STATUS_NAME)]
+
+
+def finish_pending(settings: Settings, checkpoint: Path) -> CheckpointInfo:
+    """Run the stream on ``checkpoint`` until caught up, as a child process with ``settings`` in its
+    environment; the checkpoint's logs afterwards. :class:`CheckpointError` if it failed or its last
+    batch is still not committed.
+
+    The child takes the checkpoint's lock itself (the caller must not hold it) and re-runs the
+    uncommitted batch with its logged offsets: the same bounds as the interrupted run, so the same
+    write timestamps for the same rows (docs/streaming.md, "State partitions").
+    """
+    child = subprocess.Popen(finish_command(checkpoint), env={**os.environ, **settings.to_env()})
+    try:
+        code = child.wait()
+    except BaseException:
+        # Ctrl-C reached the child too (same process group); let it stop the way a stream stops.
+        child.send_signal(signal.SIGTERM)
+        child.wait()
+        raise
+    info = inspect_checkpoint(checkpoint)
+    if code != 0 or not info.cleanly_committed:
+        raise CheckpointError(f"the stream run to finish the pending batch of {checkpoint} ended with exit code"
+                              f" {code}, last batch {info.last_batch}, last commit {info.last_commit} (its log"
+                              " above; it needs the Kafka and Cassandra of the settings); nothing was resharded")
+    return info
+
+
 def run_reshard(settings: Settings, options: ReshardOptions) -> ReshardResult | None:
     """Check, lock, build a session and reshard; None if the checkpoint already has N partitions.
 
-    Every refusal (:class:`FeedError`) happens before the Spark session starts.
+    With ``finish_pending``, an uncommitted last batch is first finished by :func:`finish_pending`
+    (the lock is released meanwhile: the stream takes it) and everything is checked again after it.
+    Every refusal (:class:`FeedError`) happens before the reshard's Spark session starts.
     """
     from feed_service.stack.spark import build_session
 
     check_state_partitions(options.partitions)
     if not query_dir(options.checkpoint).is_dir():
         check_reshard(options)  # raises with the reason; no lock file left in a wrong folder
+    finished: tuple[int, float] | None = None
+    if options.finish_pending and options.via == "repartition":
+        with CheckpointLock.acquire(options.checkpoint, "feedctl reshard"):
+            info = check_reshard(options)
+        if info.state_partitions == options.partitions:
+            return None
+        if not info.cleanly_committed:
+            assert info.last_batch is not None
+            log.info("last batch %d of %s is not committed: running the stream until caught up first",
+                     info.last_batch, options.checkpoint)
+            started = time.monotonic()
+            finish_pending(settings, options.checkpoint)
+            finished = (info.last_batch, time.monotonic() - started)
     with CheckpointLock.acquire(options.checkpoint, "feedctl reshard"):
-        info = check_reshard(options)
+        info = check_reshard(replace(options, finish_pending=False))
         if info.state_partitions == options.partitions:
             return None
         spark = build_session("feed-reshard", shuffle_partitions=options.partitions)
         try:
-            return reshard(spark, settings, options, info)
+            result = reshard(spark, settings, options, info)
         finally:
             spark.stop()
+    if finished is not None:
+        result = replace(result, finished_batch=finished[0], finish_seconds=finished[1])
+    return result
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -184,11 +258,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--via backfill: the new checkpoint folder (default CHECKPOINT-pN)")
     parser.add_argument("--out", type=Path, default=None,
                         help="--via backfill: the backfill folder (default NEW_CHECKPOINT.backfill)")
+    parser.add_argument("--finish-pending", action="store_true",
+                        help="--via repartition: if the stream stopped in the middle of a batch, first run it with"
+                             " --until-caught-up on the same checkpoint and settings (needs their Kafka and"
+                             " Cassandra) instead of refusing")
 
 
 def options_from_args(args: argparse.Namespace) -> ReshardOptions:
     return ReshardOptions(checkpoint=args.checkpoint.resolve(), partitions=args.partitions, via=args.via,
-                          new_checkpoint=args.new_checkpoint, out=args.out)
+                          new_checkpoint=args.new_checkpoint, out=args.out, finish_pending=args.finish_pending)
 
 
 def run(settings: Settings, options: ReshardOptions) -> int:

@@ -85,6 +85,10 @@ class StreamOptions:
     :meth:`Settings.replace` before anything starts; :func:`start_stream` reads only the settings."""
     state_stats_interval: float = DEFAULT_STATE_STATS_INTERVAL
     """Seconds between computations of the state size per key and rows per timeline; 0 = off."""
+    until_caught_up: bool = False
+    """Spark's availableNow trigger instead of ``trigger_seconds``: finish a pending batch with its logged
+    offsets, process what the topics hold at the start, then end with every batch committed (what
+    ``feedctl reshard --finish-pending`` needs; docs/streaming.md, "State partitions")."""
 
 
 def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
@@ -156,6 +160,8 @@ class RunningStream:
     join: "StreamingQuery"
     timeline_rows: Any
     trimming: "StreamTrimming | None" = None
+    until_caught_up: bool = False
+    """The query ends by itself once caught up (availableNow): its end without an error is the goal."""
 
     def stop(self) -> None:
         try:
@@ -194,16 +200,23 @@ def start_stream(
     )
     counter = spark.sparkContext.accumulator(0)
     trimming = StreamTrimming(settings)  # per start: a restarted query trims what it writes first
-    trigger = {"processingTime": f"{options.trigger_seconds} seconds"}
     join_query = (
         outputs.writeStream.queryName("timeline-join")
         .outputMode("append")
         .option("checkpointLocation", str(options.checkpoint / "join"))
-        .trigger(**trigger)
+        .trigger(**trigger_of(options))
         .foreachBatch(_write_batch(settings, counter, trimming))
         .start()
     )
-    return RunningStream(join_query, counter, trimming)
+    return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up)
+
+
+def trigger_of(options: StreamOptions) -> dict[str, Any]:
+    """The ``DataStreamWriter.trigger`` arguments: a fixed interval (0 = back to back) or, with
+    ``until_caught_up``, availableNow. Either one re-runs an uncommitted batch with its logged offsets first."""
+    if options.until_caught_up:
+        return {"availableNow": True}
+    return {"processingTime": f"{options.trigger_seconds} seconds"}
 
 
 def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -> dict[str, Any]:
@@ -241,7 +254,8 @@ def write_status(path: Path, record: dict[str, Any]) -> None:
 
 def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
               restarts: Restarts, stats: PeriodicStats | None = None) -> int:
-    """Keep the query of ``start()`` running until ``stop`` is set; returns the exit code.
+    """Keep the query of ``start()`` running until ``stop`` is set, or until it ends by itself without
+    an error when started ``until_caught_up``; returns the exit code.
 
     A query that fails (a Cassandra timeout, a Python worker that did not start in time) is
     restarted from its checkpoint after ``restarts.backoff()``; when ``restarts`` says give up
@@ -257,6 +271,10 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
         while not stop.is_set():
             if not stream.join.isActive:
                 error = stream.join.exception()
+                if error is None and stream.until_caught_up:  # availableNow ended it: done, not failed
+                    log.info("query %s caught up and ended (last batch %s)", stream.join.name,
+                             (stream.join.lastProgress or {}).get("batchId"))
+                    break
                 may_restart = restarts.failed(error)
                 log.error("query %s failed (%d in a row): %s", stream.join.name, restarts.consecutive, error)
                 stream.stop()
@@ -286,9 +304,10 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
 
 
 def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path | None = None) -> int:
-    """Run the stream until SIGTERM/SIGINT; writes progress to ``status_file`` every second.
+    """Run the stream until SIGTERM/SIGINT (or, ``until_caught_up``, until it has committed what the
+    topics held at its start); writes progress to ``status_file`` every second.
 
-    Returns 0 after a stop, :data:`EXIT_GAVE_UP` if the query kept failing (:func:`supervise`).
+    Returns 0 after a stop or once caught up, :data:`EXIT_GAVE_UP` if the query kept failing (:func:`supervise`).
     Settings, checkpoint and bootstrap are checked before the Spark session starts, so a refusal
     (a :class:`FeedError`) is quick.
     """
@@ -423,6 +442,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SECONDS",
                         help="how often the progress JSON's state size per key and rows per timeline are computed"
                              f" (default {DEFAULT_STATE_STATS_INTERVAL:g}; 0 = never; docs/streaming.md)")
+    parser.add_argument("--until-caught-up", action="store_true",
+                        help="finish an interrupted batch, process what the topics hold now, then exit 0 with every"
+                             " batch committed (Spark's availableNow trigger, instead of --trigger-seconds); what"
+                             " `feedctl reshard --finish-pending` runs (docs/streaming.md)")
 
 
 def _seconds(text: str) -> float:
@@ -445,6 +468,7 @@ def options_from_args(args: argparse.Namespace) -> StreamOptions:
         starting_offsets=args.starting_offsets,
         bootstrap_from=args.bootstrap_from,
         state_stats_interval=args.state_stats_interval,
+        until_caught_up=args.until_caught_up,
         settings_changes={name: value for name, value in (("inbox_cap", args.inbox_cap),
                                                           ("pull_threshold", args.pull_threshold),
                                                           ("state_partitions", args.state_partitions))

@@ -3,7 +3,8 @@ stops cleanly, is moved to 8 partitions, and continues with the rest; every time
 must equal the batch reference over the whole history (nothing lost, nothing applied twice).
 
 Both routes: Spark's offline state repartition in place, and a backfill with a new checkpoint
-bootstrapped from it. Each test prints how long its reshard took (docs/streaming.md quotes them).
+bootstrapped from it. And the case a stop under traffic leaves behind: a stream killed in the middle
+of a batch, whose pending batch ``--finish-pending`` runs to its commit before repartitioning. Each test prints how long its reshard took (docs/streaming.md quotes them).
 The backfill route's test takes about 140 s on the 2-core machine (a stream, a backfill, a
 bootstrapped stream), so it runs only with ``FEED_TEST_RESHARD_BACKFILL=1``; backfill -> bootstrapped stream itself
 is covered by test_backfill.py and test_hybrid_fanout.py on every run.
@@ -53,11 +54,30 @@ def _first_part_on_two_partitions(pipeline: Settings, checkpoint: Path, first: l
 def _reshard(pipeline: Settings, *args: str) -> tuple[float, str]:
     """``feedctl reshard ARGS`` in its own process; (seconds, its ``feedctl reshard:`` lines)."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "feed_service", "reshard", *args],
-                          env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=600)
+    proc = _feedctl_reshard(pipeline, *args)
     seconds = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-4000:]
     return seconds, "\n".join(line for line in proc.stderr.splitlines() if line.startswith("feedctl reshard:"))
+
+
+def _feedctl_reshard(pipeline: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "feed_service", "reshard", *args],
+                          env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=600)
+
+
+def _kill_during_a_batch(stream: StreamProcess, checkpoint: Path, timeout: float = 120) -> int:
+    """SIGKILL the stream (driver, JVM, Python workers) as soon as it has planned a batch after the
+    last committed one and not committed it yet; returns that batch. A batch takes at least half a
+    second here, far longer than one poll."""
+    committed = inspect_checkpoint(checkpoint).last_commit
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = inspect_checkpoint(checkpoint)
+        if info.last_batch is not None and info.last_batch != info.last_commit and info.last_batch > committed:
+            stream.kill()
+            return info.last_batch
+        time.sleep(0.02)
+    raise AssertionError(f"no batch started within {timeout}s: {inspect_checkpoint(checkpoint)}")
 
 
 def _expected(events: list[dict], pipeline: Settings) -> dict[str, list]:
@@ -91,6 +111,43 @@ def test_reshard_in_place_continues_exactly(settings: Settings, unique: str, tmp
     assert "has 8 state partitions" in text and "feedctl reshard" not in text
     final = inspect_checkpoint(checkpoint)
     assert final.state_partitions == 8 and final.last_batch > after.last_batch
+
+
+def test_reshard_finishes_a_batch_the_stream_was_killed_in(settings: Settings, unique: str, tmp_path: Path) -> None:
+    pipeline = _isolated(settings, unique)
+    first, later = _halves(unique)
+    middle, rest = later[: len(later) // 2], later[len(later) // 2:]
+    checkpoint = tmp_path / "ckpt"
+    publish(pipeline, first)
+    stream = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log",
+                           extra_args=["--state-partitions", "2"]).start()
+    try:
+        stream.wait_caught_up()
+        publish(pipeline, middle)  # the stream takes it in one or more batches: killed in the first
+        pending = _kill_during_a_batch(stream, checkpoint)
+    except BaseException:
+        stream.stop()
+        raise
+    killed = inspect_checkpoint(checkpoint)
+    assert killed.last_batch == pending and killed.last_commit == pending - 1, killed
+
+    refused = _feedctl_reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8")
+    assert refused.returncode == 2 and "add --finish-pending" in refused.stderr, refused.stderr[-4000:]
+
+    seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending")
+    print(f"\nreshard --finish-pending 2 -> 8: {seconds:.1f}s for the command (two Spark sessions)\n{stderr}")
+    assert f"finished pending batch {pending} and caught up" in stderr
+    after = inspect_checkpoint(checkpoint)
+    assert after.state_partitions == 8 and after.cleanly_committed and after.last_batch > pending
+    # The pending batch re-ran with its logged offsets and the rest of what was there followed.
+    assert read_timelines(pipeline) == _expected(first + middle, pipeline)
+
+    with running(StreamProcess(replace(pipeline, state_partitions=8), checkpoint,
+                               log_file=tmp_path / "run2.log")) as stream:
+        publish(pipeline, rest)
+        stream.wait_caught_up()
+        assert read_timelines(pipeline) == _expected(first + middle + rest, pipeline)
+    assert inspect_checkpoint(checkpoint).state_partitions == 8
 
 
 @pytest.mark.skipif(os.environ.get("FEED_TEST_RESHARD_BACKFILL") != "1",

@@ -147,7 +147,7 @@ def _refusal(capsys: pytest.CaptureFixture, *args: str) -> str:
 def test_reshard_refuses_an_uncommitted_last_batch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))
     err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8")
-    assert "last batch (1)" in err and "offsets/1 without commits/1" in err
+    assert "last batch (1)" in err and "offsets/1 without commits/1" in err and "add --finish-pending" in err
 
 
 @pytest.mark.usefixtures("no_spark")
@@ -185,6 +185,128 @@ def test_reshard_to_the_pinned_number_does_nothing(tmp_path: Path, capsys: pytes
     checkpoint = _checkpoint(tmp_path, (0, 8, True))
     assert feedctl(["reshard", "--checkpoint", str(checkpoint), "--partitions", "8"]) == 0
     assert "already has 8 state partitions; nothing to do" in capsys.readouterr().err
+
+
+# --- reshard --finish-pending: the stream runs until caught up first, then the repartition ------
+
+
+class FakeFinishingStream:
+    """Stands for the child ``subprocess.Popen`` of :func:`reshard.finish_pending`: it records the
+    command and, when waited for, commits the checkpoint's pending batch (or not: ``commits``)."""
+
+    def __init__(self, checkpoint: Path, *, commits: bool = True, code: int = 0) -> None:
+        self.checkpoint, self.commits, self.code = checkpoint, commits, code
+        self.calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def __call__(self, cmd: list[str], *, env: dict[str, str]) -> "FakeFinishingStream":
+        self.calls.append((cmd, env))
+        return self
+
+    def wait(self) -> int:
+        # The child takes the checkpoint's lock itself: the reshard must not hold it meanwhile.
+        with CheckpointLock.acquire(self.checkpoint, "feedctl stream"):
+            if self.commits:
+                info = inspect_checkpoint(self.checkpoint)
+                _batch(self.checkpoint, info.last_batch, partitions=info.state_partitions)
+                _batch(self.checkpoint, info.last_batch + 1, partitions=info.state_partitions)
+        return self.code
+
+
+@pytest.fixture
+def fake_repartition(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A reshard session and repartition without Spark: the repartition batch is written as Spark would."""
+    import feed_service.stack.spark
+
+    class Session:
+        def stop(self) -> None:
+            pass
+
+    done: list[int] = []
+
+    def repartition(_spark: object, checkpoint: Path, partitions: int) -> int:
+        batch = inspect_checkpoint(checkpoint).last_batch + 1
+        _batch(checkpoint, batch, partitions=partitions)
+        done.append(batch)
+        return batch
+
+    monkeypatch.setattr(feed_service.stack.spark, "build_session", lambda *a, **k: Session())
+    monkeypatch.setattr(reshard, "repartition_checkpoint", repartition)
+    return done
+
+
+def test_finish_pending_is_parsed() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    reshard.add_arguments(parser)
+    args = ["--checkpoint", "c", "--partitions", "8"]
+    assert not reshard.options_from_args(parser.parse_args(args)).finish_pending
+    assert reshard.options_from_args(parser.parse_args([*args, "--finish-pending"])).finish_pending
+
+
+def test_finish_pending_runs_the_stream_until_caught_up_then_repartitions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        fake_repartition: list[int]) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))
+    child = FakeFinishingStream(checkpoint)
+    monkeypatch.setattr(reshard.subprocess, "Popen", child)
+    monkeypatch.setenv("FEED_INBOX_CAP", "7")
+    assert feedctl(["reshard", "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending"]) == 0
+    (cmd, env), = child.calls
+    assert cmd[1:] == ["-m", "spark_jobs.stream", "--checkpoint", str(checkpoint), "--until-caught-up",
+                       "--state-stats-interval", "0", "--status-file", str(checkpoint / reshard.FINISH_STATUS_NAME)]
+    assert env["FEED_INBOX_CAP"] == "7"  # the reshard's settings, handed to the stream
+    assert fake_repartition == [3]  # after batch 1 re-run and batch 2 caught up
+    info = inspect_checkpoint(checkpoint)
+    assert info.state_partitions == 8 and info.cleanly_committed
+    err = capsys.readouterr().err
+    assert "finished pending batch 1 and caught up in" in err and "2 -> 8 state partitions" in err
+
+
+def test_finish_pending_leaves_a_committed_checkpoint_to_the_repartition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_repartition: list[int]) -> None:
+    checkpoint = _checkpoint(tmp_path, (0, 2, True))
+    child = FakeFinishingStream(checkpoint)
+    monkeypatch.setattr(reshard.subprocess, "Popen", child)
+    assert feedctl(["reshard", "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending"]) == 0
+    assert child.calls == [] and fake_repartition == [1]
+
+
+@pytest.mark.parametrize("commits, code", [(False, 0), (True, 1)])
+def test_finish_pending_refuses_when_the_stream_did_not_get_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        commits: bool, code: int) -> None:
+    # Stopped by a signal before it caught up (exit 0, still pending), or failed: nothing is resharded.
+    monkeypatch.setattr(reshard, "repartition_checkpoint", lambda *a: pytest.fail("repartitioned"))
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))
+    monkeypatch.setattr(reshard.subprocess, "Popen", FakeFinishingStream(checkpoint, commits=commits, code=code))
+    with monkeypatch.context() as m:
+        m.setattr("feed_service.stack.spark.build_session", lambda *a, **k: pytest.fail("Spark session built"))
+        err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending")
+    assert f"ended with exit code {code}" in err and "nothing was resharded" in err
+    assert inspect_checkpoint(checkpoint).state_partitions == 2
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_finish_pending_refuses_a_checkpoint_that_never_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    # Its batch 0 may be a bootstrap's, which needs the stream's own --bootstrap-from.
+    monkeypatch.setattr(reshard.subprocess, "Popen", lambda *a, **k: pytest.fail("stream started"))
+    checkpoint = _checkpoint(tmp_path, (0, 2, False))
+    err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending")
+    assert "none of its batches committed yet" in err and "--bootstrap-from" in err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_finish_pending_keeps_the_in_use_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(reshard.subprocess, "Popen", lambda *a, **k: pytest.fail("stream started"))
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))
+    args = ("--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending")
+    with CheckpointLock.acquire(checkpoint, "feedctl stream"):
+        assert "in use by feedctl stream" in _refusal(capsys, *args)
+    (checkpoint / "progress.json").write_text("{}")
+    assert "looks in use" in _refusal(capsys, *args)
 
 
 def test_backfill_route_paths_sit_next_to_the_old_checkpoint(tmp_path: Path) -> None:

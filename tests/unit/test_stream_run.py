@@ -7,6 +7,7 @@ checkpoint and bootstrap refusals end with exit code 2 and a message before any 
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import signal
@@ -125,6 +126,54 @@ def test_gives_up_after_too_many_failures_in_a_row(monkeypatch: pytest.MonkeyPat
     code, _ = _run(tmp_path)
     assert code == 1 and driver.started == 3 and driver.sessions_stopped == 1
     assert any("gave up" in r.getMessage() and "boom 3" in r.getMessage() for r in caplog.records)
+
+
+# --- --until-caught-up: the availableNow trigger, and its end is a success ---------------------
+
+
+class CaughtUp(FakeQuery):
+    """A query that ended by itself, without an error (what availableNow does once caught up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.isActive = False
+
+
+def test_until_caught_up_is_parsed_and_picks_available_now(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    stream.add_arguments(parser)
+    default = stream.options_from_args(parser.parse_args(["--checkpoint", str(tmp_path)]))
+    assert not default.until_caught_up and stream.trigger_of(default) == {"processingTime": "0.0 seconds"}
+    options = stream.options_from_args(parser.parse_args(["--checkpoint", str(tmp_path), "--until-caught-up"]))
+    assert options.until_caught_up and stream.trigger_of(options) == {"availableNow": True}
+
+
+def test_a_query_that_caught_up_ends_the_run_with_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    driver = Driver(monkeypatch, [CaughtUp()])
+    seen: list[stream.StreamOptions] = []
+
+    def start(_spark: object, _settings: object, options: stream.StreamOptions, **_: object) -> stream.RunningStream:
+        seen.append(options)
+        driver.started += 1
+        return stream.RunningStream(driver.queries.pop(0), None, until_caught_up=options.until_caught_up)
+
+    monkeypatch.setattr(stream, "start_stream", start)
+    caplog.set_level(logging.INFO, logger="feed.stream")
+    code = stream.run(Settings(), stream.StreamOptions(checkpoint=tmp_path / "ckpt", until_caught_up=True),
+                      status_file=tmp_path / "progress.json")
+    assert code == 0 and driver.started == 1 and driver.sessions_stopped == 1 and seen[0].until_caught_up
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("caught up and ended (last batch 0)" in r.getMessage() for r in caplog.records)
+
+
+def test_a_query_that_ends_without_until_caught_up_is_restarted(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    # Only the availableNow trigger ends a query by itself: any other end is a failure to recover from.
+    driver = Driver(monkeypatch, [CaughtUp(), FakeQuery()])
+    code, status = _run(tmp_path)
+    assert code == 0 and driver.started == 2
+    assert json.loads(status.read_text())["restarts"] == 1
 
 
 # --- refusals: exit code 2, a message, no Spark session ----------------------------------------

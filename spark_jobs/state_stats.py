@@ -220,7 +220,7 @@ class PeriodicStats:
             raise ValueError(f"interval must be positive, not {interval}")
         self._compute = compute
         self._interval = interval
-        self._first_delay = min(interval, 30.0) if first_delay is None else first_delay
+        self._first_delay = interval if first_delay is None else first_delay
         self._cancel = cancel
         self._stop = threading.Event()
         self._lock = threading.Lock()

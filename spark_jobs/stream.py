@@ -233,6 +233,8 @@ def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -
             "duration_ms": progress.get("durationMs", {}).get("triggerExecution") if progress else None,
             "state": live_state(progress),
         }
+    if stream.trimming is not None:
+        record["trimming"] = stream.trimming.record()
     if stats is not None:
         record["state_stats"] = stats.latest()
     return record
@@ -274,6 +276,7 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                 if error is None and stream.until_caught_up:  # availableNow ended it: done, not failed
                     log.info("query %s caught up and ended (last batch %s)", stream.join.name,
                              (stream.join.lastProgress or {}).get("batchId"))
+                    write_status(status_file, {**progress_record(stream, stats), **restarts.record()})
                     break
                 may_restart = restarts.failed(error)
                 log.error("query %s failed (%d in a row): %s", stream.join.name, restarts.consecutive, error)

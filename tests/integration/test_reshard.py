@@ -4,7 +4,8 @@ must equal the batch reference over the whole history (nothing lost, nothing app
 
 Both routes: Spark's offline state repartition in place, and a backfill with a new checkpoint
 bootstrapped from it. And the case a stop under traffic leaves behind: a stream killed in the middle
-of a batch, whose pending batch ``--finish-pending`` runs to its commit before repartitioning. Each test prints how long its reshard took (docs/streaming.md quotes them).
+of a batch, whose pending batch ``--finish-pending`` runs to its commit before repartitioning.
+Each test prints how long its reshard took (docs/streaming.md quotes them).
 The backfill route's test takes about 140 s on the 2-core machine (a stream, a backfill, a
 bootstrapped stream), so it runs only with ``FEED_TEST_RESHARD_BACKFILL=1``; backfill -> bootstrapped stream itself
 is covered by test_backfill.py and test_hybrid_fanout.py on every run.

@@ -156,7 +156,8 @@ def test_a_query_that_caught_up_ends_the_run_with_0(monkeypatch: pytest.MonkeyPa
     def start(_spark: object, _settings: object, options: stream.StreamOptions, **_: object) -> stream.RunningStream:
         seen.append(options)
         driver.started += 1
-        return stream.RunningStream(driver.queries.pop(0), None, until_caught_up=options.until_caught_up)
+        rows = argparse.Namespace(value=7)  # the accumulator of timeline rows written
+        return stream.RunningStream(driver.queries.pop(0), rows, until_caught_up=options.until_caught_up)
 
     monkeypatch.setattr(stream, "start_stream", start)
     caplog.set_level(logging.INFO, logger="feed.stream")
@@ -165,6 +166,9 @@ def test_a_query_that_caught_up_ends_the_run_with_0(monkeypatch: pytest.MonkeyPa
     assert code == 0 and driver.started == 1 and driver.sessions_stopped == 1 and seen[0].until_caught_up
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("caught up and ended (last batch 0)" in r.getMessage() for r in caplog.records)
+    record = json.loads((tmp_path / "progress.json").read_text())  # the last batch, not a second-old one
+    assert record["timeline-join"]["active"] is False and record["timeline-join"]["batch_id"] == 0
+    assert record["restarts"] == 0
 
 
 def test_a_query_that_ends_without_until_caught_up_is_restarted(monkeypatch: pytest.MonkeyPatch,

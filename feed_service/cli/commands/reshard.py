@@ -2,7 +2,8 @@
 
 A checkpoint pins its state partitions when it is created; this changes them without losing or
 repeating a change, in place with Spark's offline state repartition or through a backfill and a new
-checkpoint (``--via backfill``). Design and figures: docs/streaming.md, "State partitions".
+checkpoint (``--via backfill``). ``--finish-pending`` first runs the stream until caught up when the
+stop interrupted a batch. Design and figures: docs/streaming.md, "State partitions".
 """
 
 from __future__ import annotations

@@ -349,8 +349,8 @@ def store_figures(settings: Settings) -> StoreFigures:
         profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory,
                                                          request_timeout=120)
         try:
-            scan = SimpleStatement(f"SELECT timeline_id, tweet_id, author_id, text FROM {settings.keyspace}.home_timeline",
-                                   fetch_size=5000)
+            scan = SimpleStatement("SELECT timeline_id, tweet_id, author_id, text FROM "
+                                   f"{settings.keyspace}.home_timeline", fetch_size=5000)
             rows: dict[str, int] = {}
             size = 0
             for timeline_id, tweet_id, author_id, text in session.execute(scan, execution_profile=profile):
@@ -425,7 +425,8 @@ class Result:
 
     @property
     def events_per_s(self) -> float:
-        return self.events / self.processing_s if self.processing_s == self.processing_s and self.processing_s else float("nan")
+        ok = self.processing_s == self.processing_s and self.processing_s > 0  # not nan, not 0
+        return self.events / self.processing_s if ok else float("nan")
 
 
 def run_config(name: str, settings: Settings, setup: list[Record], events: list[Record], args: argparse.Namespace,

@@ -98,7 +98,8 @@ class ReshardResult:
 
 def check_reshard(options: ReshardOptions) -> CheckpointInfo:
     """The checkpoint's logs if ``options`` can proceed; :class:`CheckpointError` (or
-    :class:`ConfigError` for N) if not. No Spark; the caller holds the checkpoint's lock."""
+    :class:`ConfigError` for N) if not. An uncommitted last batch passes only with ``finish_pending``
+    (for :func:`finish_pending` to run first). No Spark; the caller holds the checkpoint's lock."""
     check_state_partitions(options.partitions)
     checkpoint = options.checkpoint
     if not query_dir(checkpoint).is_dir():

@@ -117,16 +117,16 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-partitions-"))
     print(f"bench_partitions: {counts} state partitions, {args.events:,} tweets backlog, fan-out {args.fanout},"
           f" {args.operator}; logs in {workdir}; {_load()}", flush=True)
-    for partitions in counts:
+    for run, partitions in enumerate(counts):
         if "backlog" not in skip:
-            folder = workdir / f"p{partitions}-backlog"
+            folder = workdir / f"{run}-p{partitions}-backlog"
             folder.mkdir()
             r = backlog(base, partitions, args, folder)
             print(f"{partitions:>3} partitions, backlog: {r['tweets_per_s']:,.0f} tweets/s, "
                   f"{r['inserts_per_s']:,.0f} timeline inserts/s ({r['seconds']:.1f}s); {r['count']} micro-batches,"
                   f" mean {r['mean']:.2f}s; logged: {_quantiles(r['batches'])}  ({r['load']})", flush=True)
         if "freshness" not in skip:
-            folder = workdir / f"p{partitions}-freshness"
+            folder = workdir / f"{run}-p{partitions}-freshness"
             folder.mkdir()
             f = freshness(replace(base, state_partitions=partitions), args, folder)
             logs = sorted(folder.glob("stream-*.log"))

@@ -12,6 +12,7 @@ micro-batch; Spark then retries it from the checkpoint and, writes being idempot
 from __future__ import annotations
 
 import atexit
+import time
 from typing import Any, Iterator
 
 from feed_service.settings import Settings
@@ -50,8 +51,10 @@ def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None = None) -> dict[str, int]:
-    """Write one partition of output rows; add the timeline rows written to ``counter`` (an accumulator).
+def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None = None,
+                    write_seconds: Any | None = None) -> dict[str, int]:
+    """Write one partition of output rows; add the timeline rows written to ``counter`` and the
+    seconds spent writing to ``write_seconds`` (accumulators).
 
     Returns the home-timeline rows inserted or updated per timeline: the driver's trim tracker adds
     them to its bounds (spark_jobs/trimming.py, docs/trimming.md).
@@ -59,8 +62,10 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     writer = writer_for(settings)
     total = WriteCounts()
     upserts: dict[str, int] = {}
+    spent = 0.0
     for chunk in _chunks(rows, CHUNK_ROWS):
         writes = writes_of(chunk)
+        started = time.perf_counter()
         total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles,
                                      author_timeline=writes.author_timeline, pull_follows=writes.pull_follows)
         for w in writes.timeline:
@@ -68,6 +73,9 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
                 upserts[w.timeline_id] = upserts.get(w.timeline_id, 0) + 1
         if writes.dead_letters:
             publish_dead_letters(settings, writes.dead_letters)
+        spent += time.perf_counter() - started
     if counter is not None:
         counter.add(total.timeline_upserts + total.timeline_deletes)
+    if write_seconds is not None:
+        write_seconds.add(spent)
     return upserts

@@ -137,17 +137,42 @@ def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOp
     )
 
 
-def _write_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None) -> Any:
+@dataclass
+class BatchTimes:
+    """Where the last micro-batch's sink time went (ms), for the progress record and the log: the
+    Spark job that reads, joins and writes (``job``), the Cassandra and dead-letter writes inside it
+    summed over partitions (``writes``, so up to the partitions' count times the job's wall time),
+    and the driver's trim pass after it (``trim``)."""
+
+    batch_id: int = -1
+    job: float = 0.0
+    writes: float = 0.0
+    trim: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        return {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
+                "trim_ms": round(self.trim)}
+
+
+def _write_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
+                 write_seconds: Any = None, times: BatchTimes | None = None) -> Any:
     """The foreachBatch function: the executors write the rows and hand back their home-timeline
     upserts per timeline; the driver then trims the timelines that may be over the bound, before
-    the batch ends (docs/trimming.md)."""
+    the batch ends (docs/trimming.md). ``times`` gets the batch's timings."""
     from spark_jobs.cassandra_sink import write_partition
     from spark_jobs.trimming import merge_counts
 
     def write(batch_df: "DataFrame", batch_id: int) -> None:
-        upserts = batch_df.rdd.mapPartitions(lambda rows: [write_partition(settings, rows, counter)]).collect()
+        started = time.perf_counter()
+        written_before = write_seconds.value if write_seconds is not None else 0.0
+        upserts = batch_df.rdd.mapPartitions(
+            lambda rows: [write_partition(settings, rows, counter, write_seconds)]).collect()
+        joined = time.perf_counter()
         if trimming is not None:
             trimming.after_batch(merge_counts(upserts))
+        if times is not None:
+            times.batch_id, times.job, times.trim = batch_id, (joined - started) * 1000, (time.perf_counter() - joined) * 1000
+            times.writes = ((write_seconds.value - written_before) * 1000) if write_seconds is not None else 0.0
 
     return write
 
@@ -161,6 +186,8 @@ class RunningStream:
     timeline_rows: Any
     trimming: "StreamTrimming | None" = None
     until_caught_up: bool = False
+    times: BatchTimes = field(default_factory=BatchTimes)
+    """Where the last batch's sink time went."""
     """The query ends by itself once caught up (availableNow): its end without an error is the goal."""
 
     def stop(self) -> None:
@@ -199,16 +226,18 @@ def start_stream(
         initial_state=initial_state,
     )
     counter = spark.sparkContext.accumulator(0)
+    write_seconds = spark.sparkContext.accumulator(0.0)
+    times = BatchTimes()
     trimming = StreamTrimming(settings)  # per start: a restarted query trims what it writes first
     join_query = (
         outputs.writeStream.queryName("timeline-join")
         .outputMode("append")
         .option("checkpointLocation", str(options.checkpoint / "join"))
         .trigger(**trigger_of(options))
-        .foreachBatch(_write_batch(settings, counter, trimming))
+        .foreachBatch(_write_batch(settings, counter, trimming, write_seconds, times))
         .start()
     )
-    return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up)
+    return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times)
 
 
 def trigger_of(options: StreamOptions) -> dict[str, Any]:
@@ -233,6 +262,7 @@ def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -
             "duration_ms": progress.get("durationMs", {}).get("triggerExecution") if progress else None,
             "state": live_state(progress),
         }
+    record["sink"] = stream.times.record()
     if stream.trimming is not None:
         record["trimming"] = stream.trimming.record()
     if stats is not None:
@@ -294,8 +324,10 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                 last_batch = batch
                 restarts.progressed()
                 p = stream.join.lastProgress or {}
-                log.info("batch %s: %s input rows, %s", batch, p.get("numInputRows"),
-                         " ".join(f"{k}={v}ms" for k, v in sorted((p.get("durationMs") or {}).items())))
+                sink = stream.times.record() if stream.times.batch_id == batch else {}
+                log.info("batch %s: %s input rows, %s%s", batch, p.get("numInputRows"),
+                         " ".join(f"{k}={v}ms" for k, v in sorted((p.get("durationMs") or {}).items())),
+                         "; sink " + " ".join(f"{k}={v}" for k, v in sink.items() if k != "batch_id") if sink else "")
             record.update(restarts.record())
             write_status(status_file, record)
             stop.wait(STATUS_INTERVAL_SECONDS)

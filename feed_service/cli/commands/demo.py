@@ -191,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         join = progress["timeline-join"]
         say(f"    caught up: batch {join['batch_id']}, {progress['timeline_rows_written']} timeline rows written "
             f"by this run")
+        say("    " + _bounds_line(progress, settings))
 
         expected = reference_timelines(published)
         if not expected:
@@ -251,3 +252,15 @@ def run(args: argparse.Namespace) -> int:
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def _bounds_line(progress: dict, settings: Settings) -> str:
+    """What keeps the pipeline's storage bounded, as the stream's progress reports it
+    (docs/trimming.md, docs/retention.md, docs/streaming.md)."""
+    state = (progress.get("timeline-join") or {}).get("state") or {}
+    trims = progress.get("trimming") or {}
+    horizon = f"{settings.history_horizon_s} s" if settings.history_horizon_s else "off"
+    return (f"bounds: state {state.get('numRowsTotal', '?')} rows in RocksDB ({state.get('rocksdbSstFileSize', 0):,} B"
+            f" of SST files); inboxes at most {settings.inbox_cap} + {settings.trim_slack} rows"
+            f" ({trims.get('trimmed_timelines', 0)} trimmed, {trims.get('trimmed_rows', 0)} rows cut);"
+            f" history horizon {horizon}; {settings.state_partitions} state partitions")

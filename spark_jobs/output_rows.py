@@ -6,8 +6,9 @@ into the write rows of :mod:`feed_service.core.rows` on the executors. :func:`re
 :func:`writes_of` are inverses up to that explosion (a unit test holds them together).
 
 A row's ``kind`` says where it goes: ``timeline`` (inboxes: ``timeline_ids`` holds the followers),
-``tweet``, ``profile``, ``author`` (the author timeline) or ``pull_follow`` (``timeline_ids`` holds
-the followers who start or stop merging ``author_id`` in) to Cassandra, or ``dead_letter`` (a
+``tweet``, ``profile``, ``author`` (the author timeline), ``pull_follow`` (``timeline_ids`` holds
+the followers who start or stop merging ``author_id`` in) or ``block`` (``author_id`` starts or stops
+blocking ``user_id``) to Cassandra, or ``dead_letter`` (a
 rejected record passed through, for the dead-letter topic).
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Iterable, NamedTuple
 from feed_service.core.join import StepResult
 from feed_service.core.rows import (
     AuthorTimelineWrite,
+    BlockWrite,
     Entry,
     ProfileRow,
     ProfileWrite,
@@ -57,6 +59,7 @@ class Writes(NamedTuple):
     author_timeline: list[AuthorTimelineWrite]
     pull_follows: list[PullFollowWrite]
     dead_letters: list[tuple[str, str]]
+    blocks: list[BlockWrite]
 
 
 _NO_PROFILE = (None, None, None, None)
@@ -84,6 +87,9 @@ def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
     for f in result.pull_follows:
         rows.append(("pull_follow", f.op, None, f.author_id, None, None, None, None, list(f.follower_ids),
                      *_NO_PROFILE, ts, *_NO_LETTER))
+    for b in result.blocks:
+        rows.append(("block", b.op, None, b.blocker_id, None, None, None, None, None,
+                     b.blocked_id, None, None, None, ts, *_NO_LETTER))
     return rows
 
 
@@ -95,7 +101,7 @@ def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
 
 def writes_of(rows: Iterable[Any]) -> Writes:
     """Compact output rows (anything indexable by column name) -> write rows, timelines exploded."""
-    out = Writes([], [], [], [], [], [])
+    out = Writes([], [], [], [], [], [], [])
     for r in rows:
         kind = r["kind"]
         if kind == "timeline":
@@ -115,6 +121,8 @@ def writes_of(rows: Iterable[Any]) -> Writes:
         elif kind == "pull_follow":
             op, author, ts = r["op"], r["author_id"], r["ts"]
             out.pull_follows.extend(PullFollowWrite(op, follower, author, ts) for follower in r["timeline_ids"])
+        elif kind == "block":
+            out.blocks.append(BlockWrite(r["op"], r["author_id"], r["user_id"], r["ts"]))
         elif kind == "dead_letter":
             out.dead_letters.append((r["dl_key"], r["dl_value"]))
         else:

@@ -1,4 +1,4 @@
-"""Change events of the three source tables, their parser, and the rules that order versions.
+"""Change events of the source tables, their parser, and the rules that order versions.
 
 The envelope (JSON Schema in ``schemas/events/``)::
 
@@ -6,6 +6,8 @@ The envelope (JSON Schema in ``schemas/events/``)::
     {"type":"tweet","op":"delete","tweet_id","author_id","version"}
     {"type":"follow","op":"follow"|"unfollow","follower_id","followee_id","version"}
     {"type":"profile","user_id","version","display_name"[,"avatar_url"][,"bio"]}
+    {"type":"block","op":"block"|"unblock","blocker_id","blocked_id","version"}
+    {"type":"mute","op":"mute"|"unmute","muter_id","muted_id","version"}
 
 Bad input never raises anything but :class:`InvalidEvent`, whose ``code`` names the kind of fault
 (for metrics) and whose message says which field was wrong. Unknown extra fields are ignored.
@@ -37,6 +39,8 @@ RejectCode: TypeAlias = Literal[
     "unknown_type",
     "unknown_op",
     "self_follow",
+    "self_block",
+    "self_mute",
 ]
 """Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
 
@@ -88,7 +92,50 @@ class ProfileVersion:
     bio: str | None = None
 
 
-Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion
+BlockOp: TypeAlias = Literal["block", "unblock"]
+"""``block`` hides both users from each other's home timelines, ``unblock`` ends that; ``block`` wins a tie."""
+
+MuteOp: TypeAlias = Literal["mute", "unmute"]
+"""``mute`` hides the muted user's tweets from the muter's home timeline; ``mute`` wins a tie."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockChange:
+    """Sets the block edge blocker -> blocked; the highest version wins, ``block`` on a tie.
+
+    A block relates two authors, so it belongs to two join keys (:func:`join_keys`): at the
+    blocker's key it hides the blocker's tweets from the blocked user, at the blocked user's key
+    it hides the blocked user's tweets from the blocker (docs/blocks-and-mutes.md).
+    """
+
+    blocker_id: str
+    blocked_id: str
+    version: int
+    op: BlockOp
+
+    @property
+    def hiding(self) -> bool:
+        """Whether this change makes the edge hide (a block)."""
+        return self.op == "block"
+
+
+@dataclass(frozen=True, slots=True)
+class MuteChange:
+    """Sets the mute edge muter -> muted; the highest version wins, ``mute`` on a tie. It hides
+    the muted user's tweets from the muter only, so it belongs to the muted user's key."""
+
+    muter_id: str
+    muted_id: str
+    version: int
+    op: MuteOp
+
+    @property
+    def hiding(self) -> bool:
+        """Whether this change makes the edge hide (a mute)."""
+        return self.op == "mute"
+
+
+Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange
 """Any valid change event."""
 
 RawEvent: TypeAlias = Mapping[str, Any] | str | bytes | bytearray
@@ -96,7 +143,8 @@ RawEvent: TypeAlias = Mapping[str, Any] | str | bytes | bytearray
 
 
 def join_key(event: Event) -> str:
-    """Return the author key whose state owns ``event`` (tweets.author_id = follows.followee_id).
+    """Return the author key whose state owns ``event`` (tweets.author_id = follows.followee_id =
+    mutes.muted_id); a block has two (:func:`join_keys`) and raises ``ValueError`` here.
 
     >>> join_key(FollowChange("ann", "bob", 1, "follow"))
     'bob'
@@ -105,7 +153,24 @@ def join_key(event: Event) -> str:
         return event.author_id
     if isinstance(event, FollowChange):
         return event.followee_id
+    if isinstance(event, MuteChange):
+        return event.muted_id
+    if isinstance(event, BlockChange):
+        raise ValueError(f"a block belongs to two keys, use join_keys: {event!r}")
     return event.user_id
+
+
+def join_keys(event: Event) -> tuple[str, ...]:
+    """Every author key whose state needs ``event``: one, or two for a block (blocker, blocked).
+
+    >>> join_keys(BlockChange("ann", "bob", 1, "block"))
+    ('ann', 'bob')
+    >>> join_keys(MuteChange("ann", "bob", 1, "mute"))
+    ('bob',)
+    """
+    if isinstance(event, BlockChange):
+        return (event.blocker_id, event.blocked_id)
+    return (join_key(event),)
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -258,6 +323,8 @@ def parse_event(raw: RawEvent) -> Event:
         if follower == followee:
             raise InvalidEvent("self_follow", f"self-follow of {follower!r}")
         return FollowChange(follower, followee, version, op)
+    if kind == "block" or kind == "mute":
+        return _hide_change(obj, kind)
     if kind == "profile":
         return ProfileVersion(
             user_id=_id(obj, "user_id"),
@@ -267,6 +334,26 @@ def parse_event(raw: RawEvent) -> Event:
             bio=_optional_text(obj, "bio"),
         )
     raise InvalidEvent("unknown_type", f"unknown event type {kind!r}")
+
+
+_HIDE_SHAPES = {
+    # type: (class, hiding op, reversing op, subject field, object field, self-edge code)
+    "block": (BlockChange, "block", "unblock", "blocker_id", "blocked_id", "self_block"),
+    "mute": (MuteChange, "mute", "unmute", "muter_id", "muted_id", "self_mute"),
+}
+
+
+def _hide_change(obj: Mapping[str, Any], kind: str) -> BlockChange | MuteChange:
+    cls, hide_op, undo_op, subject_field, object_field, self_code = _HIDE_SHAPES[kind]
+    op = _field(obj, "op")
+    if op != hide_op and op != undo_op:
+        raise InvalidEvent("unknown_op", f"unknown {kind} op {op!r}")
+    subject = _id(obj, subject_field)
+    target = _id(obj, object_field)
+    version = _natural(obj, "version")
+    if subject == target:
+        raise InvalidEvent(self_code, f"self-{kind} of {subject!r}")
+    return cls(subject, target, version, op)
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
@@ -283,6 +370,12 @@ def event_to_json(event: Event) -> dict[str, Any]:
     if isinstance(event, FollowChange):
         return {"type": "follow", "op": event.op, "follower_id": event.follower_id,
                 "followee_id": event.followee_id, "version": event.version}
+    if isinstance(event, BlockChange):
+        return {"type": "block", "op": event.op, "blocker_id": event.blocker_id,
+                "blocked_id": event.blocked_id, "version": event.version}
+    if isinstance(event, MuteChange):
+        return {"type": "mute", "op": event.op, "muter_id": event.muter_id,
+                "muted_id": event.muted_id, "version": event.version}
     out: dict[str, Any] = {"type": "profile", "user_id": event.user_id, "version": event.version,
                            "display_name": event.display_name}
     if event.avatar_url is not None:
@@ -347,3 +440,9 @@ def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, s
 def edge_rank(version: int, active: bool) -> tuple[int, bool]:
     """Total order of follow-edge changes: higher version wins, and on a tie unfollow (inactive) wins."""
     return (version, not active)
+
+
+def hide_rank(version: int, hiding: bool) -> tuple[int, bool]:
+    """Total order of block and mute edge changes: higher version wins, and on a tie the hiding op
+    (``block``, ``mute``) wins, as ``unfollow`` wins a follow tie: the safer side of a tie."""
+    return (version, hiding)

@@ -42,6 +42,7 @@ from feed_service.core.events import (
 )
 from feed_service.core.rows import (
     AuthorTimelineDelta,
+    BlockDelta,
     DeltaOp,
     Entry,
     ProfileRow,
@@ -79,6 +80,8 @@ class StepResult:
     """Followers who start or stop merging this author in at read time."""
     late: tuple[int, ...] = ()
     """Positions in ``changes`` of the changes rejected as beyond the history horizon (not applied)."""
+    blocks: tuple[BlockDelta, ...] = ()
+    """Users this key's author starts or stops blocking (the ``blocks`` table)."""
 
     @property
     def delta_count(self) -> int:
@@ -88,7 +91,8 @@ class StepResult:
     @property
     def emitted(self) -> bool:
         """Whether the step produced any output."""
-        return bool(self.deltas or self.tweets or self.profiles or self.author_timeline or self.pull_follows)
+        return bool(self.deltas or self.tweets or self.profiles or self.author_timeline or self.pull_follows
+                    or self.blocks)
 
 
 # NamedTuple constructors are Python functions; tuple.__new__ builds the same objects ~5x faster.

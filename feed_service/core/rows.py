@@ -8,6 +8,7 @@ Named tuples: fields by name everywhere, tuple speed on the hot paths (the engin
 - :class:`ProfileRow`: one immutable profile version, keyed by ``(user_id, version)``.
 - :class:`TimelineDelta` / :class:`TweetChange`: the engine's outputs for one key and batch; a
   delta is compact (one entry, many timelines) and is exploded only where rows are written.
+- :class:`BlockDelta`: an author starts or stops blocking a user (the ``blocks`` table).
 - :class:`TimelineWrite` / :class:`TweetWrite` / :class:`ProfileWrite`: one Cassandra row each,
   with the write timestamp of the step that produced it (docs/idempotent-writes.md).
 """
@@ -129,4 +130,22 @@ class PullFollowWrite(NamedTuple):
     op: FollowOp
     follower_id: str
     author_id: str
+    ts: int
+
+
+class BlockDelta(NamedTuple):
+    """``blocker_id`` starts (``insert``) or stops (``delete``) blocking ``blocked_id``: a row of the
+    table the read service checks before answering a user for the blocker's tweets (docs/api.md)."""
+
+    op: FollowOp
+    blocker_id: str
+    blocked_id: str
+
+
+class BlockWrite(NamedTuple):
+    """One ``blocks`` row to write (``delete`` removes it), at the blocker key's write timestamp."""
+
+    op: FollowOp
+    blocker_id: str
+    blocked_id: str
     ts: int

@@ -26,8 +26,10 @@ from itertools import islice
 from typing import AbstractSet, Any, Callable, Iterator, Mapping, NoReturn, Sequence, TypeAlias
 
 from feed_service.core.events import (
+    BlockChange,
     Event,
     FollowChange,
+    MuteChange,
     Profile,
     ProfileVersion,
     TweetContent,
@@ -36,7 +38,8 @@ from feed_service.core.events import (
     content_beats,
     content_digest,
     edge_rank,
-    join_key,
+    hide_rank,
+    join_keys,
     profile_of,
     profile_rank,
 )
@@ -51,7 +54,18 @@ from feed_service.core.rows import (
     TweetChange,
 )
 from feed_service.core.retention import NO_WATERMARK, Retention
-from feed_service.core.state import AuthorState, ColdTweet, Edge
+from feed_service.core.state import (
+    BLOCKED_BY_AUTHOR,
+    BLOCKS_AUTHOR,
+    MUTES,
+    NO_HIDES,
+    AuthorState,
+    ColdTweet,
+    Edge,
+    HideEdges,
+    hides_reader,
+    visible_of,
+)
 
 DEFAULT_INBOX_CAP = 800
 """Entries kept per home timeline, and tweets kept per author key (docs/design.md, the inbox cap)."""
@@ -150,14 +164,16 @@ def _newest_first(tweets: Mapping[str, TweetContent]) -> Iterator[tuple[str, Twe
 
 
 def _foreign(event: Event, key: str) -> NoReturn:
-    raise ValueError(f"step: event for key {join_key(event)!r} routed to key {key!r}: {event!r}")
+    raise ValueError(f"step: event for keys {join_keys(event)!r} routed to key {key!r}: {event!r}")
 
 
 # The phases of :func:`step` hand each other plain tuples, unpacked into named locals at each call
 # (a NamedTuple per phase cost ~6% of a step in bench/bench_engine.py). Their layouts:
 
-_Batch: TypeAlias = tuple[dict[str, TweetContent], set[str], dict[str, Edge], dict[int, Profile]]
-"""(upserts, deletes, edges, profiles): each entity's highest-ranked change in the batch."""
+_Batch: TypeAlias = tuple[dict[str, TweetContent], set[str], dict[str, Edge], dict[int, Profile],
+                          dict[tuple[str, int], Edge]]
+"""(upserts, deletes, edges, profiles, hides): each entity's highest-ranked change in the batch;
+hides by (reader, kind) with kind an index of :data:`~feed_service.core.state.HideEdges`."""
 
 _TweetsDiff: TypeAlias = tuple[Mapping[str, TweetContent], Mapping[str, TweetContent], Mapping[str, ColdTweet],
                                Mapping[str, int], dict[str, TweetContent], list[str], list[str], set[str]]
@@ -178,15 +194,22 @@ the batch (the active followers of a push author, nobody for a pull author), who
 
 _NOBODY: _Audience = ((), (), (), (), ())
 
+_HidesDiff: TypeAlias = tuple[Mapping[str, HideEdges], Mapping[str, int], AbstractSet[str], Sequence[BlockDelta]]
+"""(hides, hides_dead_at, changed, blocks): the block and mute edges after the batch and the stamps
+of the readers they no longer hide, the readers whose edges changed, and the author's block rows."""
+
+_NO_READERS: AbstractSet[str] = frozenset()
+
 
 def needs_edges(state: AuthorState | None, changes: Sequence[Event], *, pull_threshold: int) -> bool:
-    """Whether :func:`step` of ``changes`` will read the key's follow edges (else a state decoded
-    without them will do): the batch changes edges, the key is a push author whose tweets change,
-    or the key crosses the pull threshold (a changed threshold). A pull author's new tweet does not.
+    """Whether :func:`step` of ``changes`` will read the key's follow edges and the block and mute
+    edges stored with them (else a state decoded without them will do): the batch changes edges,
+    the key is a push author whose tweets change, or the key crosses the pull threshold (a changed
+    threshold). A pull author's new tweet does not.
     """
     if state is None:
         return False  # a new key's edges are empty
-    if any(type(ev) is FollowChange for ev in changes):
+    if any(type(ev) is FollowChange or type(ev) is BlockChange or type(ev) is MuteChange for ev in changes):
         return True
     if (len(state.active) >= pull_threshold) != state.pull:
         return True
@@ -202,13 +225,15 @@ def step(
     clock_start: int = 0,
     times: Sequence[int] | None = None,
     retention: Retention = _NO_RETENTION,
+    key: str | None = None,
 ) -> StepResult:
     """Apply one micro-batch of one author key's changes; return the new state and the deltas.
 
     Pure: ``state`` is not modified (the result shares its unchanged containers). ``state`` None
-    means a new key, whose clock starts at ``clock_start``. Every change must have this key as its
-    :func:`join_key`, otherwise ``ValueError`` (a routing bug, not bad input). ``inbox_cap`` must be
-    the same for every step of a key.
+    means a new key, whose clock starts at ``clock_start``; its ``key`` may be omitted when the
+    changes name it (not when they are all blocks between the same two users, which belong to
+    both). Every change must have this key among its :func:`join_keys`, otherwise ``ValueError``
+    (a routing bug, not bad input). ``inbox_cap`` must be the same for every step of a key.
 
     ``times`` are the changes' event times (Kafka record timestamps, ms), one per change; with a
     ``retention`` horizon, changes more than the horizon behind the key's watermark (its newest
@@ -253,7 +278,9 @@ def step(
     if state is None:
         if not changes:
             raise ValueError("step: a new key needs at least one change")
-        state = AuthorState.empty(join_key(changes[0]), clock=clock_start)
+        state = AuthorState.empty(key if key is not None else _new_key(changes), clock=clock_start)
+    elif key is not None and key != state.key:
+        raise ValueError(f"step: key {key!r} given for the state of {state.key!r}")
     key = state.key
     watermark, late = state.watermark, _NONE
     if times is not None:
@@ -265,26 +292,32 @@ def step(
         late = tuple(i for i, t in enumerate(times) if t < floor)
         if late:
             for i in late:  # a foreign event must fail loudly even when it is late
-                if join_key(changes[i]) != key:
+                if key not in join_keys(changes[i]):
                     _foreign(changes[i], key)
             skip = set(late)
             changes = [ev for i, ev in enumerate(changes) if i not in skip]
-    upserts, deletes, edge_changes, profile_changes = _fold(key, changes)
+    upserts, deletes, edge_changes, profile_changes, hide_changes = _fold(key, changes)
     tweets = _apply_tweets(state, upserts, deletes, inbox_cap, watermark)
     # The usual batch is one author's new tweet: the phases with nothing to do are skipped inline.
     active = state.active
     edges = (_apply_edges(state, edge_changes, watermark) if edge_changes
              else (state.followers, active, active, active, _NONE, _NONE, state.dead_at))
+    hides = (_apply_hides(state, hide_changes, watermark) if hide_changes
+             else (state.hides, state.hides_dead_at, _NO_READERS, _NONE))
     profiles, profile_rows = _apply_profiles(state, profile_changes) if profile_changes else (state.profiles, _NONE)
     retained_before, retained, cold, deleted, changed, _, _, new_deletes = tweets
     followers, _, active_after, _, _, _, _ = edges
+    hides_after, hides_dead_at, _, block_rows = hides
     pull_before, pull_after = state.pull, len(active_after) >= pull_threshold
-    if pull_before or pull_after:
-        audience = _inbox_audience(edges, pull_before, pull_after)
-        pull_follows = _pull_follow_deltas(key, edges, pull_before, pull_after)
-    else:  # a push author, before and after: its inbox audience is its active followers
-        _, active_before, _, stayed, added, dropped, _ = edges
-        audience, pull_follows = (active_before, active_after, stayed, added, dropped), _NONE
+    if pull_before and pull_after and not edge_changes and not hide_changes:
+        audience, pull_follows = _NOBODY, _NONE  # a pull author's tweets: no inbox, no reader changes
+    else:
+        visible = _visible_diff(state, edges, hides, holders=not (pull_before and pull_after))
+        if pull_before or pull_after:
+            audience = _inbox_audience(visible, pull_before, pull_after)
+            pull_follows = _pull_follow_deltas(key, visible, pull_before, pull_after)
+        else:  # a push author, before and after: its inbox audience is the followers who see it
+            audience, pull_follows = visible, _NONE
     touched = list(_touched(tweets)) if retained is not retained_before else _NONE
     if touched or audience[3] or audience[4] or changed:
         deltas, entries = _timeline_deltas(key, tweets, touched, audience)
@@ -294,19 +327,36 @@ def step(
 
     tweet_rows = [_tuple_new(TweetChange, (tid, key, entries[tid])) for tid in sorted(changed)]
     tweet_rows += [_tuple_new(TweetChange, (tid, key, None)) for tid in sorted(new_deletes)]
-    emitted = bool(deltas or tweet_rows or profile_rows or author_timeline or pull_follows)
+    emitted = bool(deltas or tweet_rows or profile_rows or author_timeline or pull_follows or block_rows)
     clock = state.clock + 1 if emitted else state.clock
     dead_at = edges[6]
     if retention.enabled and watermark != NO_WATERMARK:
-        cold, deleted, followers, dead_at = _forget(retention.forget_floor(watermark), watermark, cold, deleted,
+        floor = retention.forget_floor(watermark)
+        cold, deleted, followers, dead_at = _forget(floor, watermark, cold, deleted,
                                                     followers, dead_at, edges_loaded=state.edges_loaded)
+        if state.edges_loaded and hides_dead_at:
+            hides_after, hides_dead_at = _forget_hides(floor, watermark, hides_after, hides_dead_at)
     unchanged = (retained is state.tweets and followers is state.followers and profiles is state.profiles
                  and deleted is state.deleted and cold is state.cold and clock == state.clock
-                 and pull_after == pull_before and watermark == state.watermark and dead_at is state.dead_at)
+                 and pull_after == pull_before and watermark == state.watermark and dead_at is state.dead_at
+                 and hides_after is state.hides and hides_dead_at is state.hides_dead_at)
     new_state = state if unchanged else AuthorState(
-        key, clock, followers, active_after, retained, cold, deleted, profiles, pull_after, watermark, dead_at)
+        key, clock, followers, active_after, retained, cold, deleted, profiles, pull_after, watermark, dead_at,
+        hides_after, hides_dead_at)
     return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows),
-                      tuple(author_timeline), tuple(pull_follows), late)
+                      tuple(author_timeline), tuple(pull_follows), late, tuple(block_rows))
+
+
+def _new_key(changes: Sequence[Event]) -> str:
+    """The one key every change belongs to (``ValueError`` if that is not exactly one)."""
+    keys = set(join_keys(changes[0]))
+    for ev in changes[1:]:
+        if len(keys) < 2:
+            break
+        keys.intersection_update(join_keys(ev))
+    if len(keys) != 1:
+        raise ValueError(f"step: the changes of a new key name {sorted(keys)!r}, not one key: pass key=")
+    return keys.pop()
 
 
 def _forget(floor: int, watermark: int, cold: Mapping[str, ColdTweet], deleted: Mapping[str, int],
@@ -335,6 +385,22 @@ def _forget(floor: int, watermark: int, cold: Mapping[str, ColdTweet], deleted: 
     return cold, deleted, followers, dead_at
 
 
+def _forget_hides(floor: int, watermark: int, hides: Mapping[str, HideEdges], dead_at: Mapping[str, int]
+                  ) -> tuple[Mapping[str, HideEdges], Mapping[str, int]]:
+    """Drop the readers none of whose block and mute edges has hidden anything since ``floor``
+    (as :func:`_forget` drops dead follow edges)."""
+    if not _expired(dead_at, floor, lambda s: s):
+        return hides, dead_at
+    gone = [r for r, s in dead_at.items() if NO_WATERMARK < s < floor]
+    dead_at = _restamped({r: s for r, s in dead_at.items() if not NO_WATERMARK < s < floor},
+                         lambda s: s, lambda s: watermark)
+    if gone:
+        hides = dict(hides)
+        for r in gone:
+            del hides[r]
+    return hides, dead_at
+
+
 def _expired(entries: Mapping, floor: int, since: Callable[[Any], int]) -> bool:
     """Whether the oldest entry is due: expired, or of unknown age (then it gets a stamp)."""
     first = since(next(iter(entries.values())))
@@ -350,11 +416,16 @@ def _restamped(entries: dict, since: Callable[[Any], int], stamp: Callable[[Any]
 
 
 def _fold(key: str, changes: Sequence[Event]) -> _Batch:
-    """Each entity's highest-ranked change in the batch; every change must belong to ``key``."""
+    """Each entity's highest-ranked change in the batch; every change must belong to ``key``.
+
+    A block or mute becomes a hide edge (reader, kind) of this author: a mute of this author by
+    the reader, a block of this author by the reader, or this author's block of the reader.
+    """
     ups: dict[str, TweetContent] = {}
     dels: set[str] = set()
     edges: dict[str, Edge] = {}
     profs: dict[int, Profile] = {}
+    hides: dict[tuple[str, int], Edge] = {}
     for ev in changes:
         cls = type(ev)
         if cls is TweetUpsert:
@@ -384,9 +455,26 @@ def _fold(key: str, changes: Sequence[Event]) -> _Batch:
             prev_p = profs.get(ev.version)
             if prev_p is None or profile_rank(p) > profile_rank(prev_p):
                 profs[ev.version] = p
+        elif cls is BlockChange or cls is MuteChange:
+            if cls is MuteChange:
+                if ev.muted_id != key:
+                    _foreign(ev, key)
+                reader, kind = ev.muter_id, MUTES
+            elif ev.blocker_id == key:
+                reader, kind = ev.blocked_id, BLOCKED_BY_AUTHOR
+            elif ev.blocked_id == key:
+                reader, kind = ev.blocker_id, BLOCKS_AUTHOR
+            else:
+                _foreign(ev, key)
+            if reader == key:
+                raise ValueError(f"step: self-block or self-mute reached the engine: {ev!r}")
+            h = (ev.version, ev.op == "block" or ev.op == "mute")
+            prev_h = hides.get((reader, kind))
+            if prev_h is None or hide_rank(*h) > hide_rank(*prev_h):
+                hides[(reader, kind)] = h
         else:
             raise TypeError(f"step: not an event: {ev!r}")
-    return ups, dels, edges, profs
+    return ups, dels, edges, profs, hides
 
 
 def _apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes: set[str],
@@ -471,6 +559,81 @@ def _apply_edges(state: AuthorState, edges: dict[str, Edge], since: int) -> _Edg
     return after, active_before, active_after, stayed, added, dropped, dead_at
 
 
+def _apply_hides(state: AuthorState, changes: dict[tuple[str, int], Edge], since: int) -> _HidesDiff:
+    """Apply the batch's winning block and mute edge changes. Readers whose edges all stop hiding
+    are stamped with ``since`` in ``hides_dead_at``; the author's own blocks changing side become
+    block rows."""
+    before = state.hides
+    after: dict[str, HideEdges] | None = None
+    dead_at = state.hides_dead_at
+    changed: set[str] = set()
+    blocks: list[BlockDelta] = []
+    for (reader, kind), h in sorted(changes.items()):
+        current = (after if after is not None else before).get(reader, NO_HIDES)
+        old = current[kind]
+        if old is not None and hide_rank(*h) <= hide_rank(*old):
+            continue
+        if after is None:
+            after, dead_at = dict(before), dict(dead_at)
+        edges = list(current)
+        edges[kind] = h
+        after[reader] = new = (edges[0], edges[1], edges[2])
+        changed.add(reader)
+        dead_at.pop(reader, None)  # type: ignore[attr-defined]
+        if not hides_reader(new):
+            dead_at[reader] = since  # type: ignore[index]
+        if kind == BLOCKED_BY_AUTHOR and (old is not None and old[1]) != h[1]:
+            blocks.append(_tuple_new(BlockDelta, ("insert" if h[1] else "delete", state.key, reader)))
+    if after is None:
+        return before, dead_at, _NO_READERS, _NONE
+    return after, dead_at, changed, blocks
+
+
+def _sees(reader: str, followers: Mapping[str, Edge], hides: Mapping[str, HideEdges]) -> bool:
+    """Whether ``reader`` follows the author and nothing hides the author's tweets from them."""
+    e = followers.get(reader)
+    if e is None or not e[1]:
+        return False
+    h = hides.get(reader)
+    return h is None or not hides_reader(h)
+
+
+def _visible_diff(state: AuthorState, edges: _EdgesDiff, hides: _HidesDiff, *, holders: bool) -> _Audience:
+    """The followers who see the author's tweets before and after the batch (active and not
+    hidden), who stayed, came or left: the follow diff, less the hidden pairs (ΔH meets ΔF here,
+    once, since both are diffs of final against initial state).
+
+    Without ``holders`` (a pull author before and after: only who came or left matters) the
+    before/after/stayed tuples are left empty, so a block at a key with many followers costs
+    the changed readers, not a pass over every follower.
+    """
+    followers_after, active_before, active_after, stayed, added, dropped, _ = edges
+    hides_after, _, changed_readers, _ = hides
+    if not state.edges_loaded:  # edges not needed (needs_edges): no follow or hide changed, no fan-out
+        return active_before, active_after, stayed, added, dropped
+    hides_before = state.hides
+    if not hides_before and not hides_after:  # nothing hidden, before or after: the follow diff as it is
+        return active_before, active_after, stayed, added, dropped
+    followers_before = state.followers
+    candidates = {*added, *dropped, *changed_readers}
+    came = sorted(r for r in candidates
+                  if not _sees(r, followers_before, hides_before) and _sees(r, followers_after, hides_after))
+    left = sorted(r for r in candidates
+                  if _sees(r, followers_before, hides_before) and not _sees(r, followers_after, hides_after))
+    if not holders:
+        return _NONE, _NONE, _NONE, came, left
+    seen_before = visible_of(active_before, hides_before, followers_before)
+    if not candidates:
+        return seen_before, seen_before, seen_before, _NONE, _NONE
+    seen_after = visible_of(active_after, hides_after, followers_after)
+    if left:
+        gone = set(left)
+        stayed_seen = tuple(r for r in seen_before if r not in gone)
+    else:
+        stayed_seen = seen_before
+    return seen_before, seen_after, stayed_seen, came, left
+
+
 def _apply_profiles(state: AuthorState, profs: dict[int, Profile]) -> tuple[Mapping[int, Profile], list[ProfileRow]]:
     """One row per (user, version); a different payload at the same version wins by rank."""
     before = state.profiles
@@ -488,14 +651,14 @@ def _apply_profiles(state: AuthorState, profs: dict[int, Profile]) -> tuple[Mapp
     return after, rows
 
 
-def _inbox_audience(edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> _Audience:
+def _inbox_audience(visible: _Audience, pull_before: bool, pull_after: bool) -> _Audience:
     """Whose inboxes hold the author's tweets before and after the batch.
 
-    A push author's are its active followers, a pull author's nobody's; so becoming pull retracts
-    every retained tweet from every inbox, and falling back pushes them all again (a real
-    transition, computed by the same diff as a follow or an unfollow).
+    A push author's are the followers who see it (``visible``), a pull author's nobody's; so
+    becoming pull retracts every retained tweet from every inbox, and falling back pushes them all
+    again (a real transition, computed by the same diff as a follow or an unfollow).
     """
-    _, active_before, active_after, stayed, added, dropped, _ = edges
+    active_before, active_after, stayed, added, dropped = visible
     if not pull_before and not pull_after:
         return active_before, active_after, stayed, added, dropped
     if pull_before and pull_after:
@@ -505,10 +668,10 @@ def _inbox_audience(edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> _
     return (), active_after, (), active_after, ()  # pull -> push
 
 
-def _pull_follow_deltas(key: str, edges: _EdgesDiff, pull_before: bool, pull_after: bool) -> list[PullFollowDelta]:
-    """Changes of the set of followers who merge this author in at read time (its active
-    followers while it is a pull author, nobody otherwise)."""
-    _, active_before, active_after, _, added, dropped, _ = edges
+def _pull_follow_deltas(key: str, visible: _Audience, pull_before: bool, pull_after: bool) -> list[PullFollowDelta]:
+    """Changes of the set of followers who merge this author in at read time (while it is a pull
+    author, the followers who see it; nobody otherwise): so reads never merge a hidden pair."""
+    active_before, active_after, _, added, dropped = visible
     if pull_before and pull_after:
         inserts, deletes = added, dropped
     elif pull_after:

@@ -2,10 +2,12 @@
 
 Deliberately naive and independent of :mod:`feed_service.core.join` (it shares only the
 version-ordering rules of :mod:`feed_service.core.events`): fold every event into the final
-``tweets``, ``follows`` and ``profiles`` tables, then run::
+``tweets``, ``follows``, ``blocks``, ``mutes`` and ``profiles`` tables, then run::
 
     SELECT f.follower_id, t.* FROM tweets t JOIN follows f ON f.followee_id = t.author_id
     WHERE t is live AND f is active
+      AND NOT EXISTS (a block in force of (f.follower_id, t.author_id) or (t.author_id, f.follower_id))
+      AND NOT EXISTS (a mute in force of (f.follower_id, t.author_id))
     ORDER BY created_at DESC, tweet_id DESC, author_id DESC  -- per follower, first inbox_cap rows
 
 Unit tests compare the engine with it; integration tests of the Spark/Cassandra pipeline can too.
@@ -17,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from feed_service.core.events import (
+    BlockChange,
     Event,
     FollowChange,
     InvalidEvent,
+    MuteChange,
     Profile,
     ProfileVersion,
     RawEvent,
@@ -29,6 +33,7 @@ from feed_service.core.events import (
     content_beats,
     content_of,
     edge_rank,
+    hide_rank,
     parse_event,
     profile_of,
     profile_rank,
@@ -47,11 +52,24 @@ class FinalTables:
     follows: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
     """(follower_id, followee_id) -> (version, active) of the winning change."""
     profiles: dict[tuple[str, int], Profile] = field(default_factory=dict)
+    blocks: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
+    """(blocker_id, blocked_id) -> (version, in force) of the winning change."""
+    mutes: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
+    """(muter_id, muted_id) -> (version, in force) of the winning change."""
+
+    def hidden(self) -> set[tuple[str, str]]:
+        """(reader, author) pairs whose tweets the reader must not see: the reader mutes or blocks
+        the author, or the author blocks the reader."""
+        pairs = {pair for pair, (_, on) in self.mutes.items() if on}
+        for (blocker, blocked), (_, on) in self.blocks.items():
+            if on:
+                pairs.update(((blocker, blocked), (blocked, blocker)))
+        return pairs
 
 
 def _events(events: Iterable[Event | RawEvent]) -> Iterable[Event]:
     for raw in events:
-        if isinstance(raw, (TweetUpsert, TweetDelete, FollowChange, ProfileVersion)):
+        if isinstance(raw, (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange)):
             yield raw
             continue
         try:
@@ -77,6 +95,12 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
             e = (ev.version, ev.active)
             if k not in tables.follows or edge_rank(*e) > edge_rank(*tables.follows[k]):
                 tables.follows[k] = e
+        elif isinstance(ev, (BlockChange, MuteChange)):
+            table, k = ((tables.blocks, (ev.blocker_id, ev.blocked_id)) if isinstance(ev, BlockChange)
+                        else (tables.mutes, (ev.muter_id, ev.muted_id)))
+            e = (ev.version, ev.hiding)
+            if k not in table or hide_rank(*e) > hide_rank(*table[k]):
+                table[k] = e
         else:
             pk = (ev.user_id, ev.version)
             p = profile_of(ev)
@@ -92,8 +116,9 @@ def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_IN
     for (author, tid), c in tables.tweets.items():
         by_author.setdefault(author, []).append(Entry(tid, author, c[1], c[0], c[2], c[3]))
     out: dict[str, list[Entry]] = {}
+    hidden = tables.hidden()
     for (follower, followee), (_, active) in tables.follows.items():
-        if active and followee in by_author:
+        if active and followee in by_author and (follower, followee) not in hidden:
             out.setdefault(follower, []).extend(by_author[followee])
     for follower, entries in out.items():
         entries.sort(key=sort_key, reverse=True)
@@ -133,7 +158,8 @@ def reference_timelines(
 
 def has_removals(events: Iterable[Event | RawEvent]) -> bool:
     """Whether the history can take a row out of a timeline other than by pushing it down: a tweet
-    delete, an unfollow, or an edit that moves a tweet's ``created_at`` (any version counts).
+    delete, an unfollow, a block or mute, or an edit that moves a tweet's ``created_at`` (any
+    version counts).
 
     >>> has_removals(['{"type":"follow","op":"follow","follower_id":"ann","followee_id":"bob","version":1}'])
     False
@@ -143,6 +169,8 @@ def has_removals(events: Iterable[Event | RawEvent]) -> bool:
     created: dict[tuple[str, str], int] = {}
     for ev in _events(events):
         if isinstance(ev, TweetDelete) or (isinstance(ev, FollowChange) and not ev.active):
+            return True
+        if isinstance(ev, (BlockChange, MuteChange)) and ev.hiding:
             return True
         if isinstance(ev, TweetUpsert):
             if created.setdefault((ev.author_id, ev.tweet_id), ev.created_at) != ev.created_at:

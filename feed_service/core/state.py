@@ -33,12 +33,27 @@ from feed_service.core.retention import NO_WATERMARK
 Edge: TypeAlias = tuple[int, bool]
 """(version, active) of the highest-ranked change of one follow edge."""
 
+HideEdges: TypeAlias = tuple["Edge | None", "Edge | None", "Edge | None"]
+"""One reader's block and mute edges with this author, each (version, hiding) or None if never seen,
+at :data:`MUTES`, :data:`BLOCKS_AUTHOR` and :data:`BLOCKED_BY_AUTHOR`. The reader is hidden from the
+author's tweets while any of them hides (docs/blocks-and-mutes.md)."""
+
+MUTES = 0
+"""Index in :data:`HideEdges` of the reader's mute of the author."""
+BLOCKS_AUTHOR = 1
+"""Index in :data:`HideEdges` of the reader's block of the author."""
+BLOCKED_BY_AUTHOR = 2
+"""Index in :data:`HideEdges` of the author's block of the reader."""
+NO_HIDES: HideEdges = (None, None, None)
+
 ColdTweet: TypeAlias = tuple[int, int, int]
 """(version, payload digest, since) of a live tweet that is not among the author's newest ``inbox_cap``;
 ``since`` is the key's watermark when it went cold (docs/retention.md)."""
 
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 """First byte of every encoded state or part; bump it when a tuple layout changes."""
+_HORIZON_FORMAT = 3
+"""The layout before blocks and mutes: edges parts without hide edges."""
 _TWO_PART_FORMAT = 2
 """The two-part layout before the history horizon: no watermark, no times on history entries."""
 _LEGACY_FORMAT = 1
@@ -46,7 +61,7 @@ _LEGACY_FORMAT = 1
 
 
 class EdgesNotLoaded(RuntimeError):
-    """The engine needed a key's follow edges, but the state was decoded without them (a caller bug:
+    """The engine needed a key's follow edges (or the block and mute edges stored with them), but the state was decoded without them (a caller bug:
     :func:`feed_service.core.join.needs_edges` said they were not needed)."""
 
 
@@ -85,6 +100,8 @@ class UnloadedActive:
 
 
 _UNLOADED_FOLLOWERS = _UnloadedFollowers()
+_UNLOADED_HIDES = _UnloadedFollowers()
+"""Stands in for ``hides`` and ``hides_dead_at``, which are stored with the follow edges."""
 
 _EMPTY_MAP: Mapping = MappingProxyType({})
 
@@ -112,6 +129,9 @@ class AuthorState:
     - ``watermark``: the newest event time (Kafka timestamp, ms) the key has seen, or
       ``NO_WATERMARK``; history entries (``cold``, ``deleted``, ``dead_at``) are stamped with it.
     - ``dead_at``: follower -> since, for the inactive edges of ``followers`` (stored with them).
+    - ``hides``: reader -> :data:`HideEdges`, the block and mute edges between a user and this
+      author (stored with the follow edges); ``hides_dead_at``: reader -> since, for the readers
+      none of whose edges hides any more, forgotten past the horizon like dead follow edges.
 
     ``cold`` and ``deleted`` are dicts in ``since`` order (the watermark never goes down), so the
     horizon forgets from their front, in time proportional to what it forgets.
@@ -128,6 +148,8 @@ class AuthorState:
     pull: bool = False
     watermark: int = NO_WATERMARK
     dead_at: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
+    hides: Mapping[str, HideEdges] = field(default_factory=lambda: _EMPTY_MAP)
+    hides_dead_at: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
@@ -159,7 +181,32 @@ def _fields(state: AuthorState) -> tuple:
         state.pull,
         state.watermark,
         dict(state.dead_at) if state.edges_loaded else None,
+        dict(state.hides) if state.edges_loaded else None,
+        dict(state.hides_dead_at) if state.edges_loaded else None,
     )
+
+
+def hides_reader(edges: HideEdges) -> bool:
+    """Whether any of one reader's block and mute edges with an author is in force."""
+    return any(e is not None and e[1] for e in edges)
+
+
+def visible_followers(state: AuthorState) -> tuple[str, ...]:
+    """The active followers the author's tweets are not hidden from, sorted: the audience of a push
+    author's inbox writes (``state.active`` itself when nothing hides, the usual case)."""
+    return visible_of(state.active, state.hides, state.followers)
+
+
+def visible_of(active: tuple[str, ...], hides: Mapping[str, HideEdges], followers: Mapping[str, Edge]
+               ) -> tuple[str, ...]:
+    """``active`` without the readers ``hides`` hides; costs O(len(hides)) unless one of them is an
+    active follower."""
+    if not hides:
+        return active
+    hidden = {r for r, h in hides.items() if hides_reader(h) and (e := followers.get(r)) is not None and e[1]}
+    if not hidden:
+        return active
+    return tuple(f for f in active if f not in hidden)
 
 
 def _since_map(entries: Mapping[str, int] | AbstractSet[str]) -> dict[str, int]:
@@ -172,6 +219,9 @@ def _since_map(entries: Mapping[str, int] | AbstractSet[str]) -> dict[str, int]:
 def _plain(mapping: Mapping) -> dict:
     return mapping if type(mapping) is dict else dict(mapping)
 
+
+_PART_FORMATS = (STATE_FORMAT, _HORIZON_FORMAT, _TWO_PART_FORMAT)
+"""The layouts of parts (and whole states) :func:`decode_parts` reads; older ones are upgraded."""
 
 INLINE_EDGES_LIMIT = 1024
 """Follow edges up to which a key's edges live inside its core part: one state read and write per
@@ -186,7 +236,8 @@ def _core_payload(state: AuthorState, edges: tuple | None = None) -> tuple:
 def _edges_payload(state: AuthorState) -> tuple:
     if not state.edges_loaded:
         raise EdgesNotLoaded(f"cannot encode the edges of {state.key!r}: they were never decoded")
-    return (_plain(state.followers), state.active, _plain(state.dead_at))
+    return (_plain(state.followers), state.active, _plain(state.dead_at), _plain(state.hides),
+            _plain(state.hides_dead_at))
 
 
 def encode_state(state: AuthorState) -> bytes:
@@ -206,7 +257,7 @@ def decode_state(blob: bytes) -> AuthorState:
     if fmt == _LEGACY_FORMAT:
         key, clock, followers, active, tweets, cold, deleted, profiles = pickle.loads(memoryview(blob)[1:])
         return _upgraded(AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, False))
-    if fmt not in (STATE_FORMAT, _TWO_PART_FORMAT):
+    if fmt not in _PART_FORMATS:
         raise ValueError(f"decode_state: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
     core, edges = pickle.loads(memoryview(blob)[1:])
     return _assemble(core, edges)
@@ -254,7 +305,7 @@ def decode_parts(core_blob: bytes, edges_blob: bytes | None) -> AuthorState:
     (False, 1, 3)
     """
     for blob in (core_blob, edges_blob):
-        if blob is not None and (not blob or blob[0] not in (STATE_FORMAT, _TWO_PART_FORMAT)):
+        if blob is not None and (not blob or blob[0] not in _PART_FORMATS):
             raise ValueError(f"decode_parts: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
     core = pickle.loads(memoryview(core_blob)[1:])
     edges = pickle.loads(memoryview(edges_blob)[1:]) if edges_blob is not None else None
@@ -272,11 +323,16 @@ def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
         upgrade = False
     if edges is None:
         edges = inline
+    hides, hides_dead_at = _EMPTY_MAP, _EMPTY_MAP
     if edges is None:
         followers, active, dead_at = _UNLOADED_FOLLOWERS, UnloadedActive(active_count), _EMPTY_MAP
+        hides = hides_dead_at = _UNLOADED_HIDES
     elif len(edges) == 2:  # before the horizon
         (followers, active), dead_at = edges, {f: NO_WATERMARK for f, e in edges[0].items() if not e[1]}
-    else:
+    elif len(edges) == 3:  # before blocks and mutes
         followers, active, dead_at = edges
-    state = AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull, watermark, dead_at)
+    else:
+        followers, active, dead_at, hides, hides_dead_at = edges
+    state = AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull, watermark, dead_at,
+                        hides, hides_dead_at)
     return _upgraded(state) if upgrade else state

@@ -42,7 +42,7 @@ class StoredStep:
 def _parts(state: AuthorState, *, had_separate_edges: bool, edges_changed: bool) -> tuple[bytes, bytes | None, bool]:
     if not state.edges_loaded:  # edges neither read nor changed: they stay where they are
         return encode_core(state), None, False
-    if len(state.followers) <= INLINE_EDGES_LIMIT:
+    if len(state.followers) + len(state.hides) <= INLINE_EDGES_LIMIT:
         return encode_core(state, with_edges=True), None, had_separate_edges
     edges = encode_edges(state) if edges_changed or not had_separate_edges else None
     return encode_core(state), edges, False
@@ -58,9 +58,11 @@ def step_stored(
     clock_start: int = 0,
     times: Sequence[int] | None = None,
     retention: Retention = Retention(None),
+    key: str | None = None,
 ) -> StoredStep:
     """Step ``changes`` (with their event ``times``, under ``retention``: see :func:`step`) against
-    the stored parts of one key; ``load_edges`` is called at most once."""
+    the stored parts of one key (``key``: needed for a new key whose changes are all blocks between
+    the same two users); ``load_edges`` is called at most once."""
     previous: AuthorState | None = None
     had_separate_edges = False
     if core_blob is not None and is_whole_state(core_blob):
@@ -75,10 +77,11 @@ def step_stored(
                                  "but there is no edges part")
             previous = decode_parts(core_blob, edges_blob)
     result = step(previous, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start,
-                  times=times, retention=retention)
+                  times=times, retention=retention, key=key)
     if result.state is previous and not (core_blob is not None and is_whole_state(core_blob)):
         return StoredStep(result, None, None)
-    edges_changed = previous is None or result.state.followers is not previous.followers
+    edges_changed = (previous is None or result.state.followers is not previous.followers
+                     or result.state.hides is not previous.hides)
     core, edges, clear = _parts(result.state, had_separate_edges=had_separate_edges, edges_changed=edges_changed)
     return StoredStep(result, core, edges, clear)
 

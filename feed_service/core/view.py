@@ -3,8 +3,8 @@
 :class:`TimelineView` is the reference sink: it applies :class:`~feed_service.core.join.StepResult`
 outputs the way the Cassandra sink will (rows keyed by timeline and tweet, dimensions by versioned
 key) and hydrates display names at read time. :class:`Materializer` is the thin driver of the engine:
-parse, group by :func:`~feed_service.core.events.join_key`, one :func:`~feed_service.core.join.step`
-per key, apply. The CLI and the tests use both; the Spark job replaces the driver, not the step.
+parse, group by :func:`~feed_service.core.events.join_keys` (a block goes to both of its users),
+one :func:`~feed_service.core.join.step` per key, apply. The CLI and the tests use both; the Spark job replaces the driver, not the step.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ from typing import Any, Iterable, Sequence
 
 from feed_service.errors import ViewContractError
 from feed_service.core.events import (
+    BlockChange,
     Event,
     FollowChange,
     InvalidEvent,
+    MuteChange,
     ProfileVersion,
     RawEvent,
     TweetDelete,
     TweetUpsert,
-    join_key,
+    join_keys,
     parse_event,
 )
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
@@ -36,7 +38,7 @@ RowKey = tuple[int, str, str]
 be; an edit that moves created_at is therefore a delete and an insert, never an update."""
 
 
-_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion)
+_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange)
 
 
 sort_key = timeline_order
@@ -86,6 +88,8 @@ class TimelineView:
         self.author_timelines: dict[str, dict[RowKey, Entry]] = {}
         self.pull_follows: dict[str, set[str]] = {}
         """follower -> the pull authors it follows (merged in at read time)."""
+        self.blocks: set[tuple[str, str]] = set()
+        """(blocker, blocked) of every block in force (the ``blocks`` table)."""
 
     def _fail(self, message: str) -> None:
         if self.strict:
@@ -145,6 +149,10 @@ class TimelineView:
                 (authors.discard if op == "delete" else authors.add)(author_id)
                 if not authors:
                     del self.pull_follows[uid]
+        for op, blocker, blocked in result.blocks:
+            if ((blocker, blocked) in self.blocks) != (op == "delete"):
+                self._fail(f"block {op} of {'missing' if op == 'delete' else 'present'} row {blocker!r} -> {blocked!r}")
+            (self.blocks.discard if op == "delete" else self.blocks.add)((blocker, blocked))
         for change in result.tweets:
             self.tweets[(change.author_id, change.tweet_id)] = change.entry
         for prow in result.profiles:
@@ -281,19 +289,23 @@ class Materializer:
                 except InvalidEvent as exc:
                     report.rejections.append(Rejection(first_position + i, exc.code, exc.reason))
                     continue
-            key = join_key(event)
-            groups.setdefault(key, []).append(event)
-            positions.setdefault(key, []).append(i)
+            for key in join_keys(event):
+                groups.setdefault(key, []).append(event)
+                positions.setdefault(key, []).append(i)
             report.accepted += 1
+        late: set[int] = set()
         for key in sorted(groups):
             key_times = None if times is None else [times[i] for i in positions[key]]
             result = self.step_key(key, groups[key], times=key_times)
             report.timeline_deltas += result.delta_count
             for j in result.late:
                 i = positions[key][j]
+                if i in late:  # a block late at both of its keys: one rejection
+                    continue
+                late.add(i)
                 report.rejections.append(Rejection(first_position + i, BEYOND_HORIZON, beyond_horizon_reason(
                     key_times[j], result.state.watermark, self.retention)))  # type: ignore[index]
-            report.accepted -= len(result.late)
+        report.accepted -= len(late)
         report.rejections.sort(key=lambda r: r.position)
         report.keys = len(groups)
         self.accepted += report.accepted
@@ -306,7 +318,7 @@ class Materializer:
             core, edges = self.stored.get(key, (None, None))
             done = step_stored(core, lambda: edges, changes, inbox_cap=self.inbox_cap,
                                pull_threshold=self.pull_threshold, clock_start=self.clock_start,
-                               times=times, retention=self.retention)
+                               times=times, retention=self.retention, key=key)
             result = done.result
             if done.core is not None:
                 edges = None if done.clear_edges else (done.edges if done.edges is not None else edges)
@@ -314,7 +326,7 @@ class Materializer:
         else:
             result = step(self.states.get(key), changes, inbox_cap=self.inbox_cap,
                           pull_threshold=self.pull_threshold, clock_start=self.clock_start,
-                          times=times, retention=self.retention)
+                          times=times, retention=self.retention, key=key)
             self.states[key] = result.state
         self.view.apply(result)
         return result

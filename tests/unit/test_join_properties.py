@@ -1,7 +1,8 @@
 """Property tests: the incremental engine against the batch reference, over random histories.
 
-Histories mix tweets, edits, deletes, follows, unfollows and profile versions over a few users so
-that collisions (same tweet, same edge, same version, tied created_at) are frequent; they are
+Histories mix tweets, edits, deletes, follows, unfollows, blocks, mutes, their reversals and profile
+versions over a few users so that collisions (same tweet, same edge, same version, tied created_at,
+a block and a follow of the same pair in one batch) are frequent; they are
 shuffled, padded with duplicates and garbage lines, and cut into random micro-batches. Small pull
 thresholds make authors cross between push and pull fan-out any number of times.
 """
@@ -17,14 +18,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feed_service.core.events import (
+    BlockChange,
     Event,
     FollowChange,
     InvalidEvent,
+    MuteChange,
     ProfileVersion,
     TweetDelete,
     TweetUpsert,
     event_to_json,
-    join_key,
+    join_keys,
     parse_event,
 )
 from feed_service.core.join import Entry, step
@@ -45,6 +48,9 @@ GARBAGE = [
     '{"type": "tweet", "op": "delete", "tweet_id": "t0", "author_id": "u0", "version": -1}',
     '{"type": "follow", "op": "follow", "follower_id": "u1", "followee_id": "u1", "version": 0}',
     '{"type": "follow", "op": "block", "follower_id": "u1", "followee_id": "u2", "version": 0}',
+    '{"type": "block", "op": "block", "blocker_id": "u1", "blocked_id": "u1", "version": 0}',
+    '{"type": "mute", "op": "unmute", "muter_id": "u2", "muted_id": "u2", "version": 1}',
+    '{"type": "mute", "op": "block", "muter_id": "u2", "muted_id": "u1", "version": 1}',
     '{"type": "poll", "user_id": "u0"}',
     '{"type": "profile", "user_id": "", "version": 0, "display_name": "A"}',
     '{"type": "tweet", "op": "upsert", "tweet_id": "t0", "author_id": "u0", "version": 1.0, '
@@ -56,8 +62,11 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 
 def random_event(rnd: random.Random, *, fixed_created_at: bool, deletes: bool) -> Event:
-    """One event over a small id space, so that entities, versions and created_at collide often."""
-    kinds = ["upsert", "upsert", "upsert", "follow", "follow", "follow", "profile"] + (["delete"] if deletes else [])
+    """One event over a small id space, so that entities, versions and created_at collide often.
+
+    Without ``deletes`` nothing hides either (a block or mute removes rows as a delete does)."""
+    kinds = ["upsert", "upsert", "upsert", "follow", "follow", "follow", "profile"]
+    kinds += ["delete", "block", "mute"] if deletes else []
     kind = rnd.choice(kinds)
     version = rnd.randint(0, 2)
     if kind == "upsert":
@@ -71,6 +80,12 @@ def random_event(rnd: random.Random, *, fixed_created_at: bool, deletes: bool) -
     if kind == "follow":
         follower, followee = rnd.sample(USERS, 2)
         return FollowChange(follower, followee, version, rnd.choice(["follow", "follow", "unfollow"]))
+    if kind == "block":
+        blocker, blocked = rnd.sample(USERS, 2)
+        return BlockChange(blocker, blocked, version, rnd.choice(["block", "unblock"]))
+    if kind == "mute":
+        muter, muted = rnd.sample(USERS, 2)
+        return MuteChange(muter, muted, version, rnd.choice(["mute", "unmute"]))
     return ProfileVersion(rnd.choice(USERS), rnd.randint(0, 2), rnd.choice(["A", "B"]), rnd.choice([None, "http://a"]))
 
 
@@ -123,6 +138,7 @@ def check_dimensions(engine: Materializer, run: Run) -> None:
     assert engine.view.tweets == expected_tweet_rows(run)
     tables = reference_tables(run.history)
     assert {k: (r.display_name, r.avatar_url, r.bio) for k, r in engine.view.profiles.items()} == tables.profiles
+    assert engine.view.blocks == {pair for pair, (_, on) in tables.blocks.items() if on}
 
 
 def check_state_invariants(engine: Materializer) -> None:
@@ -180,10 +196,10 @@ def test_replaying_everything_emits_nothing(run: Run, inbox_cap: int, pull_thres
     engine = materialize(run, inbox_cap=inbox_cap, encode_states=False, pull_threshold=pull_threshold)
     for key in list(engine.states):
         before = engine.state(key)
-        changes = [e for e in run.history if join_key(e) == key]
+        changes = [e for e in run.history if key in join_keys(e)]
         result = step(before, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
         assert (result.deltas, result.tweets, result.profiles, result.author_timeline,
-                result.pull_follows) == ((), (), (), (), ())
+                result.pull_follows, result.blocks) == ((), (), (), (), (), ())
         assert result.ts == before.clock
         assert result.state == before
 
@@ -198,14 +214,14 @@ def test_one_batch_does_not_depend_on_order(run: Run, split: random.Random, inbo
     before = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold)
     before.process_batch(run.history[:cut])
     batch = run.history[cut:]
-    for key in sorted({join_key(e) for e in batch}):
-        changes = [e for e in batch if join_key(e) == key]
+    for key in sorted({k for e in batch for k in join_keys(e)}):
+        changes = [e for e in batch if key in join_keys(e)]
         shuffled = changes[:]
         split.shuffle(shuffled)
-        a = step(before.state(key), changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
-        b = step(before.state(key), shuffled, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
-        assert (a.deltas, a.tweets, a.profiles, a.author_timeline, a.pull_follows, a.ts) == (
-            b.deltas, b.tweets, b.profiles, b.author_timeline, b.pull_follows, b.ts)
+        a = step(before.state(key), changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, key=key)
+        b = step(before.state(key), shuffled, inbox_cap=inbox_cap, pull_threshold=pull_threshold, key=key)
+        assert (a.deltas, a.tweets, a.profiles, a.author_timeline, a.pull_follows, a.blocks, a.ts) == (
+            b.deltas, b.tweets, b.profiles, b.author_timeline, b.pull_follows, b.blocks, b.ts)
         assert a.state == b.state
 
 
@@ -221,10 +237,11 @@ def test_clock_ticks_once_per_emitting_step_and_codec_round_trips(run: Run, inbo
                 ev = parse_event(line)
             except InvalidEvent:
                 continue
-            groups.setdefault(join_key(ev), []).append(ev)
+            for key in join_keys(ev):
+                groups.setdefault(key, []).append(ev)
         for key, changes in groups.items():
             prev = states.get(key)
-            result = step(prev, changes, inbox_cap=inbox_cap, clock_start=clock_start)
+            result = step(prev, changes, inbox_cap=inbox_cap, clock_start=clock_start, key=key)
             prev_clock = clock_start if prev is None else prev.clock
             assert result.ts == prev_clock + (1 if result.emitted else 0)
             assert result.state.clock == result.ts

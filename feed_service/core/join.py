@@ -1,21 +1,29 @@
-"""Join operator: incremental maintenance of ``tweets ⋈ follows`` for one author key per call.
+"""Join operator: incremental maintenance of ``tweets ⋈ follows ▷ hidden`` for one author key per call.
 
-Over one micro-batch the view changes by the discrete product rule (docs/design.md)::
+The view is the join of tweets and follows less the hidden (reader, author) pairs, an antijoin:
+a reader does not see an author's tweets while the reader mutes or blocks the author or the author
+blocks the reader (docs/blocks-and-mutes.md). Over one micro-batch it changes by the discrete
+product rule (docs/design.md), with H the hidden pairs as one more input::
 
-    ΔV = ΔT⋈F + T⋈ΔF + ΔT⋈ΔF        (T, F = the key's tables before the batch)
+    ΔV = ΔT⋈(F▷H) + T⋈Δ(F▷H) + ΔT⋈Δ(F▷H)      (T, F, H = the key's tables before the batch)
 
-:func:`step` gets it without enumerating the three terms: it folds the batch into the key's final
+:func:`step` gets it without enumerating the terms: it folds the batch into the key's final
 state (per entity, the maximum under that entity's version rank, so the order of ``changes`` does
-not matter and duplicates are no-ops), then diffs only what the batch touched. Rows
-(follower, tweet) split by the follower's edge before/after the batch:
+not matter and duplicates are no-ops), then diffs only what the batch touched. Every pair an author
+key's rows depend on is in its state: its follow edges, and per reader the block and mute edges
+between that reader and this author (a block is routed to both of its users' keys, a mute to the
+muted user's key). Rows (follower, tweet) split by whether the follower *sees* the author (an
+active edge, nothing hiding) before/after the batch:
 
-- followers active before and after (``stay``): rows differ only for touched tweets (ΔT⋈F);
-- followers that became active (``added``): every retained tweet after the batch (T'⋈ΔF, which is
-  T⋈ΔF + ΔT⋈ΔF: a tweet and a follow in one batch meet exactly once);
-- followers that became inactive (``dropped``): every retained tweet before the batch.
+- followers who see it before and after (``stay``): rows differ only for touched tweets (ΔT⋈(F▷H));
+- followers who start seeing it (a follow, an unblock, an unmute): every retained tweet after the
+  batch (T'⋈Δ(F▷H), which is T⋈Δ(F▷H) + ΔT⋈Δ(F▷H): a tweet and a follow in one batch meet once);
+- followers who stop seeing it (an unfollow, a block, a mute): every retained tweet before the batch.
 
-Diffing final against initial state nets everything within the batch: an insert and a removal of
-the same row in one batch cancel.
+Δ(F▷H) is itself a diff of final against initial state, so a follow and a block of the same pair
+in one batch meet once too: the reader never saw the author, before or after, and nothing is
+emitted. Diffing final against initial state nets everything within the batch: an insert and a
+removal of the same row in one batch cancel.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ Only ``step`` is timed for the throughput figures; grouping is done up front. Ti
 seconds of this process (``time.process_time``), so a busy machine does not deflate them. Timeline deltas are
 counted exploded (sum of ``len(timeline_ids)``); the cost of exploding them in Python is reported
 separately, since in the real pipeline the JVM does it. The state codec is timed per key on its own.
+
+Blocks and mutes (docs/blocks-and-mutes.md): the stream is run twice side by side, as generated and
+with block and mute changes added so that they are ``--hide-share`` of all events (mostly mutes and
+blocks of followed authors, some undone later), every other event the same; then the per-key cost of
+a reader blocking an author with ``--inbox-cap`` retained tweets and of an author with
+``--blocking-author-followers`` followers blocking one reader.
 """
 
 from __future__ import annotations
@@ -29,7 +35,16 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert, join_key  # noqa: E402
+from feed_service.core.events import (  # noqa: E402
+    BlockChange,
+    Event,
+    FollowChange,
+    MuteChange,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    join_keys,
+)
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step  # noqa: E402
 from feed_service.core.state import AuthorState, decode_state, encode_state  # noqa: E402
 from feed_service.core.stored_step import step_stored, stored_parts  # noqa: E402
@@ -90,13 +105,66 @@ def generate(args: argparse.Namespace) -> tuple[list[Event], list[Event]]:
     return boot, stream
 
 
+def with_hides(stream: list[Event], boot: list[Event], share: float, seed: int) -> list[Event]:
+    """``stream`` with block and mute changes interleaved so that they are ``share`` of the result.
+
+    Most target an author the user follows (that is when hiding matters): 55 % mutes, 20 % blocks by
+    the reader, 10 % blocks of a follower by the author, 15 % undo an earlier one.
+    """
+    if share <= 0:
+        return stream
+    rnd = random.Random(seed + 1)
+    edges = [(e.follower_id, e.followee_id) for e in boot if isinstance(e, FollowChange)]
+    extra = round(len(stream) * share / (1 - share))
+    versions: dict[tuple[str, str, str], int] = {}
+    done: list[Event] = []
+    hides: list[Event] = []
+    for _ in range(extra):
+        r = rnd.random()
+        if r < 0.15 and done:
+            old = done.pop(rnd.randrange(len(done)))
+            if isinstance(old, MuteChange):
+                k = ("mute", old.muter_id, old.muted_id)
+                versions[k] += 1
+                hides.append(MuteChange(old.muter_id, old.muted_id, versions[k], "unmute"))
+            else:
+                k = ("block", old.blocker_id, old.blocked_id)
+                versions[k] += 1
+                hides.append(BlockChange(old.blocker_id, old.blocked_id, versions[k], "unblock"))
+            continue
+        reader, author = edges[rnd.randrange(len(edges))]
+        if r < 0.70:
+            k = ("mute", reader, author)
+            versions[k] = versions.get(k, 0) + 1
+            ev: Event = MuteChange(reader, author, versions[k], "mute")
+        else:
+            blocker, blocked = (reader, author) if r < 0.90 else (author, reader)
+            k = ("block", blocker, blocked)
+            versions[k] = versions.get(k, 0) + 1
+            ev = BlockChange(blocker, blocked, versions[k], "block")
+        hides.append(ev)
+        done.append(ev)
+    # Spread them evenly through the stream, in their own order (an undo after what it undoes).
+    out: list[Event] = []
+    every = (len(stream) + len(hides)) / max(len(hides), 1)
+    h = 0
+    for i, ev in enumerate(stream):
+        while h < len(hides) and (h + 1) * every <= len(out) + 1:
+            out.append(hides[h])
+            h += 1
+        out.append(ev)
+    out.extend(hides[h:])
+    return out
+
+
 def batches_by_key(events: list[Event], batch_size: int) -> list[dict[str, list[Event]]]:
     """Cut ``events`` into micro-batches, each grouped by join key (the shuffle of the Spark job)."""
     out = []
     for i in range(0, len(events), batch_size):
         groups: dict[str, list[Event]] = {}
         for e in events[i : i + batch_size]:
-            groups.setdefault(join_key(e), []).append(e)
+            for key in join_keys(e):  # a block goes to both of its users
+                groups.setdefault(key, []).append(e)
         out.append(groups)
     return out
 
@@ -109,7 +177,7 @@ def run_steps(states: dict[str, AuthorState], batches: list[dict[str, list[Event
     for groups in batches:
         t0 = time.process_time()
         for key, changes in groups.items():
-            result = step(states.get(key), changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold)
+            result = step(states.get(key), changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, key=key)
             states[key] = result.state
             for d in result.deltas:
                 deltas += len(d.timeline_ids)
@@ -117,7 +185,7 @@ def run_steps(states: dict[str, AuthorState], batches: list[dict[str, list[Event
             if keep is not None and len(keep) < 5000:
                 keep.append(result)
         elapsed += time.process_time() - t0
-        events += sum(len(c) for c in groups.values())
+        events += len({id(e) for c in groups.values() for e in c})  # a block counts once
         steps += len(groups)
     return elapsed, events, steps, records, deltas
 
@@ -207,6 +275,44 @@ def celebrity_figures(followers: int, tweets: int, inbox_cap: int) -> list[str]:
     return lines
 
 
+def block_cost_figures(inbox_cap: int, pull_threshold: int, author_followers: int, reps: int = 20) -> list[str]:
+    """The per-key work (stored state: decode what is needed, step, encode) and the rows left to
+    write of two single blocks: a reader blocking an author with ``inbox_cap`` retained tweets, and
+    an author with ``author_followers`` followers blocking one of them."""
+    lines = []
+    tweets = [TweetUpsert(f"old{i}", "star", 1, i, "x" * 80, 1) for i in range(inbox_cap)]
+
+    def measure(label: str, boot: list[Event], event: Event, key: str, threshold: int) -> None:
+        state = step(None, boot, inbox_cap=inbox_cap, pull_threshold=threshold, key=key).state
+        core, edges = stored_parts(encode_state(state))
+        times, result = [], None
+        for _ in range(reps):
+            t0 = time.process_time()
+            done = step_stored(core, lambda: edges, [event], inbox_cap=inbox_cap, pull_threshold=threshold, key=key)
+            times.append(time.process_time() - t0)
+            result = done.result
+        assert result is not None
+        inboxes = sorted({uid for d in result.deltas for uid in d.timeline_ids})
+        pulls = sorted({uid for p in result.pull_follows for uid in p.follower_ids})
+        lines.append(f"  {label}: {1e3 * statistics.median(times):7.2f} ms at key {key!r} (median of {reps}), "
+                     f"{result.delta_count:,} inbox rows in {len(inboxes)} inbox(es) {inboxes[:3]}, "
+                     f"{len(pulls)} pull-follow row(s) {pulls[:3]}, {len(result.blocks)} blocks row(s)")
+
+    few = [FollowChange(f"f{i}", "star", 1, "follow") for i in range(100)] + tweets
+    measure("reader f7 blocks a push author (100 followers, {:,} tweets)".format(inbox_cap), few,
+            BlockChange("f7", "star", 1, "block"), "star", pull_threshold)
+    measure("reader f7 mutes it", few, MuteChange("f7", "star", 1, "mute"), "star", pull_threshold)
+    many = [FollowChange(f"f{i}", "star", 1, "follow") for i in range(author_followers)] + tweets
+    measure(f"an author with {author_followers:,} followers (pull) blocks reader f7", many,
+            BlockChange("star", "f7", 1, "block"), "star", pull_threshold)
+    measure(f"the same author as a push author blocks f7", many,
+            BlockChange("star", "f7", 1, "block"), "star", author_followers + 1)
+    reader_boot = [FollowChange("star", "f7", 1, "follow"), TweetUpsert("r1", "f7", 1, 1, "hi", 1)]
+    measure("the blocked reader's own key (the author follows it)", reader_boot,
+            BlockChange("star", "f7", 1, "block"), "f7", pull_threshold)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=20_000)
@@ -218,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pull-threshold", type=int, default=DEFAULT_PULL_THRESHOLD)
     parser.add_argument("--celebrity-followers", type=int, default=1_000_000,
                         help="followers of the author of the push-vs-pull figures (0: skip them)")
+    parser.add_argument("--hide-share", type=float, default=0.1,
+                        help="share of block and mute changes in the second stream run (0: skip it)")
+    parser.add_argument("--blocking-author-followers", type=int, default=50_000,
+                        help="followers of the author who blocks one reader (0: skip the block costs)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
 
@@ -233,15 +343,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bootstrap: {ev:,} events in {el:.2f} s = {ev / el:,.0f} events/s ({st:,} steps)")
     print(f"followers per author: max {followers[0]:,}, top-10 {followers[:10]}, median {followers[len(followers) // 2]}")
 
+    booted = dict(states)
     kept: list[StepResult] = []
     el, ev, st, rec, deltas = run_steps(states, stream_batches, args.inbox_cap, kept, args.pull_threshold)
     print(f"stream: {ev:,} events, {st:,} steps, {rec:,} delta records, {deltas:,} timeline deltas in {el:.2f} s")
     print(f"  {ev / el:,.0f} events/s   {deltas / el:,.0f} timeline deltas/s   {rec / el:,.0f} delta records/s   "
           f"{1e6 * el / st:.1f} us/step")
+    if args.hide_share > 0:
+        hidden = with_hides(stream, boot, args.hide_share, args.seed)
+        h_states = dict(booted)
+        h_el, h_ev, h_st, h_rec, h_deltas = run_steps(h_states, batches_by_key(hidden, args.batch_size),
+                                                      args.inbox_cap, None, args.pull_threshold)
+        print(f"stream with {args.hide_share:.0%} blocks and mutes: {h_ev:,} events ({h_ev - ev:,} of them blocks "
+              f"and mutes), {h_st:,} steps, {h_deltas:,} timeline deltas in {h_el:.2f} s")
+        print(f"  {h_ev / h_el:,.0f} events/s ({h_ev / h_el / (ev / el):.2f}x the stream without them), "
+              f"{h_deltas / h_el:,.0f} timeline deltas/s ({h_deltas / h_el / (deltas / el):.2f}x), "
+              f"the same other events in {h_el / el:.2f}x the time")
     ex_t, ex_n = explode_cost(kept)
     print(f"  exploding in Python (not done by the engine): {ex_n / ex_t:,.0f} rows/s")
     for line in codec_figures(states):
         print(line)
+    if args.blocking_author_followers:
+        print("single blocks and mutes (per-key work through the stored state):")
+        for line in block_cost_figures(args.inbox_cap, args.pull_threshold, args.blocking_author_followers):
+            print(line)
     if args.celebrity_followers:
         print(f"an author with {args.celebrity_followers:,} followers tweets (per-key work, push vs pull):")
         for line in celebrity_figures(args.celebrity_followers, 20, args.inbox_cap):

@@ -72,7 +72,7 @@ from feed_service.core.state import (
     Edge,
     HideEdges,
     hides_reader,
-    visible_of,
+    visible_followers,
 )
 
 DEFAULT_INBOX_CAP = 800
@@ -319,13 +319,15 @@ def step(
     pull_before, pull_after = state.pull, len(active_after) >= pull_threshold
     if pull_before and pull_after and not edge_changes and not hide_changes:
         audience, pull_follows = _NOBODY, _NONE  # a pull author's tweets: no inbox, no reader changes
+        seen = state.seen
     else:
-        visible = _visible_diff(state, edges, hides, holders=not (pull_before and pull_after))
+        visible = _visible_diff(state, edges, hides)
         if pull_before or pull_after:
             audience = _inbox_audience(visible, pull_before, pull_after)
             pull_follows = _pull_follow_deltas(key, visible, pull_before, pull_after)
         else:  # a push author, before and after: its inbox audience is the followers who see it
             audience, pull_follows = visible, _NONE
+        seen = _seen_field(visible[1], active_after)
     touched = list(_touched(tweets)) if retained is not retained_before else _NONE
     if touched or audience[3] or audience[4] or changed:
         deltas, entries = _timeline_deltas(key, tweets, touched, audience)
@@ -347,10 +349,10 @@ def step(
     unchanged = (retained is state.tweets and followers is state.followers and profiles is state.profiles
                  and deleted is state.deleted and cold is state.cold and clock == state.clock
                  and pull_after == pull_before and watermark == state.watermark and dead_at is state.dead_at
-                 and hides_after is state.hides and hides_dead_at is state.hides_dead_at)
+                 and hides_after is state.hides and hides_dead_at is state.hides_dead_at and seen is state.seen)
     new_state = state if unchanged else AuthorState(
         key, clock, followers, active_after, retained, cold, deleted, profiles, pull_after, watermark, dead_at,
-        hides_after, hides_dead_at)
+        hides_after, hides_dead_at, seen)
     return StepResult(new_state, clock, tuple(deltas), tuple(tweet_rows), tuple(profile_rows),
                       tuple(author_timeline), tuple(pull_follows), late, tuple(block_rows))
 
@@ -606,40 +608,42 @@ def _sees(reader: str, followers: Mapping[str, Edge], hides: Mapping[str, HideEd
     return h is None or not hides_reader(h)
 
 
-def _visible_diff(state: AuthorState, edges: _EdgesDiff, hides: _HidesDiff, *, holders: bool) -> _Audience:
+def _visible_diff(state: AuthorState, edges: _EdgesDiff, hides: _HidesDiff) -> _Audience:
     """The followers who see the author's tweets before and after the batch (active and not
     hidden), who stayed, came or left: the follow diff, less the hidden pairs (ΔH meets ΔF here,
     once, since both are diffs of final against initial state).
 
-    Without ``holders`` (a pull author before and after: only who came or left matters) the
-    before/after/stayed tuples are left empty, so a block at a key with many followers costs
-    the changed readers, not a pass over every follower.
+    Only the readers the batch changed are examined; the followers who see the author before come
+    from the state (``seen``), so a block at a key with many followers costs the changed readers
+    and at most one pass to drop them, as a follow or an unfollow does.
     """
     followers_after, active_before, active_after, stayed, added, dropped, _ = edges
-    hides_after, _, changed_readers, _ = hides
     if not state.edges_loaded:  # edges not needed (needs_edges): no follow or hide changed, no fan-out
         return active_before, active_after, stayed, added, dropped
+    hides_after, _, changed_readers, _ = hides
     hides_before = state.hides
     if not hides_before and not hides_after:  # nothing hidden, before or after: the follow diff as it is
         return active_before, active_after, stayed, added, dropped
+    seen_before = visible_followers(state)
+    if not added and not dropped and not changed_readers:
+        return seen_before, seen_before, seen_before, _NONE, _NONE
     followers_before = state.followers
     candidates = {*added, *dropped, *changed_readers}
     came = sorted(r for r in candidates
                   if not _sees(r, followers_before, hides_before) and _sees(r, followers_after, hides_after))
     left = sorted(r for r in candidates
                   if _sees(r, followers_before, hides_before) and not _sees(r, followers_after, hides_after))
-    if not holders:
-        return _NONE, _NONE, _NONE, came, left
-    seen_before = visible_of(active_before, hides_before, followers_before)
-    if not candidates:
-        return seen_before, seen_before, seen_before, _NONE, _NONE
-    seen_after = visible_of(active_after, hides_after, followers_after)
+    stayed_seen = seen_before
     if left:
         gone = set(left)
         stayed_seen = tuple(r for r in seen_before if r not in gone)
-    else:
-        stayed_seen = seen_before
+    seen_after = tuple(sorted(stayed_seen + tuple(came))) if came else stayed_seen
     return seen_before, seen_after, stayed_seen, came, left
+
+
+def _seen_field(seen: tuple[str, ...], active: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``AuthorState.seen`` for the followers who see the author: None when that is every active one."""
+    return None if seen is active or len(seen) == len(active) else seen
 
 
 def _apply_profiles(state: AuthorState, profs: dict[int, Profile]) -> tuple[Mapping[int, Profile], list[ProfileRow]]:

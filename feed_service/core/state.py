@@ -132,6 +132,9 @@ class AuthorState:
     - ``hides``: reader -> :data:`HideEdges`, the block and mute edges between a user and this
       author (stored with the follow edges); ``hides_dead_at``: reader -> since, for the readers
       none of whose edges hides any more, forgotten past the horizon like dead follow edges.
+    - ``seen``: the active followers nothing hides the author from, sorted, when some hidden reader
+      is an active follower; None when that is ``active`` itself (the usual case). Derived, kept
+      (like ``active``) so that a push author's tweet fans out without filtering its followers.
 
     ``cold`` and ``deleted`` are dicts in ``since`` order (the watermark never goes down), so the
     horizon forgets from their front, in time proportional to what it forgets.
@@ -150,6 +153,7 @@ class AuthorState:
     dead_at: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
     hides: Mapping[str, HideEdges] = field(default_factory=lambda: _EMPTY_MAP)
     hides_dead_at: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
+    seen: tuple[str, ...] | None = None
 
     @classmethod
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
@@ -183,6 +187,7 @@ def _fields(state: AuthorState) -> tuple:
         dict(state.dead_at) if state.edges_loaded else None,
         dict(state.hides) if state.edges_loaded else None,
         dict(state.hides_dead_at) if state.edges_loaded else None,
+        visible_followers(state) if state.edges_loaded else None,
     )
 
 
@@ -194,13 +199,13 @@ def hides_reader(edges: HideEdges) -> bool:
 def visible_followers(state: AuthorState) -> tuple[str, ...]:
     """The active followers the author's tweets are not hidden from, sorted: the audience of a push
     author's inbox writes (``state.active`` itself when nothing hides, the usual case)."""
-    return visible_of(state.active, state.hides, state.followers)
+    return state.active if state.seen is None else state.seen
 
 
 def visible_of(active: tuple[str, ...], hides: Mapping[str, HideEdges], followers: Mapping[str, Edge]
                ) -> tuple[str, ...]:
-    """``active`` without the readers ``hides`` hides; costs O(len(hides)) unless one of them is an
-    active follower."""
+    """``active`` without the readers ``hides`` hides, computed from scratch (what ``seen`` caches);
+    ``active`` itself when no hidden reader is an active follower."""
     if not hides:
         return active
     hidden = {r for r, h in hides.items() if hides_reader(h) and (e := followers.get(r)) is not None and e[1]}
@@ -237,7 +242,7 @@ def _edges_payload(state: AuthorState) -> tuple:
     if not state.edges_loaded:
         raise EdgesNotLoaded(f"cannot encode the edges of {state.key!r}: they were never decoded")
     return (_plain(state.followers), state.active, _plain(state.dead_at), _plain(state.hides),
-            _plain(state.hides_dead_at))
+            _plain(state.hides_dead_at), state.seen)
 
 
 def encode_state(state: AuthorState) -> bytes:
@@ -323,7 +328,7 @@ def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
         upgrade = False
     if edges is None:
         edges = inline
-    hides, hides_dead_at = _EMPTY_MAP, _EMPTY_MAP
+    hides, hides_dead_at, seen = _EMPTY_MAP, _EMPTY_MAP, None
     if edges is None:
         followers, active, dead_at = _UNLOADED_FOLLOWERS, UnloadedActive(active_count), _EMPTY_MAP
         hides = hides_dead_at = _UNLOADED_HIDES
@@ -332,7 +337,7 @@ def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
     elif len(edges) == 3:  # before blocks and mutes
         followers, active, dead_at = edges
     else:
-        followers, active, dead_at, hides, hides_dead_at = edges
+        followers, active, dead_at, hides, hides_dead_at, seen = edges
     state = AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull, watermark, dead_at,
-                        hides, hides_dead_at)
+                        hides, hides_dead_at, seen)
     return _upgraded(state) if upgrade else state

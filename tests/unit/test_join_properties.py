@@ -32,7 +32,7 @@ from feed_service.core.events import (
 )
 from feed_service.core.join import Entry, step
 from feed_service.core.reference import reference_entries, reference_tables, reference_timelines
-from feed_service.core.state import AuthorState, decode_state, encode_state
+from feed_service.core.state import AuthorState, decode_state, encode_state, visible_followers, visible_of
 from feed_service.core.view import Materializer
 
 USERS = ["u0", "u1", "u2", "u3"]
@@ -149,6 +149,9 @@ def check_state_invariants(engine: Materializer) -> None:
         order = [(c[1], tid) for tid, c in state.tweets.items()]
         assert order == sorted(order) and len(order) <= engine.inbox_cap
         assert state.active == tuple(sorted(f for f, (_, active) in state.followers.items() if active))
+        if state.edges_loaded:  # the cached audience is what the edges say
+            assert visible_followers(state) == visible_of(state.active, state.hides, state.followers)
+            assert state.seen is None or len(state.seen) < len(state.active)
         assert not (set(state.tweets) & set(state.cold)) and not (set(state.tweets) | set(state.cold)) & set(state.deleted)
 
 

@@ -101,7 +101,7 @@ def test_random_histories_do_trim() -> None:
     trimmed rows come back through updates and go through deletes."""
     rnd = random.Random(7)
     trims = 0
-    for _ in range(50):
+    for _ in range(80):
         history = [random_event(rnd, fixed_created_at=False, deletes=True) for _ in range(80)]
         engine = Materializer(inbox_cap=1, trim_slack=0)
         for i in range(0, len(history), 5):

@@ -25,6 +25,17 @@ positive_int = number_at_least(1)
 """An integer >= 1."""
 
 
+def share(text: str) -> float:
+    """A fraction from 0 to 1 (``0.1``: a tenth)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 0 included (0 = pick a free one, or off, as the option says)."""
     value = number_at_least(0)(text)

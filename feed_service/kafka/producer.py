@@ -5,7 +5,8 @@ Errors: :class:`~feed_service.errors.ProducerError` and its subclasses (``EventR
 
 Records: the value is the JSON change envelope (``core/events.py``); the key names the entity whose latest record
 compaction must keep, as ``schemas/topics.json`` says (tweet: ``tweet_id``; follow edge:
-``follower_id|followee_id``; profile: ``user_id|version``). Partitions are chosen with murmur2, like
+``follower_id|followee_id``; profile: ``user_id|version``; block and mute edges:
+``block|blocker_id|blocked_id``, ``mute|muter_id|muted_id``). Partitions are chosen with murmur2, like
 the Java client, so every producer of these topics puts one entity's changes in one partition.
 """
 
@@ -19,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 from feed_service.core.events import (
+    BlockChange,
     Event,
     FollowChange,
     InvalidEvent,
+    MuteChange,
     ProfileVersion,
     TweetDelete,
     TweetUpsert,
@@ -98,6 +101,7 @@ class EventProducer:
             tweet = producer.publish_tweet("ann", "hello")
             producer.publish_edit(tweet, "hello, world")
             producer.follow("bob", "ann")
+            producer.mute("bob", "ann"); producer.block("ann", "cat")
 
     Every event goes through :func:`~feed_service.core.events.parse_event` before it is queued: the
     rules the engine and the stream apply, stricter than the JSON Schema in ``schemas/events/`` (see
@@ -281,6 +285,38 @@ class EventProducer:
                                     "followee_id": followee_id,
                                     "version": self.clock.next() if version is None else version})
         assert isinstance(event, FollowChange)
+        return event
+
+    def block(self, blocker_id: str, blocked_id: str, *, version: int | None = None) -> BlockChange:
+        """Make ``blocker_id`` block ``blocked_id``: neither sees the other's tweets in a home timeline."""
+        return self._block_edge("block", blocker_id, blocked_id, version)
+
+    def unblock(self, blocker_id: str, blocked_id: str, *, version: int | None = None) -> BlockChange:
+        """End ``blocker_id``'s block of ``blocked_id``."""
+        return self._block_edge("unblock", blocker_id, blocked_id, version)
+
+    def mute(self, muter_id: str, muted_id: str, *, version: int | None = None) -> MuteChange:
+        """Make ``muter_id`` mute ``muted_id``: ``muted_id``'s tweets leave ``muter_id``'s home timeline."""
+        return self._mute_edge("mute", muter_id, muted_id, version)
+
+    def unmute(self, muter_id: str, muted_id: str, *, version: int | None = None) -> MuteChange:
+        """End ``muter_id``'s mute of ``muted_id``."""
+        return self._mute_edge("unmute", muter_id, muted_id, version)
+
+    # Block and mute edges take versions like follow edges, from the clock: an unblock (unmute) sent
+    # after a block (mute) of the same edge is above it, so it wins (docs/producers.md, "Where
+    # versions come from").
+
+    def _block_edge(self, op: str, blocker_id: str, blocked_id: str, version: int | None) -> BlockChange:
+        event = self.publish_event({"type": "block", "op": op, "blocker_id": blocker_id, "blocked_id": blocked_id,
+                                    "version": self.clock.next() if version is None else version})
+        assert isinstance(event, BlockChange)
+        return event
+
+    def _mute_edge(self, op: str, muter_id: str, muted_id: str, version: int | None) -> MuteChange:
+        event = self.publish_event({"type": "mute", "op": op, "muter_id": muter_id, "muted_id": muted_id,
+                                    "version": self.clock.next() if version is None else version})
+        assert isinstance(event, MuteChange)
         return event
 
     def publish_profile(

@@ -15,6 +15,7 @@ Error mapping at the gRPC boundary (every other error is INTERNAL and logged)::
     user token reading another's timeline    PERMISSION_DENIED
     bad id, page_size, page or resume token  INVALID_ARGUMENT
     unknown tweet or profile version         NOT_FOUND
+    user token, author blocks that user      NOT_FOUND (GetTweet, GetUserTimeline; as if missing)
     store.StoreUnavailable, not connected    UNAVAILABLE
     store.StoreTimeout / deadline exhausted  DEADLINE_EXCEEDED (UNAVAILABLE if the deadline still runs)
 """

@@ -5,7 +5,8 @@ claims ``{"sub": subject, "role": "user" | "service", "iat": issued, "exp": expi
 Verification accepts only ``alg`` ``HS256``, a valid signature, a known role and ``exp`` in the future.
 
 Authorization rule (:func:`may_read_timeline`): a ``user`` token reads only its own timeline; a
-``service`` token reads any. Tweets and profiles are readable by any valid token.
+``service`` token reads any. Tweets and profiles are readable by any valid token, except that an
+author's blocks apply to user tokens (:func:`blockable_reader`; docs/api.md#blocks-and-mutes).
 
 >>> secret = b"0123456789abcdef0123"
 >>> token = mint(secret, subject="ann", role="user", ttl_s=60, now=lambda: 1_000)
@@ -119,3 +120,12 @@ def bearer_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str:
 def may_read_timeline(claims: Claims, timeline_id: str) -> bool:
     """A user reads its own timeline; a service reads any."""
     return claims.role == "service" or claims.subject == timeline_id
+
+
+def blockable_reader(claims: Claims, author_id: str) -> str | None:
+    """The user whom ``author_id``'s blocks could hide the author's tweets from on this call: the
+    subject of a user token, unless it is the author itself (nobody blocks themselves); None for a
+    service token, which reads on behalf of no one user and sees everything."""
+    if claims.role != "user" or claims.subject == author_id:
+        return None
+    return claims.subject

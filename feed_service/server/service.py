@@ -14,6 +14,12 @@ whether a next page exists, so the last page never ends in an empty one), then h
 names by ``(author_id, profile_version)`` through the profile cache. Entries carry the text and
 version of the timeline row, which the join keeps current (an edit is an ``update`` delta of every
 inbox row of the tweet), so a page costs one query, not one per entry (docs/api.md#consistency).
+
+Blocks and mutes need nothing more on the home timeline: the join never writes a hidden pair into
+an inbox or into ``pull_follows``, and the pull authors merged in are exactly the user's
+``pull_follows`` rows. GetTweet and GetUserTimeline read content outside any timeline, so with a user
+token they read one ``blocks`` row too, and answer NOT_FOUND when the author blocks that user, with
+the message of a missing tweet or timeline (docs/api.md#blocks-and-mutes).
 """
 
 from __future__ import annotations
@@ -273,6 +279,17 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             self.metrics.profile_cache.labels("miss").inc(cache.misses - misses)
         return [_entry(r, profiles.get((r.author_id, r.profile_version))) for r in rows]
 
+    @staticmethod
+    async def _author_blocks_reader(store: TimelineStore, author_id: str | None, claims: auth.Claims,
+                                    timeout: float) -> bool:
+        """Whether ``author_id`` blocks the user of a user token, whose reads of the author's tweets
+        then answer NOT_FOUND (docs/api.md#blocks-and-mutes): one single-partition read of ``blocks``,
+        none for a service token or the author itself."""
+        reader = auth.blockable_reader(claims, author_id) if author_id else None
+        if author_id is None or reader is None:
+            return False
+        return await store.blocks(author_id, reader, timeout=timeout)
+
     # -- RPCs ------------------------------------------------------------------------------
     @_unary("GetHomeTimeline")
     async def GetHomeTimeline(self, request: pb.GetHomeTimelineRequest, context) -> pb.GetHomeTimelineResponse:
@@ -334,11 +351,14 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
 
     @_unary("GetTweet")
     async def GetTweet(self, request: pb.GetTweetRequest, context) -> pb.Tweet:
-        self._authenticate(context)
+        claims = self._authenticate(context)
         tweet_id = _check_id(request.tweet_id, "tweet_id")
-        row = await self._store().tweet(tweet_id, timeout=self._budget(context))
-        if row is None:
-            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"tweet {tweet_id!r} not found")
+        store = self._store()
+        budget = self._budget(context)
+        row = await store.tweet(tweet_id, timeout=budget)
+        # the author is known only once the tweet is read, so its block check follows that read
+        if row is None or await self._author_blocks_reader(store, row.author_id, claims, budget):
+            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"tweet {tweet_id!r} not found")  # a block looks the same
         return pb.Tweet(tweet_id=row.tweet_id, author_id=row.author_id or "", created_at_ms=row.created_at or 0,
                         version=row.version, text=row.text or "", profile_version=row.profile_version or 0)
 
@@ -364,7 +384,8 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
 
     @_unary("GetUserTimeline")
     async def GetUserTimeline(self, request: pb.GetUserTimelineRequest, context) -> pb.GetUserTimelineResponse:
-        self._authenticate(context)  # an author's own tweets are public: any valid token reads them
+        # an author's own tweets are public: any valid token reads them, unless the author blocks its user
+        claims = self._authenticate(context)
         author_id = _check_id(request.user_id, "user_id")
         page_size = _page_size(request.page_size)
         before, served, limit = self._page_start(request.page_token, author_id, KIND_AUTHOR_PAGE, page_size)
@@ -372,7 +393,13 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             return pb.GetUserTimelineResponse()
         store = self._store()
         budget = self._budget(context)
-        rows = await self.pull.page(store, author_id, before=before, limit=limit + 1, timeout=budget)
+        page = self.pull.page(store, author_id, before=before, limit=limit + 1, timeout=budget)
+        if auth.blockable_reader(claims, author_id) is None:  # a service, or the author itself: no block read
+            rows = await page
+        else:  # the block check runs beside the page read
+            rows, blocked = await asyncio.gather(page, self._author_blocks_reader(store, author_id, claims, budget))
+            if blocked:
+                raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"user timeline {author_id!r} not found")
         entries, next_cursor = await self._page_of(store, rows, limit, served, budget)
         next_token = (self._pages.encode(PageCursor(author_id, next_cursor, served + len(entries), KIND_AUTHOR_PAGE))
                       if next_cursor else "")

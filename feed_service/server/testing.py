@@ -1,6 +1,7 @@
 """Run a :class:`TimelineServer` on a loopback port from synchronous code (tests, benchmarks).
 
 The server gets its own event loop in a background thread; clients use ordinary blocking stubs.
+Unit tests give it a :class:`MemoryStore` instead of Cassandra.
 
     with ServerThread(config, store=MemoryStore()) as server:
         stub = server.stub()
@@ -19,6 +20,7 @@ import grpc
 from feed_service.server import auth
 from feed_service.server.app import TimelineServer
 from feed_service.server.config import ServerConfig
+from feed_service.store.memory import MemoryStore
 
 #: A fixed secret for tests only (the server itself never has a built-in secret).
 TEST_SECRET = b"test-secret-0123456789abcdef"

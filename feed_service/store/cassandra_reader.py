@@ -13,6 +13,7 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
 ``pull_authors``   ``pull_follows WHERE follower_id = ?``
 ``tweet``          ``tweets WHERE tweet_id = ?``
 ``profile``        ``profiles WHERE user_id = ? AND version = ?`` (or ``LIMIT 1``: the latest)
+``blocks``         ``blocks WHERE blocker_id = ? AND blocked_id = ?``: one row or none
 =================  ==================================================================================
 
 Driver exceptions are translated once, here (:func:`translate_driver_error`); anything else is a
@@ -96,6 +97,7 @@ class CassandraReader:
         profile_columns = "user_id, version, display_name, avatar_url, bio"
         self._profile_at = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? AND version = ?")
         self._profile_latest = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? LIMIT 1")
+        self._block = p(f"SELECT blocked_id FROM {ks}.blocks WHERE blocker_id = ? AND blocked_id = ?")
         self._closed = False
 
     @classmethod
@@ -195,6 +197,12 @@ class CassandraReader:
         keys = list(keys)
         results = await asyncio.gather(*(self._execute(self._profile_at, key, timeout) for key in keys))
         return {key: ProfileRow(*rows[0]) for key, rows in zip(keys, results) if rows}
+
+    async def blocks(self, blocker_id: str, blocked_id: str, *, timeout: float) -> bool:
+        """Whether ``blocker_id`` blocks ``blocked_id`` now (a row of ``blocks``, written by the join for
+        each block in force). For the read service's GetTweet and GetUserTimeline with a user token
+        (docs/api.md#blocks-and-mutes)."""
+        return bool(await self._execute(self._block, (blocker_id, blocked_id), timeout))
 
     def close(self) -> None:
         self._closed = True

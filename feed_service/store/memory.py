@@ -25,6 +25,8 @@ class MemoryStore:
         self.profile_rows: dict[ProfileKey, ProfileRow] = {}
         self.author_timelines: dict[str, dict[Cursor, Entry]] = {}
         self.follows_pull: dict[str, set[str]] = {}
+        self.blocked: set[tuple[str, str]] = set()
+        """(blocker_id, blocked_id) of every block in force: the rows of the ``blocks`` table."""
         self.fail: StoreError | None = None
 
     def add_entry(self, timeline_id: str, row: Entry) -> None:
@@ -35,6 +37,9 @@ class MemoryStore:
 
     def add_pull_follow(self, follower_id: str, author_id: str) -> None:
         self.follows_pull.setdefault(follower_id, set()).add(author_id)
+
+    def add_block(self, blocker_id: str, blocked_id: str) -> None:
+        self.blocked.add((blocker_id, blocked_id))
 
     def add_profile(self, row: ProfileRow) -> None:
         self.profile_rows[(row.user_id, row.version)] = row
@@ -83,6 +88,10 @@ class MemoryStore:
     async def profiles(self, keys: Iterable[ProfileKey], *, timeout: float) -> dict[ProfileKey, ProfileRow]:
         self._check()
         return {k: self.profile_rows[k] for k in keys if k in self.profile_rows}
+
+    async def blocks(self, blocker_id: str, blocked_id: str, *, timeout: float) -> bool:
+        self._check()
+        return (blocker_id, blocked_id) in self.blocked
 
     def close(self) -> None:
         self.fail = StoreUnavailable("store closed")

@@ -21,6 +21,7 @@ from typing import Iterable, Protocol
 
 from feed_service.core.rows import (
     AuthorTimelineWrite,
+    BlockWrite,
     Cursor,
     Entry,
     ProfileKey,
@@ -62,6 +63,10 @@ class TimelineStore(Protocol):
     async def profiles(self, keys: Iterable[ProfileKey], *, timeout: float) -> dict[ProfileKey, ProfileRow]:
         """The stored profiles among ``keys`` (missing keys are absent from the result)."""
 
+    async def blocks(self, blocker_id: str, blocked_id: str, *, timeout: float) -> bool:
+        """Whether ``blocker_id`` blocks ``blocked_id`` now: reads that do not go through a home
+        timeline check it (docs/api.md#blocks-and-mutes); the timelines are filtered by the join."""
+
     def close(self) -> None:
         """Release connections; later calls raise :class:`StoreUnavailable`."""
 
@@ -76,6 +81,7 @@ class WriteCounts:
     profiles: int = 0
     author_timeline: int = 0
     pull_follows: int = 0
+    blocks: int = 0
 
     def __add__(self, other: "WriteCounts") -> "WriteCounts":
         return WriteCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
@@ -94,6 +100,7 @@ class ViewWriter(Protocol):
         profiles: Iterable[ProfileWrite] = (),
         author_timeline: Iterable[AuthorTimelineWrite] = (),
         pull_follows: Iterable[PullFollowWrite] = (),
+        blocks: Iterable[BlockWrite] = (),
     ) -> WriteCounts: ...
 
 

@@ -10,14 +10,24 @@ What :func:`generate` yields, in order:
    others (mean ``mean_following``), picked with probability ~ ``rank ** -zipf_exponent`` of a
    seeded popularity ranking, so in-degrees follow a Zipf-like power law: a few authors are
    followed by a large share of users, the median author by a handful;
-3. ``events`` stream changes (endless if ``None``) drawn from :class:`Mix`: tweets, edits and
-   deletes of live tweets, follows, unfollows of active edges, and new profile versions.
+3. ``events`` stream changes (endless if ``None``): a share ``hide_share`` of them are block and
+   mute changes (:class:`HideMix`), the rest are drawn from :class:`Mix`: tweets, edits and deletes
+   of live tweets, follows, unfollows of active edges, and new profile versions.
+
+Blocks and mutes (default :data:`DEFAULT_HIDE_SHARE`, 2 % of the stream): mostly mutes, some of
+both later undone, mostly aimed at accounts the user follows (:class:`HideMix` says why). They have
+a random generator of their own, so ``hide_share=0`` gives exactly the workload of before they
+existed, event for event, and a run with ``hide_share=0.1`` holds the same other events, in the
+same order, as the run with 0 (only their times move, ``created_at`` and the versions, as the
+block and mute changes take time slots of their own). Benchmarks compare the two with ``generate(..., hide_share=0.1)``
+and ``generate(..., hide_share=0)``. The setup holds no blocks or mutes.
 
 Time is simulated: setup happens at ``start_ms``, stream event *i* at ``start_ms + i * 1000 /
 events_per_second``; ``created_at`` and versions come from that clock (a
 :class:`~feed_service.kafka.versions.VersionClock` on simulated time), so one seed always gives
 the same list of events, versions included. Versions increase per entity: an edit is above its
-tweet, a delete above every upsert of its tweet, a re-follow above the unfollow before it.
+tweet, a delete above every upsert of its tweet, a re-follow above the unfollow before it, an
+unblock or unmute above the block or mute it ends.
 """
 
 from __future__ import annotations
@@ -42,6 +52,9 @@ gets ~30,000 followers, rank 10 ~6,500, rank 100 ~1,100, the median 8."""
 DEFAULT_MAX_FOLLOWING = 2000
 DEFAULT_SIM_RATE = 1000.0
 """Simulated stream events per second (spacing of ``created_at``) when no rate is given."""
+DEFAULT_HIDE_SHARE = 0.02
+"""Share of stream events that are block and mute changes: one for about nine follow changes (18 % of
+the stream), as hiding someone is an occasional act and following a routine one."""
 
 _FIRST = ("Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Leslie", "Shafi", "Tim", "Sophie", "John", "Karen", "Niklaus", "Hedy")
@@ -52,6 +65,15 @@ _WORDS = ("stream", "join", "kafka", "spark", "delta", "version", "timeline", "f
           "batch", "replay", "offset", "partition", "compaction", "cassandra", "inbox", "fan-out", "key",
           "today", "shipped", "reading", "about", "the", "a", "of", "and", "with", "new", "why", "how",
           "finally", "again", "coffee", "deploy", "bug", "fixed", "tests", "green", "#dataeng", "#python")
+
+
+def _cumulative(mix: object, kinds: list[str]) -> tuple[list[float], list[str]]:
+    """Cumulative shares of ``mix``'s weights of ``kinds``, for a draw with one ``random()``."""
+    weights = [getattr(mix, k) for k in kinds]
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise ValueError(f"mix weights must be >= 0 with a positive sum: {mix}")
+    total = sum(weights)
+    return [c / total for c in itertools.accumulate(weights)], kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +88,73 @@ class Mix:
     profile: float = 0.04
 
     def cumulative(self) -> tuple[list[float], list[str]]:
-        kinds = ["tweet", "edit", "delete", "follow", "unfollow", "profile"]
-        weights = [getattr(self, k) for k in kinds]
-        if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"mix weights must be >= 0 with a positive sum: {self}")
-        total = sum(weights)
-        return [c / total for c in itertools.accumulate(weights)], kinds
+        return _cumulative(self, ["tweet", "edit", "delete", "follow", "unfollow", "profile"])
+
+
+@dataclass(frozen=True, slots=True)
+class HideMix:
+    """Relative frequency of each kind of block and mute change (normalized), and whom they target.
+
+    Mutes outnumber blocks about two to one: a mute is the quiet tool (the muted user is not told and
+    may keep following), a block is visible and cuts both ways. Three changes in ten undo an earlier
+    one, unmutes more often than unblocks. An undo ends a block or mute in force (a new one when
+    none is). A new block or mute targets, with probability ``followed``, an account the user
+    follows at that moment (muting is how one quiets a followee without unfollowing), otherwise a
+    user drawn by popularity, as the accounts one meets in replies and mentions without following
+    them are mostly the popular ones.
+    """
+
+    mute: float = 0.45
+    block: float = 0.25
+    unmute: float = 0.18
+    unblock: float = 0.12
+    followed: float = 0.7
+    """Share of new blocks and mutes aimed at an account the user follows (not a weight of the mix)."""
+
+    def cumulative(self) -> tuple[list[float], list[str]]:
+        if not 0 <= self.followed <= 1:
+            raise ValueError(f"followed must be between 0 and 1: {self}")
+        return _cumulative(self, ["mute", "block", "unmute", "unblock"])
+
+
+_HIDE_OPS = {"mute": ("mute", True), "unmute": ("mute", False), "block": ("block", True),
+             "unblock": ("block", False)}
+"""Kind of :class:`HideMix` -> (envelope type, whether it hides)."""
+
+_HIDE_ENVELOPE = {"block": ("block", "unblock", "blocker_id", "blocked_id"),
+                  "mute": ("mute", "unmute", "muter_id", "muted_id")}
+"""Envelope type -> (hiding op, undoing op, subject field, object field)."""
+
+
+class _Pairs:
+    """A set of (user, user) edges as a list and an index: O(1) add, remove and uniform pick, and an
+    order that depends only on the calls made (never on set iteration), so a seed gives one sequence."""
+
+    __slots__ = ("items", "_index")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, int]] = []
+        self._index: dict[tuple[int, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __contains__(self, pair: tuple[int, int]) -> bool:
+        return pair in self._index
+
+    def add(self, pair: tuple[int, int]) -> None:
+        self._index[pair] = len(self.items)
+        self.items.append(pair)
+
+    def remove(self, pair: tuple[int, int]) -> None:
+        i = self._index.pop(pair)
+        last = self.items.pop()
+        if i < len(self.items):  # the last edge takes the removed one's place
+            self.items[i] = last
+            self._index[last] = i
+
+    def pick(self, rng: random.Random) -> tuple[int, int]:
+        return self.items[rng.randrange(len(self.items))]
 
 
 @dataclass(slots=True)
@@ -98,6 +181,9 @@ class WorkloadModel:
     start_ms: int = WORKLOAD_EPOCH_MS
     events_per_second: float = DEFAULT_SIM_RATE
     prefix: str = ""
+    hide_share: float = DEFAULT_HIDE_SHARE
+    """Share of stream events that are block and mute changes (0: none, the workload of before them)."""
+    hide_mix: HideMix = field(default_factory=HideMix)
 
     rng: random.Random = field(init=False)
     clock: VersionClock = field(init=False)
@@ -106,16 +192,20 @@ class WorkloadModel:
     profile_version: list[int] = field(init=False)
     profile_count: list[int] = field(init=False)
     _cum_popularity: list[float] = field(init=False)
-    _edges: list[tuple[int, int]] = field(init=False)
-    _edge_index: dict[tuple[int, int], int] = field(init=False)
+    _follows: _Pairs = field(init=False)
     _live: list[_Tweet] = field(init=False)
     _tweet_seq: int = field(init=False)
     _stream_seq: int = field(init=False)
     _mix: tuple[list[float], list[str]] = field(init=False)
+    _hide_rng: random.Random = field(init=False)
+    _hides: dict[str, _Pairs] = field(init=False)
+    _hide_mix: tuple[list[float], list[str]] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.users < 1:
             raise ValueError(f"users must be >= 1, got {self.users}")
+        if not 0 <= self.hide_share <= 1:
+            raise ValueError(f"hide_share must be between 0 and 1, got {self.hide_share}")
         self.rng = random.Random(self.seed)
         self.now_ms = self.start_ms
         self.clock = VersionClock(now_ms=lambda: self.now_ms)
@@ -125,16 +215,21 @@ class WorkloadModel:
         ranks = list(range(1, self.users + 1))
         self.rng.shuffle(ranks)  # popularity is unrelated to the user number
         self._cum_popularity = list(itertools.accumulate(r ** -self.zipf_exponent for r in ranks))
-        self._edges, self._edge_index, self._live = [], {}, []
+        self._follows, self._live = _Pairs(), []
         self._tweet_seq = self._stream_seq = 0
         self._mix = self.mix.cumulative()
+        # Blocks and mutes draw from a generator of their own, so they never shift the other
+        # events' draws (module docstring).
+        self._hide_rng = random.Random(f"{self.seed}/hide")
+        self._hides = {"block": _Pairs(), "mute": _Pairs()}
+        self._hide_mix = self.hide_mix.cumulative()
 
     # --- picks ----------------------------------------------------------------------------------
 
-    def popular_user(self) -> int:
-        """A user drawn with probability proportional to its popularity weight."""
+    def popular_user(self, rng: random.Random | None = None) -> int:
+        """A user drawn with probability proportional to its popularity weight (from ``rng``, default the model's)."""
         cum = self._cum_popularity
-        return min(bisect.bisect_right(cum, self.rng.random() * cum[-1]), self.users - 1)
+        return min(bisect.bisect_right(cum, (rng or self.rng).random() * cum[-1]), self.users - 1)
 
     def any_user(self) -> int:
         return self.rng.randrange(self.users)
@@ -168,14 +263,9 @@ class WorkloadModel:
 
     def _edge(self, op: str, follower: int, followee: int) -> dict[str, Any]:
         if op == "follow":
-            self._edge_index[(follower, followee)] = len(self._edges)
-            self._edges.append((follower, followee))
+            self._follows.add((follower, followee))
         else:
-            i = self._edge_index.pop((follower, followee))
-            last = self._edges.pop()
-            if i < len(self._edges):
-                self._edges[i] = last
-                self._edge_index[last] = i
+            self._follows.remove((follower, followee))
         return {"type": "follow", "op": op, "follower_id": self.user_ids[follower],
                 "followee_id": self.user_ids[followee], "version": self.clock.next()}
 
@@ -215,10 +305,46 @@ class WorkloadModel:
                     chosen.add(followee)
                     yield self._edge("follow", follower, followee)
 
+    def _hide_change(self) -> dict[str, Any] | None:
+        """A block or mute change drawn from :class:`HideMix`, or None when no pair can be found."""
+        rng = self._hide_rng
+        cum, kinds = self._hide_mix
+        kind, hiding = _HIDE_OPS[kinds[min(bisect.bisect_right(cum, rng.random()), len(kinds) - 1)]]
+        active = self._hides[kind]
+        if not hiding and active:
+            pair = active.pick(rng)
+            active.remove(pair)
+        else:  # a new block or mute (also for an undo with nothing to undo)
+            pair = self._hide_target(active)
+            if pair is None:
+                return None
+            active.add(pair)
+            hiding = True
+        hide_op, undo_op, subject_field, object_field = _HIDE_ENVELOPE[kind]
+        return {"type": kind, "op": hide_op if hiding else undo_op, subject_field: self.user_ids[pair[0]],
+                object_field: self.user_ids[pair[1]], "version": self.clock.next()}
+
+    def _hide_target(self, active: _Pairs) -> tuple[int, int] | None:
+        """(user, target) of a new block or mute, not already in ``active`` and never a self-edge."""
+        rng = self._hide_rng
+        for _ in range(10):
+            if self._follows and rng.random() < self.hide_mix.followed:
+                pair = self._follows.pick(rng)
+            else:
+                pair = (rng.randrange(self.users), self.popular_user(rng))
+            if pair[0] != pair[1] and pair not in active:
+                return pair
+        return None
+
     def step(self) -> dict[str, Any]:
         """Advance simulated time by one stream event and return that event."""
         self.now_ms = self.start_ms + 1 + int(self._stream_seq * 1000 / self.events_per_second)
         self._stream_seq += 1
+        # hide_share 0 draws nothing here: the stream is then exactly the one of before blocks and mutes
+        if self.hide_share and self._hide_rng.random() < self.hide_share:
+            event = self._hide_change()
+            if event is not None:
+                return event
         cum, kinds = self._mix
         kind = kinds[min(bisect.bisect_right(cum, self.rng.random()), len(kinds) - 1)]
         if kind == "edit" and self._live:
@@ -232,10 +358,10 @@ class WorkloadModel:
         if kind == "follow" and self.users > 1:
             for _ in range(10):
                 follower, followee = self.any_user(), self.popular_user()
-                if follower != followee and (follower, followee) not in self._edge_index:
+                if follower != followee and (follower, followee) not in self._follows:
                     return self._edge("follow", follower, followee)
-        if kind == "unfollow" and self._edges:
-            follower, followee = self._edges[self.rng.randrange(len(self._edges))]
+        if kind == "unfollow" and self._follows:
+            follower, followee = self._follows.pick(self.rng)
             return self._edge("unfollow", follower, followee)
         if kind == "profile":
             return self._profile(self.any_user())
@@ -243,7 +369,18 @@ class WorkloadModel:
 
     def active_edges(self) -> list[tuple[str, str]]:
         """The follow edges active now, as (follower_id, followee_id)."""
-        return [(self.user_ids[a], self.user_ids[b]) for a, b in self._edges]
+        return self._ids(self._follows)
+
+    def active_blocks(self) -> list[tuple[str, str]]:
+        """The blocks in force now, as (blocker_id, blocked_id)."""
+        return self._ids(self._hides["block"])
+
+    def active_mutes(self) -> list[tuple[str, str]]:
+        """The mutes in force now, as (muter_id, muted_id)."""
+        return self._ids(self._hides["mute"])
+
+    def _ids(self, pairs: _Pairs) -> list[tuple[str, str]]:
+        return [(self.user_ids[a], self.user_ids[b]) for a, b in pairs.items]
 
 
 def generate(
@@ -259,8 +396,11 @@ def generate(
     start_ms: int = WORKLOAD_EPOCH_MS,
     events_per_second: float = DEFAULT_SIM_RATE,
     prefix: str = "",
+    hide_share: float = DEFAULT_HIDE_SHARE,
+    hide_mix: HideMix | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield the workload's envelopes: setup (profiles, follow graph), then ``events`` stream changes.
+    """Yield the workload's envelopes: setup (profiles, follow graph), then ``events`` stream changes,
+    a share ``hide_share`` of them block and mute changes (0: none, the workload of before them).
 
     >>> first = list(generate(users=3, events=2, seed=7, mean_following=1))
     >>> [e["type"] for e in first[:3]], first == list(generate(users=3, events=2, seed=7, mean_following=1))
@@ -269,7 +409,7 @@ def generate(
     model = WorkloadModel(users=users, seed=seed, mean_following=mean_following, zipf_exponent=zipf_exponent,
                           max_following=max_following, mix=mix or Mix(), start_ms=start_ms,
                           events_per_second=events_per_second if events_per_second > 0 else DEFAULT_SIM_RATE,
-                          prefix=prefix)
+                          prefix=prefix, hide_share=hide_share, hide_mix=hide_mix or HideMix())
     if setup:
         yield from model.setup()
     counter = itertools.count() if events is None else range(events)

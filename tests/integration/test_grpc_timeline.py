@@ -27,7 +27,15 @@ from feed_service.server import auth
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
-from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import (
+    AuthorTimelineWrite,
+    BlockWrite,
+    Entry,
+    ProfileRow,
+    ProfileWrite,
+    TimelineWrite,
+    TweetWrite,
+)
 from feed_service.store.cassandra_reader import CassandraReader
 from feed_service.store.cassandra_writer import CassandraWriter
 
@@ -146,6 +154,33 @@ def test_edits_and_deletes_show_through(writer, stub, server, unique: str) -> No
     assert list(page(stub, server, user).entries) == []
     err = rpc_error(stub.GetTweet, pb.GetTweetRequest(tweet_id=tweet), metadata=server.auth(user))
     assert err.code() == Code.NOT_FOUND
+
+
+def test_an_authors_block_hides_its_tweets_and_timeline_from_that_user(writer, stub, server, unique: str) -> None:
+    author, blocked, other = f"a-{unique}", f"u-{unique}", f"o-{unique}"
+    row = Entry(f"{author}-t001", author, 7, 1, "hello", 1)
+    writer.write(tweets=[TweetWrite(row.tweet_id, author, row, ts())],
+                 author_timeline=[AuthorTimelineWrite("insert", row, ts())],
+                 blocks=[BlockWrite("insert", author, blocked, ts())])
+
+    def get_tweet(as_: str, role: str = "user"):
+        return stub.GetTweet(pb.GetTweetRequest(tweet_id=row.tweet_id), metadata=server.auth(as_, role), timeout=5)
+
+    def user_timeline(as_: str, role: str = "user"):
+        return stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id=author), metadata=server.auth(as_, role),
+                                    timeout=5)
+
+    err = rpc_error(get_tweet, blocked)
+    missing = rpc_error(stub.GetTweet, pb.GetTweetRequest(tweet_id=f"{author}-none"), metadata=server.auth(blocked))
+    assert err.code() == missing.code() == Code.NOT_FOUND
+    assert err.details() == f"tweet {row.tweet_id!r} not found"  # worded as for a missing tweet: no block named
+    err = rpc_error(user_timeline, blocked)
+    assert (err.code(), err.details()) == (Code.NOT_FOUND, f"user timeline {author!r} not found")
+    for as_, role in ((other, "user"), (author, "user"), ("timeline-api", "service")):  # everyone else sees it
+        assert get_tweet(as_, role).text == "hello"
+        assert [e.tweet_id for e in user_timeline(as_, role).entries] == [row.tweet_id]
+    writer.write(blocks=[BlockWrite("delete", author, blocked, ts())])  # unblocked: seen at once
+    assert get_tweet(blocked).text == "hello" and len(user_timeline(blocked).entries) == 1
 
 
 def test_get_profile(writer, stub, server, unique: str) -> None:

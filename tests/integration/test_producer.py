@@ -22,7 +22,7 @@ from feed_service.workload.generator import generate
 from feed_service.workload.sinks import publish_workload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
-ROLES = ("tweets", "follows", "profiles")
+ROLES = ("tweets", "follows", "profiles", "blocks_mutes")
 
 
 @pytest.fixture()
@@ -108,6 +108,17 @@ def test_round_trip_of_every_event_type(private: Settings) -> None:
     assert by_value[profile][0] == private.topic("profiles")
     # one entity, one partition: all changes of the tweet and of the edge share their key
     assert by_value[tweet][1] == by_value[edit][1] == by_value[delete][1]
+
+
+def test_blocks_and_mutes_land_on_their_topic_keyed_by_edge(private: Settings) -> None:
+    with EventProducer(private) as producer:
+        block, mute, unmute = producer.block("ann", "bob"), producer.mute("ann", "bob"), producer.unmute("ann", "bob")
+    records = consume_all(private, roles=("blocks_mutes",), expect=3)
+    got = {parse_event(value): (topic, key) for topic, key, value in records}
+    topic = private.topic("blocks_mutes")
+    assert got == {block: (topic, "block|ann|bob"), mute: (topic, "mute|ann|bob"), unmute: (topic, "mute|ann|bob")}
+    # the mute and the unmute share a key, hence a partition: the unmute stays after the mute
+    assert [parse_event(v) for _, k, v in records if k == "mute|ann|bob"] == [mute, unmute]
 
 
 def test_invalid_events_are_refused_before_sending(private: Settings) -> None:

@@ -8,8 +8,16 @@ from typing import Any
 import pytest
 
 from feed_service import resources
-from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
-from feed_service.kafka.keys import record_key
+from feed_service.core.events import (
+    BlockChange,
+    FollowChange,
+    MuteChange,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    parse_event,
+)
+from feed_service.kafka.keys import ROLE_OF_TYPE, record_key, topic_role
 from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected, ProducerClosed
 from feed_service.kafka.replay import publish_lines
 from feed_service.kafka.versions import VersionClock
@@ -99,6 +107,54 @@ def test_record_keys_of_ids_with_separator_stay_distinct() -> None:
     a = record_key(FollowChange("a|b", "c", 1, "follow"))
     b = record_key(FollowChange("a", "b|c", 1, "follow"))
     assert a != b and a == "a%7Cb|c" and record_key(FollowChange("50%", "x", 1, "follow")) == "50%25|x"
+
+
+def test_block_and_mute_keys_name_the_edge_and_its_kind() -> None:
+    """Blocks and mutes share a topic: each edge has its own key, and a block and a mute of the same
+    pair are two entities (compaction keeps the latest change of each); ops share the edge's key."""
+    declared = resources.read_json(resources.TOPICS)["topics"]["blocks_mutes"]
+    assert declared["name"] == "feed.blocks-mutes.v1" and declared["key"].startswith("type|")
+    block, unblock = BlockChange("ann", "bob", 1, "block"), BlockChange("ann", "bob", 2, "unblock")
+    mute, unmute = MuteChange("ann", "bob", 3, "mute"), MuteChange("ann", "bob", 4, "unmute")
+    assert record_key(block) == record_key(unblock) == "block|ann|bob"
+    assert record_key(mute) == record_key(unmute) == "mute|ann|bob"
+    assert record_key(BlockChange("bob", "ann", 1, "block")) == "block|bob|ann"  # the other direction
+    assert record_key(BlockChange("a|b", "c", 1, "block")) == "block|a%7Cb|c" != record_key(
+        BlockChange("a", "b|c", 1, "block")) == "block|a|b%7Cc"
+    assert record_key(MuteChange("50%", "x", 1, "mute")) == "mute|50%25|x"
+    assert {topic_role(e) for e in (block, unblock, mute, unmute)} == {"blocks_mutes"}
+    assert ROLE_OF_TYPE["block"] == ROLE_OF_TYPE["mute"] == "blocks_mutes"
+
+
+def test_block_and_mute_helpers_publish_versioned_edges() -> None:
+    producer, (client,) = make_producer()
+    block = producer.block("ann", "bob")
+    mute = producer.mute("ann", "cat")
+    unmute = producer.unmute("ann", "cat")
+    unblock = producer.unblock("ann", "bob")
+    explicit = producer.block("bob", "ann", version=7)
+    producer.close()
+    assert block.version < mute.version < unmute.version < unblock.version  # the clock, like follow edges
+    assert explicit.version == 7  # an explicit version is passed through
+    assert [t for t, _, _ in client.sent] == ["feed.blocks-mutes.v1"] * 5
+    assert [k for _, _, k in client.sent] == ["block|ann|bob", "mute|ann|cat", "mute|ann|cat", "block|ann|bob",
+                                              "block|bob|ann"]
+    assert [parse_event(value) for _, value, _ in client.sent] == [block, mute, unmute, unblock, explicit]
+    assert [(e.op, e.hiding) for e in (block, mute, unmute, unblock)] == [
+        ("block", True), ("mute", True), ("unmute", False), ("unblock", False)]
+
+
+@pytest.mark.parametrize("publish, code", [
+    (lambda p: p.block("ann", "ann"), "self_block"),
+    (lambda p: p.unmute("ann", "ann"), "self_mute"),
+    (lambda p: p.mute("ann", ""), "empty_id"),
+])
+def test_invalid_block_and_mute_edges_are_rejected(publish: Any, code: str) -> None:
+    producer, (client,) = make_producer()
+    with pytest.raises(EventRejected) as info:
+        publish(producer)
+    producer.close()
+    assert info.value.code == code and client.sent == [] and producer.stats.rejected == 1
 
 
 def test_typed_helpers_route_key_and_encode_envelopes() -> None:
@@ -199,6 +255,32 @@ def test_publish_lines_counts_rejects_and_sends_lines_verbatim() -> None:
     assert (stats.lines, stats.sent, stats.rejected) == (5, 2, 3)
     assert rejects == [(3, "bad_json"), (4, "missing_field"), (5, "not_object")]
     assert [value for _, value, _ in client.sent] == [good, good]
+
+
+def test_publish_cli_sends_block_and_mute_changes(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    from feed_service.cli.main import main as feedctl
+    from feed_service.kafka import producer as producer_module
+
+    made: list[FakeClient] = []
+
+    def producer_for(settings: Settings) -> EventProducer:
+        producer, (client,) = make_producer()
+        made.append(client)
+        return producer
+
+    monkeypatch.setattr(producer_module, "EventProducer", producer_for)
+    assert feedctl(["publish", "block", "--blocker", "ann", "--blocked", "bob"]) == 0
+    assert feedctl(["publish", "unblock", "--blocker", "ann", "--blocked", "bob", "--version", "9"]) == 0
+    assert feedctl(["publish", "mute", "--muter", "cat", "--muted", "ann"]) == 0
+    assert feedctl(["publish", "unmute", "--muter", "cat", "--muted", "ann"]) == 0
+    assert feedctl(["publish", "mute", "--muter", "cat", "--muted", "cat"]) == 2
+    out = [parse_event(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(type(e).__name__, e.op) for e in out] == [
+        ("BlockChange", "block"), ("BlockChange", "unblock"), ("MuteChange", "mute"), ("MuteChange", "unmute")]
+    assert out[1] == BlockChange("ann", "bob", 9, "unblock")
+    assert [client.sent[0][2] for client in made[:4]] == ["block|ann|bob"] * 2 + ["mute|cat|ann"] * 2
+    assert made[4].sent == []
 
 
 # --- the Kafka workload sink ------------------------------------------------------------------------

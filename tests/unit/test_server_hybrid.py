@@ -32,7 +32,7 @@ def tweet(author: str, n: int, created_at: int) -> Entry:
 
 def populated(seed: int = 7) -> MemoryStore:
     rnd = random.Random(seed)
-    store = MemoryStore()
+    store = MemoryStore()  # GetUserTimeline with a user token reads blocks
     for n in range(60):  # push authors, in ann's inbox
         store.add_entry("ann", tweet(rnd.choice(["bob", "cat"]), n, rnd.randrange(10_000)))
     for author in ("star", "idol"):  # pull authors: only in their author timelines
@@ -122,6 +122,18 @@ def test_user_timeline_rejects_another_authors_page_token() -> None:
             stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="ann", page_token=home.next_page_token),
                                  metadata=server.auth("ann"))
         assert info.value.code() == Code.INVALID_ARGUMENT
+
+
+def test_a_pull_author_hidden_from_the_user_is_not_merged_in() -> None:
+    """The join removes a pull author's ``pull_follows`` row of a user it blocks, or who blocks or
+    mutes it (docs/api.md#blocks-and-mutes), and the read merges exactly the authors listed there:
+    nothing else on the read path is needed to hide them from the home timeline."""
+    store = populated()
+    store.follows_pull["ann"].discard("star")  # ann still follows star, but has muted it
+    with ServerThread(config(), store=store) as server:
+        ids = all_pages(server.stub(), server, "ann", 25)
+    assert ids == expected(store, "ann") and not any(i.startswith("star-") for i in ids)
+    assert any(i.startswith("idol-") for i in ids)
 
 
 def test_watch_delivers_pull_authors_new_tweets() -> None:

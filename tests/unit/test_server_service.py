@@ -174,6 +174,92 @@ def test_get_tweet_and_profile(stub, server) -> None:
     assert err.code() == Code.INVALID_ARGUMENT
 
 
+class BlocksStore(MemoryStore):
+    """bob blocks ann; counts reads, and notes whether a block read ran while a page read was waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+        self.paging = False
+        self.block_read_during_page: list[bool] = []
+        for n in range(3):
+            row = Entry(f"b{n}", "bob", 2_000 + n, 1, f"bob {n}", 1)
+            self.add_author_entry(row)
+            self.tweets[row.tweet_id] = row
+        self.add_block("bob", "ann")
+
+    async def tweet(self, *args, **kwargs):
+        self.reads.append("tweet")
+        return await super().tweet(*args, **kwargs)
+
+    async def author_page(self, *args, **kwargs):
+        import asyncio
+
+        self.reads.append("author_page")
+        self.paging = True
+        await asyncio.sleep(0.05)
+        self.paging = False
+        return await super().author_page(*args, **kwargs)
+
+    async def blocks(self, *args, **kwargs):
+        self.reads.append("blocks")
+        self.block_read_during_page.append(self.paging)
+        return await super().blocks(*args, **kwargs)
+
+
+def test_an_authors_block_hides_its_tweets_and_timeline_from_that_user_only() -> None:
+    store = BlocksStore()
+    with ServerThread(config(pull_cache_ttl_s=0.0), store=store) as server:
+        stub = server.stub()
+
+        def tweet(as_: str, role: str = "user", tweet_id: str = "b1"):
+            return stub.GetTweet(pb.GetTweetRequest(tweet_id=tweet_id), metadata=server.auth(as_, role), timeout=5)
+
+        def timeline(as_: str, role: str = "user", **fields):
+            return stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="bob", **fields),
+                                        metadata=server.auth(as_, role), timeout=5)
+
+        # ann, whom bob blocks: NOT_FOUND, worded exactly as for a tweet or timeline that does not exist
+        err = rpc_error(tweet, "ann")
+        assert (err.code(), err.details()) == (Code.NOT_FOUND, "tweet 'b1' not found")
+        assert rpc_error(tweet, "ann", tweet_id="b9").details() == "tweet 'b9' not found"
+        err = rpc_error(timeline, "ann")
+        assert (err.code(), err.details()) == (Code.NOT_FOUND, "user timeline 'bob' not found")
+        token = timeline("zed", page_size=1).next_page_token  # a cursor from before, or from someone else
+        assert rpc_error(timeline, "ann", page_token=token).code() == Code.NOT_FOUND
+        # everyone else sees bob's tweets: other users, bob himself, any service
+        for as_, role in (("zed", "user"), ("bob", "user"), ("feed-api", "service")):
+            assert tweet(as_, role).text == "bob 1"
+            assert [e.tweet_id for e in timeline(as_, role).entries] == ["b2", "b1", "b0"]
+        # a block hides one way here: bob's block of ann does not hide ann's tweets from bob
+        store.tweets["a1"] = Entry("a1", "ann", 3_000, 1, "ann 1", 1)
+        assert tweet("bob", tweet_id="a1").text == "ann 1"
+        store.blocked.discard(("bob", "ann"))  # unblocked: seen again, at once (the read is not cached)
+        assert tweet("ann").text == "bob 1" and len(timeline("ann").entries) == 3
+
+
+def test_block_reads_cost_one_query_beside_the_main_read() -> None:
+    store = BlocksStore()
+    with ServerThread(config(pull_cache_ttl_s=0.0), store=store) as server:
+        stub = server.stub()
+        for as_, role, expected in (("zed", "user", ["tweet", "blocks"]), ("svc", "service", ["tweet"]),
+                                    ("bob", "user", ["tweet"])):
+            store.reads.clear()
+            stub.GetTweet(pb.GetTweetRequest(tweet_id="b0"), metadata=server.auth(as_, role), timeout=5)
+            assert store.reads == expected, as_
+        rpc_error(stub.GetTweet, pb.GetTweetRequest(tweet_id="gone"), metadata=server.auth("zed"), timeout=5)
+        for as_, role, expected in (("zed", "user", ["author_page", "blocks"]), ("svc", "service", ["author_page"]),
+                                    ("bob", "user", ["author_page"])):
+            store.reads.clear()
+            stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="bob"), metadata=server.auth(as_, role), timeout=5)
+            assert store.reads == expected, as_
+        assert store.block_read_during_page == [False, True]  # GetTweet's follows the read, GetUserTimeline's not
+        store.fail = StoreUnavailable("cassandra unavailable: NoHostAvailable")
+        err = rpc_error(stub.GetUserTimeline, pb.GetUserTimelineRequest(user_id="bob"), metadata=server.auth("zed"),
+                        timeout=5)
+        assert err.code() == Code.UNAVAILABLE
+
+
 def test_store_errors_map_to_unavailable_and_deadline(store: MemoryStore, stub, server) -> None:
     store.fail = StoreUnavailable("cassandra unavailable: NoHostAvailable")
     try:

@@ -5,6 +5,7 @@ The Kafka sink is tested with the producer's fake client in ``test_producer_unit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -15,9 +16,17 @@ from itertools import islice
 
 import pytest
 
-from feed_service.core.events import FollowChange, ProfileVersion, TweetDelete, TweetUpsert, parse_event
+from feed_service.core.events import (
+    BlockChange,
+    FollowChange,
+    MuteChange,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    parse_event,
+)
 from feed_service.kafka.envelope_schema import load_envelope_check
-from feed_service.workload.generator import Mix, generate, in_degrees
+from feed_service.workload.generator import DEFAULT_HIDE_SHARE, HideMix, Mix, WorkloadModel, generate, in_degrees
 from feed_service.workload.sinks import paced, write_jsonl
 
 
@@ -56,6 +65,10 @@ def test_events_are_valid_and_versions_increase_per_entity() -> None:
             assert event.tweet_id not in deleted, "no change after a delete"
         elif isinstance(event, FollowChange):
             entity = ("edge", event.follower_id, event.followee_id)
+        elif isinstance(event, BlockChange):
+            entity = ("block", event.blocker_id, event.blocked_id)
+        elif isinstance(event, MuteChange):
+            entity = ("mute", event.muter_id, event.muted_id)
         else:
             entity = ("profile", event.user_id)
         assert event.version > last.get(entity, -1), envelope
@@ -77,7 +90,8 @@ def test_setup_comes_first_and_stream_time_advances() -> None:
     assert set(types[100:-1000]) == {"follow"}
     stream = events[-1000:]
     created = [e["created_at"] for e in stream if e["type"] == "tweet" and e["op"] == "upsert"]
-    assert created and created[-1] - created[0] > 5_000  # ~1000 events at 100/s: ~10 s simulated
+    # ~1000 events at 100/s: ~10 s simulated (min and max: an edit keeps its tweet's created_at)
+    assert created and max(created) - min(created) > 5_000
 
 
 def test_mix_ratios_are_respected() -> None:
@@ -90,8 +104,98 @@ def test_mix_ratios_are_respected() -> None:
     assert 0.08 < ratio["follow"] < 0.16
     assert 0.03 < ratio["unfollow"] < 0.09
     assert 0.02 < ratio["profile"] < 0.06
-    only_tweets = list(generate(users=20, events=200, seed=3, setup=False, mix=Mix(1, 0, 0, 0, 0, 0)))
+    only_tweets = list(generate(users=20, events=200, seed=3, setup=False, mix=Mix(1, 0, 0, 0, 0, 0), hide_share=0))
     assert {(e["type"], e["op"]) for e in only_tweets} == {("tweet", "upsert")}
+
+
+def _digest(events) -> tuple[int, str]:
+    h = hashlib.sha256()
+    count = 0
+    for event in events:
+        h.update(json.dumps(event, sort_keys=True, separators=(",", ":")).encode() + b"\n")
+        count += 1
+    return count, h.hexdigest()
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    # digests of the generator's output before blocks and mutes existed: benchmarks stay comparable
+    (dict(users=300, events=5000, seed=11),
+     (11935, "8b797dbfac18fbdf7d211de0da5873769f95f6572ee4f4754f31be8581a714a9")),
+    (dict(users=50, events=2000, seed=4, setup=False, events_per_second=50, prefix="p-"),
+     (2000, "90af585511efc97f8d005160bf134d373099f2a93081cb4641d326b290f07d4f")),
+])
+def test_no_hide_share_is_the_workload_of_before_event_for_event(kwargs: dict, expected: tuple) -> None:
+    assert _digest(generate(**kwargs, hide_share=0)) == expected
+
+
+def _without_time(event: dict) -> dict:
+    return {k: v for k, v in event.items() if k not in ("version", "created_at", "profile_version")}
+
+
+def test_hide_changes_are_interleaved_into_the_same_other_events() -> None:
+    """A 10 % run holds the 0 % run's other events, in order: only their time and versions move."""
+    hiding = list(generate(users=300, events=5000, seed=11, hide_share=0.1))
+    plain = list(generate(users=300, events=5000, seed=11, hide_share=0))
+    others = [_without_time(e) for e in hiding if e["type"] not in ("block", "mute")]
+    assert len(others) < len(plain) and others == [_without_time(e) for e in plain[:len(others)]]
+    assert 0.08 < (len(hiding) - len(others)) / 5000 < 0.12
+
+
+def test_block_and_mute_changes_are_realistic() -> None:
+    model = WorkloadModel(users=1000, seed=6, hide_share=0.1)
+    following = {(e["follower_id"], e["followee_id"]) for e in model.setup() if e["type"] == "follow"}
+    active: dict[str, set[tuple[str, str]]] = {"block": set(), "mute": set()}
+    kinds: Counter = Counter()
+    new_hides = aimed_at_followees = 0
+    for _ in range(20_000):
+        e = model.step()
+        if e["type"] == "follow":
+            (following.add if e["op"] == "follow" else following.discard)((e["follower_id"], e["followee_id"]))
+        if e["type"] not in ("block", "mute"):
+            continue
+        event = parse_event(e)  # valid: never a self-edge
+        pair = (e["blocker_id"], e["blocked_id"]) if e["type"] == "block" else (e["muter_id"], e["muted_id"])
+        kinds[e["op"]] += 1
+        if event.hiding:
+            assert pair not in active[e["type"]], "no block or mute of an edge already hidden"
+            active[e["type"]].add(pair)
+            new_hides += 1
+            aimed_at_followees += pair in following
+        else:
+            active[e["type"]].remove(pair)  # an undo ends a block or mute in force
+    assert 0.08 < sum(kinds.values()) / 20_000 < 0.12
+    assert kinds["mute"] > 1.5 * kinds["block"] and kinds["unmute"] > kinds["unblock"] > 0
+    assert 0.2 < (kinds["unmute"] + kinds["unblock"]) / sum(kinds.values()) < 0.4
+    assert 0.6 < aimed_at_followees / new_hides < 0.85  # mostly followees, some not (HideMix.followed)
+    assert sorted(model.active_blocks()) == sorted(active["block"])
+    assert sorted(model.active_mutes()) == sorted(active["mute"])
+
+
+def test_default_hide_share_is_small_and_validated() -> None:
+    stream = list(generate(users=300, events=20_000, seed=2, setup=False))
+    share = sum(e["type"] in ("block", "mute") for e in stream) / len(stream)
+    assert 0 < DEFAULT_HIDE_SHARE <= 0.05 and abs(share - DEFAULT_HIDE_SHARE) < 0.01
+    only_mutes = list(generate(users=30, events=300, seed=2, hide_share=1, hide_mix=HideMix(1, 0, 0, 0)))
+    assert {(e["type"], e["op"]) for e in only_mutes[-300:]} == {("mute", "mute")}
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="hide_share"):
+            WorkloadModel(users=10, hide_share=bad)
+    with pytest.raises(ValueError, match="followed"):
+        WorkloadModel(users=10, hide_mix=HideMix(followed=2))
+
+
+def test_workload_cli_hide_share(tmp_path, capsys) -> None:
+    from feed_service.cli.main import main as feedctl
+
+    base = ["workload", "--users", "40", "--count", "400", "--seed", "3", "--no-progress"]
+    assert feedctl(base + ["--hide-share", "0", "--out", str(tmp_path / "none.jsonl")]) == 0
+    assert feedctl(base + ["--hide-share", "0.25", "--out", str(tmp_path / "quarter.jsonl")]) == 0
+    read = lambda name: [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]  # noqa: E731
+    assert read("none.jsonl") == list(generate(users=40, events=400, seed=3, hide_share=0))
+    assert read("quarter.jsonl") == list(generate(users=40, events=400, seed=3, hide_share=0.25))
+    with pytest.raises(SystemExit):
+        feedctl(base + ["--hide-share", "1.5", "--out", str(tmp_path / "bad.jsonl")])
+    assert "between 0 and 1" in capsys.readouterr().err
 
 
 def test_follower_distribution_is_heavy_tailed() -> None:

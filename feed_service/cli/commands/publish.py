@@ -3,6 +3,8 @@
     feedctl publish tweet --author ann --text "hello" --profile-version 1
     feedctl publish delete --tweet-id t1 --author ann
     feedctl publish follow --follower bob --followee ann        (also: unfollow)
+    feedctl publish block --blocker ann --blocked bob           (also: unblock)
+    feedctl publish mute --muter ann --muted bob                (also: unmute)
     feedctl publish profile --user ann --display-name "Ann"
     feedctl publish --file EVENTS.jsonl                          (``-`` reads stdin)
 
@@ -49,10 +51,17 @@ def register(sub: Any) -> None:
     delete.add_argument("--author", required=True)
     delete.add_argument("--version", type=int, help=version_help)
 
-    for op in ("follow", "unfollow"):
-        edge = kinds.add_parser(op, help=f"{op} a user")
-        edge.add_argument("--follower", required=True)
-        edge.add_argument("--followee", required=True)
+    # (kind, help, subject flag, object flag) of the edge events; the flags name the envelope's ids
+    edges = (("follow", "follow a user", "--follower", "--followee"),
+             ("unfollow", "unfollow a user", "--follower", "--followee"),
+             ("block", "block a user: neither sees the other's tweets in home timelines", "--blocker", "--blocked"),
+             ("unblock", "end a block", "--blocker", "--blocked"),
+             ("mute", "mute a user: the muted user's tweets leave the muter's home timeline", "--muter", "--muted"),
+             ("unmute", "end a mute", "--muter", "--muted"))
+    for op, help_text, subject, target in edges:
+        edge = kinds.add_parser(op, help=help_text)
+        edge.add_argument(subject, required=True)
+        edge.add_argument(target, required=True)
         edge.add_argument("--version", type=int, help=version_help)
 
     profile = kinds.add_parser("profile", help="a new profile version")
@@ -75,6 +84,12 @@ def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
         return producer.follow(args.follower, args.followee, version=args.version)
     if args.kind == "unfollow":
         return producer.unfollow(args.follower, args.followee, version=args.version)
+    if args.kind in ("block", "unblock"):
+        send = producer.block if args.kind == "block" else producer.unblock
+        return send(args.blocker, args.blocked, version=args.version)
+    if args.kind in ("mute", "unmute"):
+        send = producer.mute if args.kind == "mute" else producer.unmute
+        return send(args.muter, args.muted, version=args.version)
     return producer.publish_profile(args.user, args.display_name, avatar_url=args.avatar_url, bio=args.bio,
                                     version=args.version)
 
@@ -84,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 
     if (args.file is None) == (args.kind is None):
-        args._parser.error("give either an event kind (tweet, delete, follow, unfollow, profile) or --file")
+        args._parser.error("give either an event kind (tweet, delete, follow, unfollow, block, unblock, mute, "
+                           "unmute, profile) or --file")
     settings = settings_from_args(args)
     if args.file is not None:
         return _run_file(args, settings)

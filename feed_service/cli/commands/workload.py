@@ -3,10 +3,13 @@
     feedctl workload --users 10000 --count 100000 --seed 1 --kafka
     feedctl workload --users 1000 --rate 500 --duration 60 --seed 7 --kafka
     feedctl workload --users 100 --count 1000 --seed 3 --out events.jsonl     (``-``: stdout)
+    feedctl workload --users 1000 --count 100000 --seed 1 --hide-share 0.1 --out hiding.jsonl
 
 The setup (one profile per user, then the follow graph) is sent first as fast as possible; the
 stream of ``--count`` changes (or as many as ``--duration`` seconds allow) follows at ``--rate``
-events/s (0 or omitted: as fast as possible).
+events/s (0 or omitted: as fast as possible). ``--hide-share`` is the fraction of stream events that
+are block and mute changes (default 0.02; 0 gives the workload of before blocks and mutes, event for
+event, so older runs stay comparable).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import time
 from typing import Any, Iterator
 
-from feed_service.cli.arg_types import number_at_least
+from feed_service.cli.arg_types import number_at_least, share
 from feed_service.cli.connection import add_connection_args, settings_from_args
 
 
@@ -56,6 +59,9 @@ def register(sub: Any) -> None:
                         help=f"popularity exponent s, weight ~ rank^-s (default {wl.DEFAULT_ZIPF_EXPONENT:g})")
     parser.add_argument("--start-ms", type=_start_ms, default=wl.WORKLOAD_EPOCH_MS,
                         help="simulated start time, ms since the epoch, or 'now' (default 2026-01-01, reproducible)")
+    parser.add_argument("--hide-share", type=share, default=wl.DEFAULT_HIDE_SHARE, metavar="FRACTION",
+                        help="fraction of stream events that are block and mute changes "
+                             f"(default {wl.DEFAULT_HIDE_SHARE:g}; 0: none, the workload of before them)")
     parser.add_argument("--prefix", default="", help="prefix of user and tweet ids (keeps runs apart)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_connection_args(parser)
@@ -73,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     model = WorkloadModel(users=args.users, seed=args.seed, mean_following=args.mean_following,
                           zipf_exponent=args.zipf, start_ms=args.start_ms,
-                          events_per_second=args.rate or 1000.0, prefix=args.prefix)
+                          events_per_second=args.rate or 1000.0, prefix=args.prefix,
+                          hide_share=args.hide_share)
     count = {"setup": 0, "stream": 0}
 
     def counted(phase: str, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

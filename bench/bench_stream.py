@@ -7,7 +7,9 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
    statements, bounded concurrency) in ``--writer-procs`` processes, no Spark;
 2. throughput, per stateful operator: a graph where every author has ``--fanout`` followers is
    streamed first; then a backlog of ``--tweets`` tweets is published at once and the time until the
-   stream has caught up gives tweets/s and timeline inserts/s;
+   stream has caught up gives tweets/s and timeline inserts/s; with ``--hide-share`` the default
+   operator runs once more with block and mute changes interleaved into the same backlog, that
+   share of all its events (docs/blocks-and-mutes.md), for events/s side by side;
 3. freshness: ``--rate`` tweets/s, ``--warmup-seconds`` unsampled, then ``--seconds``; for a sample
    of tweets, the time from the producer's delivery report to the row being readable in a
    follower's home_timeline partition.
@@ -51,6 +53,31 @@ def _follow_events(graph: dict[str, list[str]]) -> list[dict]:
 def _tweet(author: str, n: int, now_ms: int) -> dict:
     return {"type": "tweet", "op": "upsert", "tweet_id": f"{author}-t{n}", "author_id": author, "version": 1,
             "created_at": now_ms, "text": f"tweet {n} of {author}", "profile_version": 1}
+
+
+def _hides(graph: dict[str, list[str]], count: int, rng: random.Random) -> list[dict]:
+    """``count`` block and mute changes between authors and their followers: 60 % mutes, 25 % a
+    follower's block of the author, 15 % the author's block of a follower; every fifth undoes one."""
+    versions: dict[tuple[str, str, str], int] = {}
+    authors = list(graph)
+    live: list[tuple[str, str, str]] = []
+    out: list[dict] = []
+    for n in range(count):
+        if n % 5 == 4 and live:
+            kind, a, b = live.pop(rng.randrange(len(live)))
+            op = "unmute" if kind == "mute" else "unblock"
+        else:
+            author = rng.choice(authors)
+            reader = rng.choice(graph[author])
+            r = rng.random()
+            kind, a, b = ("mute", reader, author) if r < 0.6 else ("block", reader, author) if r < 0.85 \
+                else ("block", author, reader)
+            op = kind
+            live.append((kind, a, b))
+        versions[(kind, a, b)] = version = versions.get((kind, a, b), 0) + 1
+        fields = ("muter_id", "muted_id") if kind == "mute" else ("blocker_id", "blocked_id")
+        out.append({"type": kind, "op": op, fields[0]: a, fields[1]: b, "version": version})
+    return out
 
 
 def _pipeline(base: Settings, tag: str) -> Settings:
@@ -108,26 +135,39 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int) -> f
 
 
 # -- 2. throughput -------------------------------------------------------------------------------
-def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path,
+               hide_share: float = 0.0) -> dict[str, float]:
+    """The backlog of ``args.tweets`` tweets (plus block and mute changes, ``hide_share`` of all
+    events) through a caught-up stream: events/s and timeline rows written/s."""
     from feed_service.kafka.producer import EventProducer
 
-    settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}", 7, operator, args, workdir)
+    settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}{'h' if hide_share else ''}", 7,
+                                              operator, args, workdir)
     try:
         stream.wait_caught_up(timeout=600)
         rows_before = stream.progress()["timeline_rows_written"]
         authors = list(graph)
         now = int(time.time() * 1000)
+        extra = round(args.tweets * hide_share / (1 - hide_share)) if hide_share else 0
+        hides = _hides(graph, extra, random.Random(11))
+        every = args.tweets / extra if extra else 0
         with EventProducer(settings) as producer:
+            h = 0
             for n in range(args.tweets):
+                while h < extra and h * every <= n:
+                    producer.publish_event(hides[h])
+                    h += 1
                 producer.publish_event(_tweet(authors[n % len(authors)], n, now + n))
+            for event in hides[h:]:
+                producer.publish_event(event)
         started = time.perf_counter()
         progress = stream.wait_caught_up(timeout=1800)
         elapsed = time.perf_counter() - started
         rows = progress["timeline_rows_written"] - rows_before
     finally:
         stream.stop()
-    return {"tweets_per_s": args.tweets / elapsed, "inserts_per_s": rows / elapsed, "rows": rows,
-            "seconds": elapsed}
+    return {"tweets_per_s": args.tweets / elapsed, "events_per_s": (args.tweets + extra) / elapsed,
+            "inserts_per_s": rows / elapsed, "rows": rows, "seconds": elapsed, "events": args.tweets + extra}
 
 
 # -- 3. freshness --------------------------------------------------------------------------------
@@ -226,6 +266,8 @@ def main() -> int:
     parser.add_argument("--variants", default="",
                         help="freshness runs back to back with different Spark settings: "
                              "'name:spark.k=v,spark.k2=v2|name2:...' (an empty conf = the defaults)")
+    parser.add_argument("--hide-share", type=float, default=0.1,
+                        help="share of block and mute changes in the extra throughput run (0: no such run)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -252,7 +294,15 @@ def main() -> int:
             results[operator] = r
             share = f", {100 * r['inserts_per_s'] / results['raw']:.0f}% of raw" if "raw" in results else ""
             print(f"{operator}: {r['tweets_per_s']:,.0f} tweets/s, {r['inserts_per_s']:,.0f} timeline inserts/s "
-                  f"({r['rows']:,} rows in {r['seconds']:.1f}s, fan-out {args.fanout}{share})")
+                  f"({r['rows']:,} rows in {r['seconds']:.1f}s, fan-out {args.fanout}{share}); load average {_load()}",
+                  flush=True)
+        if args.hide_share > 0:
+            plain = results.get(DEFAULT_OPERATOR) or throughput(base, DEFAULT_OPERATOR, args, workdir)
+            r = throughput(base, DEFAULT_OPERATOR, args, workdir, hide_share=args.hide_share)
+            print(f"{DEFAULT_OPERATOR} with {args.hide_share:.0%} blocks and mutes: {r['events_per_s']:,.0f} events/s "
+                  f"({r['events']:,} events, {r['rows']:,} timeline rows in {r['seconds']:.1f}s) against "
+                  f"{plain['events_per_s']:,.0f} events/s without them: {r['events_per_s'] / plain['events_per_s']:.2f}x, "
+                  f"the same tweets in {r['seconds'] / plain['seconds']:.2f}x the time; load average {_load()}", flush=True)
     if "freshness" not in skip:
         for name, conf in _variants(args.variants):
             os.environ[SPARK_CONF_ENV] = conf  # read by the stream process's build_session

@@ -1,8 +1,10 @@
 """``feedctl demo``: the main job end to end on the local stack, narrated step by step.
 
-stack up + provisioning -> streaming join (Spark) -> gRPC server -> a timed demo workload ->
-wait until the stream has caught up -> print one home timeline read through the gRPC API, and
-check every page of it against the engine's batch reference over the same events.
+stack up + provisioning -> streaming join (Spark) -> gRPC server -> a timed demo workload (with
+blocks and mutes) -> wait until the stream has caught up -> print one home timeline read through
+the gRPC API, and check every page of it against the engine's batch reference over the same events;
+then that user mutes the author most present in it and unmutes again: the author's entries leave
+the timeline and come back exactly (docs/blocks-and-mutes.md).
 
 The stack is left running (``feedctl stack down`` stops it); the stream and the server are stopped
 at the end unless ``--keep-running``.
@@ -184,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
         stats = publish_workload(settings, _recording(events, published), rate=args.rate,
                                  duration=args.duration,
                                  on_tick=lambda s: say(f"    {s.sent} events sent ({s.rate:.0f}/s)"))
-        say(f"    published {stats.sent} changes in {stats.elapsed:.1f}s ({stats.rate:.0f}/s)")
+        hides = [e for e in published if e["type"] in ("block", "mute")]
+        say(f"    published {stats.sent} changes in {stats.elapsed:.1f}s ({stats.rate:.0f}/s), {len(hides)} of them"
+            f" blocks, mutes and their reversals")
 
         say("5/6 waiting for the stream to catch up with the topics")
         progress = stream.wait_caught_up(timeout=600)
@@ -233,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
                 f"{served[diverge] if diverge < len(served) else None} vs {want[diverge] if diverge < len(want) else None}")
         say(f"    {claim} over the same {len(published)} events: "
             f"{'yes' if same else 'NO'}")
+        if same:
+            same = _mute_and_unmute(settings, stream, address, token, user_id, full, published, pull, say)
         if pull:
             star = max(pull, key=lambda a: (followers[a], a))
             own = _read_user_timeline(address, token, star, min(args.page_size, 5))
@@ -252,6 +258,46 @@ def run(args: argparse.Namespace) -> int:
                 server.wait(30)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, user_id: str, full: list[Any],
+                     published: list[dict[str, Any]], pull: set[str], say: Any) -> bool:
+    """``user_id`` mutes the author with the most entries in its timeline, then unmutes: the entries
+    must leave and come back exactly as they were (the view is its definition in both directions)."""
+    from feed_service.core.events import event_to_json
+    from feed_service.kafka.producer import EventProducer
+    from dataclasses import fields
+
+    from feed_service.server.config import ServerConfig
+
+    counts: dict[str, int] = {}
+    for e in full:
+        counts[e.author_id] = counts.get(e.author_id, 0) + 1
+    if not counts:
+        return True
+    author = max(counts, key=lambda a: (counts[a], a))
+    # A pull author's entries are merged at read time from a cache that lives this long.
+    ttl = next(f.default for f in fields(ServerConfig) if f.name == "pull_cache_ttl_s")
+    cache_s = float(os.environ.get("FEED_PULL_CACHE_TTL_S", ttl)) + 0.5
+    ok = True
+    for op in ("mute", "unmute"):
+        with EventProducer(settings) as producer:
+            published.append(event_to_json(getattr(producer, op)(user_id, author)))
+        stream.wait_caught_up(timeout=300)
+        time.sleep(cache_s if author in pull else 0)
+        _, now = _read_timeline(address, token, user_id, 200)
+        keys = [(e.tweet_id, e.author_id, e.version) for e in now]
+        if op == "mute":
+            left = sum(1 for e in now if e.author_id == author)
+            good = left == 0 and keys == [(e.tweet_id, e.author_id, e.version) for e in full if e.author_id != author]
+            say(f"    {user_id} mutes {author}{' *' if author in pull else ''}: {counts[author]} entries leave, "
+                f"{len(now)} remain, the rest unchanged: {'yes' if good else 'NO'}")
+        else:
+            good = keys == [(e.tweet_id, e.author_id, e.version) for e in full]
+            say(f"    {user_id} unmutes {author}: the timeline is again exactly the {len(full)} entries it was: "
+                f"{'yes' if good else 'NO'}")
+        ok = ok and good
+    return ok
 
 
 def _bounds_line(progress: dict, settings: Settings) -> str:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert, join_key
+from feed_service.core.events import Event, FollowChange, MuteChange, ProfileVersion, TweetDelete, TweetUpsert, join_key
 from feed_service.core.join import step
 from feed_service.core.reference import reference_timelines
 from feed_service.core.retention import BEYOND_HORIZON, NO_WATERMARK, Retention
@@ -135,7 +135,9 @@ class TimedRun:
 
 
 def _event(rnd: random.Random, version: int, time: int) -> Event:
-    kind = rnd.choice(["upsert", "upsert", "upsert", "delete", "follow", "follow", "follow", "profile"])
+    # Mutes (one key each) stand for the hide edges here; a block's two copies are judged at two
+    # keys' watermarks, which the plain reference cannot express (docs/blocks-and-mutes.md).
+    kind = rnd.choice(["upsert", "upsert", "upsert", "delete", "follow", "follow", "follow", "profile", "mute"])
     if kind == "upsert":
         author, tid = rnd.choice(USERS), rnd.choice(TWEET_IDS)
         created = time if rnd.random() < 0.8 else rnd.randint(0, time + 1)
@@ -145,6 +147,9 @@ def _event(rnd: random.Random, version: int, time: int) -> Event:
     if kind == "follow":
         follower, followee = rnd.sample(USERS, 2)
         return FollowChange(follower, followee, version, rnd.choice(["follow", "follow", "unfollow"]))
+    if kind == "mute":
+        muter, muted = rnd.sample(USERS, 2)
+        return MuteChange(muter, muted, version, rnd.choice(["mute", "unmute"]))
     return ProfileVersion(rnd.choice(USERS), rnd.randint(0, 2), rnd.choice(["A", "B"]), None, None)
 
 
@@ -227,6 +232,7 @@ def test_with_retention_the_view_equals_the_reference_over_the_accepted_changes(
         if state.edges_loaded:
             assert all(s >= floor for s in state.dead_at.values())
             assert set(state.dead_at) == {f for f, e in state.followers.items() if not e[1]}
+            assert all(s >= floor for s in state.hides_dead_at.values())
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5])

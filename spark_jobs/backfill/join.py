@@ -1,12 +1,16 @@
 """Stage ``join``: the hybrid layout of the view, the rows the stream's engine would hold.
 
-- inboxes: ``retained tweets ⋈ active follows`` on ``author_id = followee_id``, for push authors
-  only (each push author key fans its newest ``inbox_cap`` live tweets out to its active followers),
-  then each inbox's newest ``inbox_cap`` rows: the stream trims stored inboxes (docs/trimming.md),
-  so a rebuilt keyspace starts within that bound;
+- inboxes: ``retained tweets ⋈ visible follows`` on ``author_id = followee_id``, for push authors
+  only (each push author key fans its newest ``inbox_cap`` live tweets out to its visible
+  followers), then each inbox's newest ``inbox_cap`` rows: the stream trims stored inboxes
+  (docs/trimming.md), so a rebuilt keyspace starts within that bound;
 - author timelines: every author's retained tweets;
-- pull follows: the active follow edges of pull authors (at least ``pull_threshold`` active
+- pull follows: the visible follow edges of pull authors (at least ``pull_threshold`` active
   followers), which readers merge in (docs/fan-out.md).
+
+A visible follow is an active one whose pair (follower, followee) no block or mute in force hides
+(:meth:`~spark_jobs.backfill.winners.Winners.visible_edges`): the view is an antijoin
+(docs/backfill.md, "Blocks and mutes").
 
 Distributed; nothing but counts reaches the driver.
 """
@@ -42,7 +46,7 @@ def pull_authors(winners: Winners, pull_threshold: int) -> "DataFrame":
 
 
 def join_timelines_batch(winners: Winners, inbox_cap: int, pull_threshold: int) -> "DataFrame":
-    """Inbox rows: ``retained tweets ⋈ active follows`` of push authors, one row per (timeline, tweet),
+    """Inbox rows: ``retained tweets ⋈ visible follows`` of push authors, one row per (timeline, tweet),
     at most the newest ``inbox_cap`` per timeline.
 
     The rows the stream's engine writes, trimmed as the stream trims; merged with the pull authors'
@@ -52,13 +56,13 @@ def join_timelines_batch(winners: Winners, inbox_cap: int, pull_threshold: int) 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    active = winners.active_edges().select(F.col("follower_id").alias("timeline_id"),
-                                           F.col("followee_id").alias("author_id"))
+    visible = winners.visible_edges().select(F.col("follower_id").alias("timeline_id"),
+                                             F.col("followee_id").alias("author_id"))
     pushed = retained_tweets(winners.live_tweets, inbox_cap).join(pull_authors(winners, pull_threshold), "author_id",
                                                                   "left_anti")
     newest = Window.partitionBy("timeline_id").orderBy(F.col("created_at").desc(), F.col("tweet_id").desc(),
                                                        F.col("author_id").desc())
-    return (pushed.join(active, "author_id").withColumn("rank", F.row_number().over(newest))
+    return (pushed.join(visible, "author_id").withColumn("rank", F.row_number().over(newest))
             .where(F.col("rank") <= inbox_cap).select(*TIMELINE_COLUMNS))
 
 
@@ -68,16 +72,16 @@ def author_timeline_rows(winners: Winners, inbox_cap: int) -> "DataFrame":
 
 
 def pull_follow_rows(winners: Winners, pull_threshold: int) -> "DataFrame":
-    """``follower_id, author_id`` of every active follow edge of a pull author."""
+    """``follower_id, author_id`` of every visible follow edge of a pull author."""
     from pyspark.sql import functions as F
 
-    edges = winners.active_edges().select("follower_id", F.col("followee_id").alias("author_id"))
+    edges = winners.visible_edges().select("follower_id", F.col("followee_id").alias("author_id"))
     return edges.join(pull_authors(winners, pull_threshold), "author_id").select("follower_id", "author_id")
 
 
 def count_timelines(winners: Winners, inbox_cap: int) -> int:
-    """Non-empty timelines: followers of at least one author with a retained tweet."""
+    """Non-empty timelines: visible followers of at least one author with a retained tweet."""
     from pyspark.sql import functions as F
 
     authors = retained_tweets(winners.live_tweets, inbox_cap).select(F.col("author_id").alias("followee_id")).distinct()
-    return winners.active_edges().join(authors, "followee_id").select("follower_id").distinct().count()
+    return winners.visible_edges().join(authors, "followee_id").select("follower_id").distinct().count()

@@ -30,7 +30,7 @@ class Snapshot:
 
 
 def snapshot_offsets(settings: Settings, *, timeout: float = 30.0) -> Snapshot:
-    """Low and high watermarks of every partition of the three changelog topics, read now.
+    """Low and high watermarks of every partition of the changelog topics (``SOURCE_ROLES``), read now.
 
     A missing topic raises :class:`PipelineError` (not provisioned, or settings of another pipeline).
     """

@@ -26,7 +26,9 @@ def winner_events(winners: Winners) -> "DataFrame":
     """The winners as event rows (``key`` + typed event columns): the deduplicated changelog.
 
     Folding these into the engine gives the same state as folding every event: per entity the state
-    keeps only the winner (a deleted tweet: only that it is deleted).
+    keeps only the winner (a deleted tweet: only that it is deleted). Each winner goes to every key
+    the engine routes it to (:func:`~feed_service.core.events.join_keys`): a block to the blocker's
+    and the blocked user's key, a mute to the muted user's, so each key holds its hide edges.
     """
     from pyspark.sql import functions as F
 
@@ -44,7 +46,10 @@ def winner_events(winners: Winners) -> "DataFrame":
     return (as_events(winners.live_tweets, "author_id", type="tweet", op="upsert")
             .unionByName(as_events(winners.deleted_tweets, "author_id", type="tweet", op="delete"))
             .unionByName(as_events(winners.edges.withColumn("type", F.lit("follow")), "followee_id"))
-            .unionByName(as_events(winners.profiles, "user_id", type="profile")))
+            .unionByName(as_events(winners.profiles, "user_id", type="profile"))
+            .unionByName(as_events(winners.blocks, "blocker_id", type="block"))
+            .unionByName(as_events(winners.blocks, "blocked_id", type="block"))
+            .unionByName(as_events(winners.mutes, "muted_id", type="mute")))
 
 
 def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> tuple[str, bytes]:
@@ -59,7 +64,9 @@ def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, pull_threshold: int
     from spark_jobs.timeline_join import events_from_rows
 
     events = events_from_rows(events_pdf.itertuples(index=False))
-    result = step(None, events, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=backfill_ts - 1)
+    # The key named, not inferred: a key whose only changes are blocks with one user has two candidates.
+    result = step(None, events, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=backfill_ts - 1,
+                  key=str(events_pdf["key"].iloc[0]))
     state = result.state if result.state.clock == backfill_ts else replace(result.state, clock=backfill_ts)
     return state.key, encode_state(state)
 
@@ -86,19 +93,20 @@ def write_states(spark: "SparkSession", winners: Winners, path: Path, *, inbox_c
 
 
 def state_timeline_rows(states: "DataFrame") -> "DataFrame":
-    """The inbox rows the engine states hold (retained tweets x active followers of push authors), for checks."""
+    """The inbox rows the engine states hold (retained tweets x visible followers of push authors), for checks."""
 
     def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
 
-        from feed_service.core.state import decode_state
+        from feed_service.core.state import decode_state, visible_followers
 
         for pdf in frames:
             rows = []
             for blob in pdf["state"]:
                 s = decode_state(bytes(blob))
                 if not s.pull:
-                    rows.extend((f, tid, s.key, c[1], c[0], c[2], c[3]) for tid, c in s.tweets.items() for f in s.active)
+                    readers = visible_followers(s)
+                    rows.extend((f, tid, s.key, c[1], c[0], c[2], c[3]) for tid, c in s.tweets.items() for f in readers)
             yield pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
 
     schema = ("timeline_id string, tweet_id string, author_id string, created_at bigint, version bigint, "

@@ -3,7 +3,8 @@
 The rules are those of :mod:`feed_service.core.events`: a tweet's highest version upsert (ties: the
 greater :func:`~feed_service.core.events.tweet_payload_digest`), a delete is final; a follow edge's
 highest version (``unfollow`` wins a tie); per profile (user, version) the greatest
-:func:`~feed_service.core.events.profile_rank`.
+:func:`~feed_service.core.events.profile_rank`; a block or mute edge's highest version (the hiding op,
+``block`` or ``mute``, wins a tie: :func:`~feed_service.core.events.hide_rank`).
 """
 
 from __future__ import annotations
@@ -44,16 +45,58 @@ class Winners:
     """follower_id, followee_id, version, op: the winning change of every edge ever seen."""
     profiles: "DataFrame"
     """user_id, version, display_name, avatar_url, bio: the winning payload per (user, version)."""
+    blocks: "DataFrame"
+    """blocker_id, blocked_id, version, op: the winning change of every block edge ever seen."""
+    mutes: "DataFrame"
+    """muter_id, muted_id, version, op: the winning change of every mute edge ever seen."""
 
     def map(self, fn: Callable[["DataFrame"], "DataFrame"]) -> "Winners":
         """The same tables through ``fn`` (e.g. persisted)."""
-        return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles))
+        return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles),
+                       fn(self.blocks), fn(self.mutes))
 
     def active_edges(self) -> "DataFrame":
         """The edges whose winning change is a follow."""
         from pyspark.sql import functions as F
 
         return self.edges.where(F.col("op") == "follow")
+
+    def blocks_in_force(self) -> "DataFrame":
+        """``blocker_id, blocked_id`` of the block edges whose winning change is a block."""
+        from pyspark.sql import functions as F
+
+        return self.blocks.where(F.col("op") == "block").select("blocker_id", "blocked_id")
+
+    def mutes_in_force(self) -> "DataFrame":
+        """``muter_id, muted_id`` of the mute edges whose winning change is a mute."""
+        from pyspark.sql import functions as F
+
+        return self.mutes.where(F.col("op") == "mute").select("muter_id", "muted_id")
+
+    def hidden_pairs(self) -> "DataFrame":
+        """``reader_id, author_id``: the pairs whose tweets the home timeline leaves out.
+
+        A mute in force hides the muted author from the muter; a block in force hides each side
+        from the other (docs/backfill.md). A pair may appear more than once (a mute and a block).
+        """
+        from pyspark.sql import functions as F
+
+        blocks = self.blocks_in_force()
+        muted = self.mutes_in_force().select(F.col("muter_id").alias("reader_id"),
+                                             F.col("muted_id").alias("author_id"))
+        return (muted
+                .unionByName(blocks.select(F.col("blocker_id").alias("reader_id"),
+                                           F.col("blocked_id").alias("author_id")))
+                .unionByName(blocks.select(F.col("blocked_id").alias("reader_id"),
+                                           F.col("blocker_id").alias("author_id"))))
+
+    def visible_edges(self) -> "DataFrame":
+        """The active follow edges whose follower is not hidden from the followee: what the join uses."""
+        from pyspark.sql import functions as F
+
+        hidden = self.hidden_pairs().select(F.col("reader_id").alias("follower_id"),
+                                            F.col("author_id").alias("followee_id"))
+        return self.active_edges().join(hidden, ["follower_id", "followee_id"], "left_anti")
 
     def count(self) -> dict[str, int]:
         """Entities per kind, for the summary (one Spark job each)."""
@@ -63,6 +106,10 @@ class Winners:
             "follow_edges": self.edges.count(),
             "follow_edges_active": self.active_edges().count(),
             "profile_versions": self.profiles.count(),
+            "block_edges": self.blocks.count(),
+            "blocks_in_force": self.blocks_in_force().count(),
+            "mute_edges": self.mutes.count(),
+            "mutes_in_force": self.mutes_in_force().count(),
         }
 
 
@@ -106,4 +153,20 @@ def winning_changes(events: "DataFrame") -> Winners:
     profiles = (events.where(F.col("type") == "profile")
                 .select("user_id", "version", "display_name", "avatar_url", "bio")
                 .withColumn("rank", F.row_number().over(by_profile)).where(F.col("rank") == 1).drop("rank"))
-    return Winners(live, dels, edges, profiles)
+
+    # Block and mute edges: highest version, the hiding op wins a tie (hide_rank). Ranked per edge,
+    # not per key: parse_changes gives one row per record (the stream's routed_changes is what copies
+    # a block to both keys), and states.winner_events routes each winner itself.
+    blocks = _edge_winners(events.where(F.col("type") == "block"), "blocker_id", "blocked_id", hiding="block")
+    mutes = _edge_winners(events.where(F.col("type") == "mute"), "muter_id", "muted_id", hiding="mute")
+    return Winners(live, dels, edges, profiles, blocks, mutes)
+
+
+def _edge_winners(changes: "DataFrame", subject: str, target: str, *, hiding: str) -> "DataFrame":
+    """``subject, target, version, op``: per edge the change of greatest ``hide_rank``, one row each."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_edge = Window.partitionBy(subject, target).orderBy(F.col("version").desc(), (F.col("op") == hiding).desc())
+    return (changes.select(subject, target, "version", "op")
+            .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))

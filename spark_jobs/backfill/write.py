@@ -1,5 +1,5 @@
-"""Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines and
-pull follows to Cassandra.
+"""Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines, pull
+follows and blocks in force to Cassandra.
 
 Rows are written in place from the executors (``mapInPandas``) through
 :class:`~feed_service.store.cassandra_writer.CassandraWriter`, as the write rows of
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
 
 from feed_service.core.rows import (
     AuthorTimelineWrite,
+    BlockWrite,
     Entry,
     ProfileRow,
     ProfileWrite,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows"]
+Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks"]
 WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
 
 
@@ -82,6 +83,12 @@ def pull_follow_writes(pdf: "pd.DataFrame", ts: int) -> list[PullFollowWrite]:
             for follower, author in zip(pdf["follower_id"].tolist(), pdf["author_id"].tolist())]
 
 
+def block_writes(pdf: "pd.DataFrame", ts: int) -> list[BlockWrite]:
+    """Rows of ``blocks`` from the block edges in force (an unblocked edge has no row to write)."""
+    return [BlockWrite("insert", blocker, blocked, ts)
+            for blocker, blocked in zip(pdf["blocker_id"].tolist(), pdf["blocked_id"].tolist())]
+
+
 def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
     if table == "timeline":
         writer.write(timeline=timeline_writes(pdf, ts))
@@ -93,6 +100,8 @@ def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
         writer.write(author_timeline=author_timeline_writes(pdf, ts))
     elif table == "pull_follows":
         writer.write(pull_follows=pull_follow_writes(pdf, ts))
+    elif table == "blocks":
+        writer.write(blocks=block_writes(pdf, ts))
     else:
         raise ValueError(f"unknown table {table!r}")
 
@@ -100,8 +109,9 @@ def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
 def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> Callable:
     """``mapInPandas`` function writing one table's rows from an executor; yields one report row per task.
 
-    ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`) or ``profiles`` (winning
-    profiles). With ``write`` False rows are only counted (``--no-write``).
+    ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`), ``profiles`` (winning
+    profiles), ``author_timeline``, ``pull_follows`` (:mod:`~spark_jobs.backfill.join`) or
+    ``blocks`` (blocks in force). With ``write`` False rows are only counted (``--no-write``).
     """
 
     def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
@@ -150,7 +160,8 @@ def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winn
     writers = max(2, spark.sparkContext.defaultParallelism)
     return [("timeline", timelines.repartition(writers)), ("tweets", tweet_rows(winners)),
             ("profiles", winners.profiles), ("author_timeline", author_timeline_rows(winners, inbox_cap)),
-            ("pull_follows", pull_follow_rows(winners, pull_threshold).repartition(writers))]
+            ("pull_follows", pull_follow_rows(winners, pull_threshold).repartition(writers)),
+            ("blocks", winners.blocks_in_force())]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from feed_service.core.events import event_to_json, parse_event
-from feed_service.core.reference import reference_timelines
+from feed_service.core.reference import reference_tables, reference_timelines
+from feed_service.kafka.keys import ROLE_OF_TYPE
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
@@ -27,7 +28,9 @@ from spark_jobs.envelope import parse_changes
 from .pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines, running
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
-TABLES = ("home_timeline", "tweets", "profiles")
+TABLES = ("home_timeline", "tweets", "profiles", "blocks")
+#: The (subject, object) fields of a block and of a mute edge.
+HIDE_ENDS = {"block": ("blocker_id", "blocked_id"), "mute": ("muter_id", "muted_id")}
 
 
 def _isolated(settings: Settings, unique: str) -> Settings:
@@ -41,6 +44,34 @@ def _history(seed: int, events: int = 600) -> list[dict]:
     return list(generate(users=30, events=events, seed=seed, mean_following=6, prefix=f"b{seed}-"))
 
 
+def _hide(kind: str, op: str, subject: str, target: str, version: int) -> dict:
+    """A block or mute envelope."""
+    return {"type": kind, "op": op, HIDE_ENDS[kind][0]: subject, HIDE_ENDS[kind][1]: target, "version": version}
+
+
+def _hides(events: list[dict], seed: int, count: int = 24) -> list[dict]:
+    """Blocks and mutes over follow edges of ``events``, so that they hide rows: mutes, blocks by the
+    reader and by the author; some lifted later (unblock, unmute), some lifted at the same version (a
+    tie: the hiding op wins); and a block of a user with no other change (a key of blocks only)."""
+    rnd = random.Random(seed)
+    follows = sorted({(e["follower_id"], e["followee_id"]) for e in events if e["type"] == "follow"})
+    top = max(e["version"] for e in events) + 1
+    out = []
+    for i, (reader, author) in enumerate(rnd.sample(follows, count)):
+        kind, subject, target = [("mute", reader, author), ("block", reader, author), ("block", author, reader)][i % 3]
+        out.append(_hide(kind, kind, subject, target, top + i))
+        if i % 4 == 1:
+            out.append(_hide(kind, "un" + kind, subject, target, top + i + 1))
+        elif i % 4 == 2:
+            out.append(_hide(kind, "un" + kind, subject, target, top + i))
+    return out + [_hide("block", "block", follows[0][0], f"loner-{seed}", top)]
+
+
+def _blocks_in_force(events: list[dict]) -> list[tuple[str, str]]:
+    """``(blocker_id, blocked_id)`` of the reference's blocks in force: the rows of the blocks table."""
+    return sorted(edge for edge, (_, on) in reference_tables(events).blocks.items() if on)
+
+
 def _rows(df) -> list[tuple]:
     return sorted(tuple(r) for r in df.collect())
 
@@ -50,17 +81,20 @@ def _tables(settings: Settings) -> dict[str, list[tuple]]:
         "tweets": sorted(read_table(settings, "SELECT tweet_id, author_id, created_at, version, text, profile_version"
                                               " FROM tweets")),
         "profiles": sorted(read_table(settings, "SELECT user_id, version, display_name, avatar_url, bio FROM profiles")),
+        "blocks": sorted(read_table(settings, "SELECT blocker_id, blocked_id FROM blocks")),
     }
 
 
 def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(settings: Settings, unique: str, tmp_path: Path) -> None:
     pipeline = _isolated(settings, unique)
     events = _history(seed=11)
+    events += _hides(events, seed=11)
     publish(pipeline, events, GARBAGE)
     with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
         stream.wait_caught_up()
     streamed, streamed_tables = read_timelines(pipeline), _tables(pipeline)
     assert streamed == reference_timelines(events)
+    assert streamed_tables["blocks"] == _blocks_in_force(events)
 
     for table in TABLES:
         read_table(pipeline, f"TRUNCATE {table}")
@@ -94,7 +128,9 @@ def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(settings: Settings, 
 def _continuation(events: list[dict], seed: int) -> list[dict]:
     """Later changes that need the stream's state from the backfill to be applied right: deletes and
     edits of old tweets (followers from state), unfollows (retained tweets from state), new follows of
-    old authors (their tweets backfilled into the new inbox), and fresh tweets."""
+    old authors (their tweets backfilled into the new inbox), blocks and mutes lifted (the hidden rows
+    come back) or lifted at the winner's version (a tie: still hidden), new blocks and mutes, follows
+    of a user who blocks the follower (still hidden), and fresh tweets."""
     rnd = random.Random(seed)
     parsed = [parse_event(e) for e in events]
     top = max(e["version"] for e in events) + 1
@@ -115,6 +151,20 @@ def _continuation(events: list[dict], seed: int) -> list[dict]:
     for _ in range(10):
         a, b = rnd.sample(users, 2)
         more.append({"type": "follow", "op": "follow", "follower_id": a, "followee_id": b, "version": top + len(more)})
+    tables = reference_tables(events)
+    in_force = sorted([("block", *edge, v) for edge, (v, on) in tables.blocks.items() if on]
+                      + [("mute", *edge, v) for edge, (v, on) in tables.mutes.items() if on])
+    lifted = rnd.sample(in_force, 8)
+    for i, (kind, subject, target, version) in enumerate(lifted):
+        more.append(_hide(kind, "un" + kind, subject, target, top + len(more) if i % 2 else version))
+    for i, (follower, followee) in enumerate(rnd.sample(sorted(edges), 6)):
+        kind, subject, target = [("mute", follower, followee), ("block", follower, followee),
+                                 ("block", followee, follower)][i % 3]
+        more.append(_hide(kind, kind, subject, target, top + len(more)))
+    kept = [edge for edge in in_force if edge[0] == "block" and edge not in lifted]
+    for _, blocker, blocked, _ in kept[:4]:
+        more.append({"type": "follow", "op": "follow", "follower_id": blocked, "followee_id": blocker,
+                     "version": top + len(more)})
     more += _history(seed=seed, events=150)[-100:]  # new tweets etc. of another prefix's users
     return more
 
@@ -124,11 +174,13 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(
 ) -> None:
     pipeline = _isolated(settings, unique)
     events = _history(seed=12)
+    events += _hides(events, seed=12)
     publish(pipeline, events)
     out = tmp_path / "backfill"
     result = run_backfill(spark, pipeline, BackfillOptions(out=out))
     backfill_ts = result.manifest["backfill_ts"]
     assert read_timelines(pipeline) == reference_timelines(events)
+    assert _tables(pipeline)["blocks"] == _blocks_in_force(events)
 
     # The DataFrame join and the engine's states hold exactly the same rows.
     snap = Snapshot(result.manifest["start_offsets"], result.manifest["end_offsets"])
@@ -144,6 +196,7 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(
         publish(pipeline, more)
         stream.wait_caught_up()
         assert read_timelines(pipeline) == reference_timelines(events + more)
+        assert _tables(pipeline)["blocks"] == _blocks_in_force(events + more)
     assert int((checkpoint / "clock_start").read_text()) == backfill_ts
 
     # Nothing of the backfilled history was applied twice: rows the continuation did not touch keep
@@ -176,6 +229,10 @@ def _noisy(events: list[dict], seed: int) -> list[dict]:
         elif e["type"] == "follow":
             out.append({**e, "op": "unfollow" if e["op"] == "follow" else "follow"})  # tie: unfollow wins
             out.append({**e, "op": "follow", "version": max(e["version"] - 1, 0)})  # stale re-follow
+        elif e["type"] in HIDE_ENDS:
+            other = e["op"][2:] if e["op"].startswith("un") else "un" + e["op"]
+            out.append({**e, "op": other})  # tie: block (mute) wins
+            out.append({**e, "op": other, "version": max(e["version"] - 1, 0)})  # stale
         else:
             out.append({**e, "display_name": e["display_name"] + " (tie)", "bio": None})
     rnd.shuffle(out)
@@ -188,13 +245,13 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     from confluent_kafka import Producer
 
     pipeline = _isolated(settings, unique)
-    events = _noisy(_history(seed=14, events=400), seed=14)
+    history = _history(seed=14, events=400)
+    events = _noisy(history + _hides(history, seed=14), seed=14)
     publish(pipeline, events[: len(events) // 2])
     raw = Producer({"bootstrap.servers": pipeline.kafka_bootstrap})
     tombstones = 0
     for e in events[:40]:  # compaction markers (null values) for keys of every topic, mid-log
-        role = {"tweet": "tweets", "follow": "follows", "profile": "profiles"}[e["type"]]
-        raw.produce(pipeline.topic(role), key=f"tombstone-{tombstones}".encode(), value=None)
+        raw.produce(pipeline.topic(ROLE_OF_TYPE[e["type"]]), key=f"tombstone-{tombstones}".encode(), value=None)
         tombstones += 1
     assert raw.flush(30) == 0
     publish(pipeline, events[len(events) // 2:])
@@ -219,14 +276,15 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     assert sorted(stored_rows) == sorted(newest) and len(stored_rows) == summary["rows"]["timeline"]
     assert len(from_states) > len(stored_rows)  # the states hold more: the cut did cut
 
-    # Winners by the engine's rules: tweet text and version, profile payloads per (user, version).
-    from feed_service.core.reference import reference_tables
-
+    # Winners by the engine's rules: tweet text and version, profile payloads per (user, version),
+    # blocks and mutes in force.
     tables = reference_tables(events)
     want_tweets = sorted((tid, a, c[1], c[0], c[2], c[3]) for (a, tid), c in tables.tweets.items())
     got = _tables(pipeline)
     assert got["tweets"] == want_tweets
     assert got["profiles"] == sorted((u, v, *p) for (u, v), p in tables.profiles.items())
+    assert got["blocks"] == _blocks_in_force(events)
+    assert summary["entities"]["mutes_in_force"] == sum(1 for _, on in tables.mutes.values() if on)
     assert summary["entities"]["tweets_deleted"] == len(tables.deleted)
     assert summary["entities"]["follow_edges_active"] == sum(1 for _, a in tables.follows.values() if a)
 

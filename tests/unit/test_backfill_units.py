@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from feed_service.core.events import (
-    FollowChange, ProfileVersion, TweetDelete, TweetUpsert, join_key, parse_event, tweet_payload_digest,
+    BlockChange, FollowChange, MuteChange, ProfileVersion, TweetDelete, TweetUpsert, hide_rank, join_keys,
+    parse_event, tweet_payload_digest,
 )
 from feed_service.core.join import step
 from feed_service.core.reference import reference_tables
@@ -22,15 +23,15 @@ from feed_service.workload.generator import generate
 from spark_jobs.backfill.snapshot import Snapshot
 from spark_jobs.backfill.states import key_state
 from spark_jobs.backfill.winners import payload_digest_hex
-from spark_jobs.bootstrap import MANIFEST_FORMAT, load_bootstrap
+from spark_jobs.bootstrap import MANIFEST_FORMAT, load_bootstrap, source_topics
 from spark_jobs.envelope import EVENT_COLUMNS
 
 COLUMNS = ["key", *(name for name, _ in EVENT_COLUMNS)]
 
 
-def _row(ev) -> dict:
+def _row(ev, key: str) -> dict:
     row = dict.fromkeys(COLUMNS)
-    row["key"] = join_key(ev)
+    row["key"] = key
     if isinstance(ev, TweetUpsert):
         row.update(type="tweet", op="upsert", tweet_id=ev.tweet_id, author_id=ev.author_id, version=ev.version,
                    created_at=ev.created_at, text=ev.text, profile_version=ev.profile_version)
@@ -39,16 +40,35 @@ def _row(ev) -> dict:
     elif isinstance(ev, FollowChange):
         row.update(type="follow", op=ev.op, follower_id=ev.follower_id, followee_id=ev.followee_id,
                    version=ev.version)
+    elif isinstance(ev, BlockChange):
+        row.update(type="block", op=ev.op, blocker_id=ev.blocker_id, blocked_id=ev.blocked_id, version=ev.version)
+    elif isinstance(ev, MuteChange):
+        row.update(type="mute", op=ev.op, muter_id=ev.muter_id, muted_id=ev.muted_id, version=ev.version)
     else:
         row.update(type="profile", user_id=ev.user_id, version=ev.version, display_name=ev.display_name,
                    avatar_url=ev.avatar_url, bio=ev.bio)
     return row
 
 
+def _hides(events: list, rnd: random.Random) -> list:
+    """Blocks (either way round) and mutes over follow edges, some lifted later, some tied at one version."""
+    follows = sorted({(ev.follower_id, ev.followee_id) for ev in events if isinstance(ev, FollowChange)})
+    out: list = []
+    for i, (reader, author) in enumerate(rnd.sample(follows, 30)):
+        change = [MuteChange(reader, author, i, "mute"), BlockChange(reader, author, i, "block"),
+                  BlockChange(author, reader, i, "block")][i % 3]
+        out.append(change)
+        if i % 4 == 1:
+            out.append(replace(change, version=i + 1, op="unmute" if isinstance(change, MuteChange) else "unblock"))
+    # Keys whose only changes are one block between the same two users: step needs their key named.
+    return out + [BlockChange("loner-a", "loner-b", 4, "block"), BlockChange("loner-b", "loner-a", 2, "unblock")]
+
+
 def _noisy_history(seed: int) -> list:
-    """A generated history plus duplicates, older versions and same-version ties, shuffled."""
+    """A generated history plus blocks and mutes, duplicates, older versions and same-version ties, shuffled."""
     rnd = random.Random(seed)
     events = [parse_event(e) for e in generate(users=25, events=500, seed=seed, mean_following=5)]
+    events += _hides(events, rnd)
     noise = []
     for ev in events:
         if isinstance(ev, TweetUpsert) and rnd.random() < 0.3:
@@ -58,6 +78,9 @@ def _noisy_history(seed: int) -> list:
             noise += [ev, replace(ev, op="unfollow" if ev.op == "follow" else "follow")]
         elif isinstance(ev, ProfileVersion) and rnd.random() < 0.3:
             noise.append(replace(ev, display_name=ev.display_name + "~", bio=None))
+        elif isinstance(ev, (BlockChange, MuteChange)) and rnd.random() < 0.5:
+            undo = {"block": "unblock", "unblock": "block", "mute": "unmute", "unmute": "mute"}[ev.op]
+            noise += [ev, replace(ev, op=undo)]  # a tie: the hiding op wins
     out = events + noise
     rnd.shuffle(out)
     return out
@@ -70,7 +93,18 @@ def _winners(events: list) -> list:
     out += [TweetDelete(tid, a, 0) for a, tid in t.deleted]
     out += [FollowChange(f, e, v, "follow" if active else "unfollow") for (f, e), (v, active) in t.follows.items()]
     out += [ProfileVersion(u, v, *p) for (u, v), p in t.profiles.items()]
-    return out
+    hides: dict[tuple, BlockChange | MuteChange] = {}  # per edge, the change of greatest hide_rank
+    for ev in events:
+        if isinstance(ev, BlockChange):
+            edge: tuple = ("block", ev.blocker_id, ev.blocked_id)
+        elif isinstance(ev, MuteChange):
+            edge = ("mute", ev.muter_id, ev.muted_id)
+        else:
+            continue
+        best = hides.get(edge)
+        if best is None or hide_rank(ev.version, ev.hiding) > hide_rank(best.version, best.hiding):
+            hides[edge] = ev
+    return out + list(hides.values())
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -79,26 +113,28 @@ def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inb
     events = _noisy_history(seed)
     by_key: dict[str, list] = {}
     for ev in events:
-        by_key.setdefault(join_key(ev), []).append(ev)
+        for key in join_keys(ev):
+            by_key.setdefault(key, []).append(ev)
     winners_by_key: dict[str, list] = {}
     for ev in _winners(events):
-        winners_by_key.setdefault(join_key(ev), []).append(ev)
+        for key in join_keys(ev):  # a block goes to both of its keys, as winner_events routes it
+            winners_by_key.setdefault(key, []).append(ev)
     assert set(by_key) == set(winners_by_key)
     ts = 1_700_000_000_000_000
     for key, evs in by_key.items():
-        frame = pd.DataFrame([_row(ev) for ev in winners_by_key[key]], columns=COLUMNS)
+        frame = pd.DataFrame([_row(ev, key) for ev in winners_by_key[key]], columns=COLUMNS)
         got_key, blob = key_state(frame, inbox_cap=inbox_cap, pull_threshold=2000, backfill_ts=ts)
         got = decode_state(blob)
         assert got_key == key and got.clock == ts
         # The engine over every event, in one batch and in many small batches.
-        once = step(None, evs, inbox_cap=inbox_cap, clock_start=ts - 1).state
+        once = step(None, evs, inbox_cap=inbox_cap, clock_start=ts - 1, key=key).state
         assert got == replace(once, clock=ts), key
         if inbox_cap >= len(evs):
             # Below the cap the state does not depend on batching either. At the cap it can: a
             # delete does not bring an evicted tweet back (docs/join-engine.md, "deletes at the cap").
             state = None
             for i in range(0, len(evs), 7):
-                state = step(state, evs[i:i + 7], inbox_cap=inbox_cap, clock_start=0).state
+                state = step(state, evs[i:i + 7], inbox_cap=inbox_cap, clock_start=0, key=key).state
             assert got == replace(state, clock=ts), key
 
 
@@ -113,7 +149,7 @@ def test_digest_column_matches_the_engine_digest() -> None:
 def _manifest(folder: Path, settings: Settings, **overrides) -> None:
     (folder / "state").mkdir(parents=True, exist_ok=True)
     manifest = {"format": MANIFEST_FORMAT, "backfill_ts": 10, "stream_clock_start": 10, "inbox_cap": 800,
-                "topics": {r: settings.topic(r) for r in ("tweets", "follows", "profiles")},
+                "topics": source_topics(settings),
                 "end_offsets": {settings.topic("tweets"): {"0": 4}}, "state": "state", **overrides}
     (folder / "manifest.json").write_text(json.dumps(manifest))
 

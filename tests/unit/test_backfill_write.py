@@ -11,10 +11,10 @@ import pytest
 
 import cassandra.concurrent
 import spark_jobs.cassandra_sink
-from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import BlockWrite, Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
 from feed_service.settings import Settings
 from feed_service.store.cassandra_writer import CassandraWriter
-from spark_jobs.backfill.write import profile_writes, timeline_writes, tweet_writes, write_frames
+from spark_jobs.backfill.write import block_writes, profile_writes, timeline_writes, tweet_writes, write_frames
 
 TS = 1_700_000_000_000_000
 TIMELINE = pd.DataFrame({"timeline_id": ["ann", "cat"], "tweet_id": ["t1", "t2"], "author_id": ["bob", "bob"],
@@ -25,6 +25,7 @@ TWEETS = pd.DataFrame({"tweet_id": ["t1", "t9"], "author_id": ["bob", "bob"], "c
                        "deleted": [False, True]})
 PROFILES = pd.DataFrame({"user_id": ["bob", "bob"], "version": [1, 2], "display_name": ["Bob", "Bobby"],
                          "avatar_url": ["https://a", None], "bio": [math.nan, "hello"]})
+BLOCKS = pd.DataFrame({"blocker_id": ["bob", "cat"], "blocked_id": ["ann", "bob"]})  # blocks in force
 
 
 def test_frames_become_write_rows() -> None:
@@ -37,6 +38,7 @@ def test_frames_become_write_rows() -> None:
     assert type(tweets[0].entry.created_at) is int  # not numpy, not float: the driver binds bigint
     assert profile_writes(PROFILES, TS) == [ProfileWrite(ProfileRow("bob", 1, "Bob", "https://a", None), TS),
                                             ProfileWrite(ProfileRow("bob", 2, "Bobby", None, "hello"), TS)]
+    assert block_writes(BLOCKS, TS) == [BlockWrite("insert", "bob", "ann", TS), BlockWrite("insert", "cat", "bob", TS)]
 
 
 class FakeSession:
@@ -72,6 +74,7 @@ def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
                         ("DELETE FROM ks.tweets", (TS, "t9"))]),
     ("profiles", PROFILES, [("INSERT INTO ks.profiles", ("bob", 1, "Bob", "https://a", None, TS)),
                             ("INSERT INTO ks.profiles", ("bob", 2, "Bobby", None, "hello", TS))]),
+    ("blocks", BLOCKS, [("INSERT INTO ks.blocks", ("bob", "ann", TS)), ("INSERT INTO ks.blocks", ("cat", "bob", TS))]),
 ])
 def test_executors_write_through_the_cassandra_writer(executed: list, table: str, frame: pd.DataFrame,
                                                       want: list) -> None:

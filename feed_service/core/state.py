@@ -193,7 +193,9 @@ def _fields(state: AuthorState) -> tuple:
 
 def hides_reader(edges: HideEdges) -> bool:
     """Whether any of one reader's block and mute edges with an author is in force."""
-    return any(e is not None and e[1] for e in edges)
+    mute, reader_blocks, author_blocks = edges
+    return ((mute is not None and mute[1]) or (reader_blocks is not None and reader_blocks[1])
+            or (author_blocks is not None and author_blocks[1]))
 
 
 def visible_followers(state: AuthorState) -> tuple[str, ...]:

@@ -346,7 +346,7 @@ def step(
         cold, deleted, followers, dead_at = _forget(floor, watermark, cold, deleted,
                                                     followers, dead_at, edges_loaded=state.edges_loaded)
         if state.edges_loaded and hides_dead_at:
-            hides_after, hides_dead_at = _forget_hides(floor, watermark, hides_after, hides_dead_at)
+            hides_after, hides_dead_at = _forget_dead(floor, watermark, hides_after, hides_dead_at)
     unchanged = (retained is state.tweets and followers is state.followers and profiles is state.profiles
                  and deleted is state.deleted and cold is state.cold and clock == state.clock
                  and pull_after == pull_before and watermark == state.watermark and dead_at is state.dead_at
@@ -385,31 +385,24 @@ def _forget(floor: int, watermark: int, cold: Mapping[str, ColdTweet], deleted: 
     if deleted and _expired(deleted, floor, lambda s: s):
         deleted = _restamped({t: s for t, s in deleted.items() if not NO_WATERMARK < s < floor},
                              lambda s: s, lambda s: watermark)
-    if edges_loaded and dead_at and _expired(dead_at, floor, lambda s: s):
-        gone = [f for f, s in dead_at.items() if NO_WATERMARK < s < floor]
-        dead_at = _restamped({f: s for f, s in dead_at.items() if not NO_WATERMARK < s < floor},
-                             lambda s: s, lambda s: watermark)
-        if gone:
-            followers = dict(followers)
-            for f in gone:
-                del followers[f]
+    if edges_loaded and dead_at:
+        followers, dead_at = _forget_dead(floor, watermark, followers, dead_at)
     return cold, deleted, followers, dead_at
 
 
-def _forget_hides(floor: int, watermark: int, hides: Mapping[str, HideEdges], dead_at: Mapping[str, int]
-                  ) -> tuple[Mapping[str, HideEdges], Mapping[str, int]]:
-    """Drop the readers none of whose block and mute edges has hidden anything since ``floor``
-    (as :func:`_forget` drops dead follow edges)."""
+def _forget_dead(floor: int, watermark: int, edges: Mapping[str, Any], dead_at: Mapping[str, int]
+                 ) -> tuple[Mapping[str, Any], Mapping[str, int]]:
+    """Drop the edges (follow edges, or a reader's block and mute edges) dead since before ``floor``."""
     if not _expired(dead_at, floor, lambda s: s):
-        return hides, dead_at
+        return edges, dead_at
     gone = [r for r, s in dead_at.items() if NO_WATERMARK < s < floor]
     dead_at = _restamped({r: s for r, s in dead_at.items() if not NO_WATERMARK < s < floor},
                          lambda s: s, lambda s: watermark)
     if gone:
-        hides = dict(hides)
+        edges = dict(edges)
         for r in gone:
-            del hides[r]
-    return hides, dead_at
+            del edges[r]
+    return edges, dead_at
 
 
 def _expired(entries: Mapping, floor: int, since: Callable[[Any], int]) -> bool:

@@ -1,6 +1,7 @@
-"""Write the join's compact output rows from the executors (``mapPartitions``): timeline, tweet
-and profile rows to Cassandra, passed-through rejected records to the dead-letter topic; each
-partition hands back its home-timeline upserts per timeline, for the driver's trimming.
+"""Write the join's compact output rows from the executors (``mapPartitions``): timeline, tweet,
+profile, author-timeline, pull-follow and block rows to Cassandra, passed-through rejected records
+to the dead-letter topic; each partition hands back its home-timeline upserts per timeline, for the
+driver's trimming.
 
 Each Python worker keeps one driver session per settings (workers are reused across tasks), so a
 micro-batch pays for statements, not for connections. Rows are written in chunks through
@@ -67,7 +68,8 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
         writes = writes_of(chunk)
         started = time.perf_counter()
         total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles,
-                                     author_timeline=writes.author_timeline, pull_follows=writes.pull_follows)
+                                     author_timeline=writes.author_timeline, pull_follows=writes.pull_follows,
+                                     blocks=writes.blocks)
         for w in writes.timeline:
             if w.op != "delete":
                 upserts[w.timeline_id] = upserts.get(w.timeline_id, 0) + 1

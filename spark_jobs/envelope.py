@@ -14,7 +14,9 @@ the record is one JSON value with nothing after it (a record cannot contain its 
 
 :func:`parse_changes` returns one row per Kafka record with the typed event columns, the join key
 and ``reject_code``/``reject_reason`` (null for a valid event). The stream splits on that column:
-valid rows go to the stateful join, the others to the dead-letter topic (:func:`dead_letters`).
+valid rows go to the stateful join, the others to the dead-letter topic (:func:`dead_letters`). A
+valid block belongs to two join keys (blocker and blocked); :func:`routed_changes` gives it one row
+per key (docs/streaming.md, "Blocks and mutes").
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("display_name", "string"),
     ("avatar_url", "string"),
     ("bio", "string"),
+    ("blocker_id", "string"),
+    ("blocked_id", "string"),
+    ("muter_id", "string"),
+    ("muted_id", "string"),
 )
 
 #: Fields each (type, op) requires, with their kind: id (non-empty string), text, natural (int >= 0).
@@ -52,8 +58,17 @@ REQUIRED_FIELDS: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {
     ("tweet", "delete"): (("tweet_id", "id"), ("author_id", "id"), ("version", "natural")),
     ("follow", None): (("follower_id", "id"), ("followee_id", "id"), ("version", "natural")),
     ("profile", None): (("user_id", "id"), ("version", "natural"), ("display_name", "text")),
+    ("block", None): (("blocker_id", "id"), ("blocked_id", "id"), ("version", "natural")),
+    ("mute", None): (("muter_id", "id"), ("muted_id", "id"), ("version", "natural")),
 }
 OPTIONAL_TEXT_FIELDS = ("avatar_url", "bio")
+
+#: Edge types checked like a follow (op, subject id, object id, version, then the self-edge rule), as
+#: ``_hide_change`` in :mod:`feed_service.core.events` does: type -> (ops, subject, object, self-edge code).
+EDGE_TYPES: dict[str, tuple[tuple[str, str], str, str, str]] = {
+    "block": (("block", "unblock"), "blocker_id", "blocked_id", "self_block"),
+    "mute": (("mute", "unmute"), "muter_id", "muted_id", "self_mute"),
+}
 
 
 def _kind(field: str) -> "Column":
@@ -97,7 +112,11 @@ def _first_fault(checks: list["Column"]) -> "Column":
 
 
 def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
-    """Kafka rows -> typed event rows with ``key`` (join key) and ``reject_code``/``reject_reason``."""
+    """Kafka rows -> typed event rows with ``key`` (join key) and ``reject_code``/``reject_reason``.
+
+    One row per record, so counts per source partition stay counts of records (the backfill's read
+    stage); a block's ``key`` is its blocker's, the blocked user's copy comes from :func:`routed_changes`.
+    """
     from pyspark.sql import functions as F
 
     fault = lambda code, reason: F.struct(F.lit(code).alias("code"), reason.alias("reason"))  # noqa: E731
@@ -130,6 +149,19 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     op_name = F.coalesce(F.expr("to_json(variant_get(v, '$.op'))"), F.lit("null"))
     type_name = F.coalesce(F.expr("to_json(variant_get(v, '$.type'))"), F.lit("null"))
 
+    def edge_faults(rule: "Column", edge: str) -> "Column":
+        """``rule`` continued with a block's or mute's checks: the op, then the fields, then the
+        self-edge rule, in parse_event's order (the first fault decides the code)."""
+        (hide_op, undo_op), subject, target, self_code = EDGE_TYPES[edge]
+        self_edge = F.when(_string(subject) == _string(target),
+                           fault(self_code, F.concat(F.lit(f"self-{edge} of '"), _string(subject), F.lit("'"))))
+        return (
+            rule.when(is_type(edge) & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
+            .when(is_type(edge) & ~(is_op(hide_op) | is_op(undo_op)),
+                  fault("unknown_op", F.concat(F.lit(f"unknown {edge} op "), op_name)))
+            .when(is_type(edge), F.coalesce(checks(edge, None), self_edge))
+        )
+
     fault_col = (
         F.when(F.col("raw").isNull(), fault("bad_json", F.lit("bad JSON: empty record")))
         .when(~F.expr("is_valid_utf8(raw)"), fault("bad_json", F.lit("bad JSON: not UTF-8")))
@@ -146,7 +178,11 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
         .when(is_type("follow") & ~(is_op("follow") | is_op("unfollow")),
               fault("unknown_op", F.concat(F.lit("unknown follow op "), op_name)))
         .when(is_type("follow"), F.coalesce(checks("follow", None), self_follow))
-        .when(is_type("profile"), F.coalesce(checks("profile", None), *optional_text))
+    )
+    for edge in EDGE_TYPES:
+        fault_col = edge_faults(fault_col, edge)
+    fault_col = (
+        fault_col.when(is_type("profile"), F.coalesce(checks("profile", None), *optional_text))
         .otherwise(fault("unknown_type", F.concat(F.lit("unknown event type "), type_name)))
     )
 
@@ -154,9 +190,12 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
         F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')").alias(name) for name, sql_type in EVENT_COLUMNS
     ]
     out = parsed.select("topic", "partition", "offset", "event_time", "raw", fault_col.alias("fault"), *typed)
+    # A block belongs to two keys: here the blocker's, routed_changes adds the blocked user's copy.
     key = (
         F.when(F.col("type") == "tweet", F.col("author_id"))
         .when(F.col("type") == "follow", F.col("followee_id"))
+        .when(F.col("type") == "mute", F.col("muted_id"))
+        .when(F.col("type") == "block", F.col("blocker_id"))
         .otherwise(F.col("user_id"))
     )
     return out.select(
@@ -180,14 +219,23 @@ def routed_changes(parsed: "DataFrame") -> "DataFrame":
     Rejected rows are grouped under one key per source topic so they cost one call per batch, and
     the sink publishes them; one query reads the topics once (a second query for dead letters would
     double the per-batch fixed cost on a small machine).
+
+    A valid block leaves as two rows, one for the blocker's key and one for the blocked user's (each
+    key's step needs it: :func:`feed_service.core.events.join_keys`); every other row stays one row,
+    a rejected block included, so its dead letter is published once. The split is an ``explode`` of
+    the row's keys in the same projection: no second pass over the source, and for an ordinary row a
+    one-element array.
     """
     from pyspark.sql import functions as F
 
     rejected = F.col("reject_code").isNotNull()
     letter_key, letter_value = dead_letter_columns()
+    keys = (F.when(rejected, F.array(F.col("topic")))
+            .when(F.col("type") == "block", F.array(F.col("blocker_id"), F.col("blocked_id")))
+            .otherwise(F.array(F.col("key"))))
     return parsed.select(
         F.when(rejected, F.lit(ROUTE_DEAD_LETTER)).otherwise(F.lit(ROUTE_JOIN)).alias("route"),
-        F.when(rejected, F.col("topic")).otherwise(F.col("key")).alias("key"),
+        F.explode(keys).alias("key"),
         *(name for name, _ in EVENT_COLUMNS),
         F.col("event_time"),
         letter_key.alias("dl_key"),

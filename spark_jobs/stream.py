@@ -1,10 +1,11 @@
 """The streaming job: Kafka changelogs -> validated changes -> stateful join -> Cassandra.
 
-One query, ``timeline-join``, reads the three topics: valid changes, keyed by join key, go through
-the join engine in the stateful operator (RocksDB state store); records that fail validation pass
-through it under a dead-letter route; ``foreachBatch`` writes from the executors, rows to Cassandra
-and dead letters (reason, source topic, partition and offset) to the dead-letter topic. (A second
-query for the dead letters doubled the fixed cost of every micro-batch on this 2-core machine.)
+One query, ``timeline-join``, reads the changelog topics (``SOURCE_ROLES``): valid changes, keyed by
+join key (a block under both of its users), go through the join engine in the stateful operator
+(RocksDB state store); records that fail validation pass through it under a dead-letter route;
+``foreachBatch`` writes from the executors, rows to Cassandra and dead letters (reason, source
+topic, partition and offset) to the dead-letter topic. (A second query for the dead letters doubled
+the fixed cost of every micro-batch on this 2-core machine.)
 
 Its checkpoint lives under ``--checkpoint``; state and Kafka offsets survive restarts, and a batch
 replayed after a crash rewrites the same rows with the same timestamps (dead letters are at least

@@ -1,6 +1,7 @@
 """The join engine inside Spark's keyed stateful operator.
 
-Changes are grouped by join key (tweet author = followee = profile owner) and each group runs one
+Changes are grouped by join key (tweet author = followee = profile owner = muted user; a block is
+in the groups of both its users, spark_jobs/envelope.py) and each group runs one
 :func:`feed_service.core.join.step` against the key's state. Per key and micro-batch the state is
 read once and written at most once, as one encoded blob (``shared/design/spark-notes.md``: the cost
 of Python stateful operators grows with state calls, not bytes).
@@ -23,7 +24,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, Ty
 
 import json
 
-from feed_service.core.events import Event, FollowChange, ProfileVersion, TweetDelete, TweetUpsert, event_to_json
+from feed_service.core.events import (
+    BlockChange,
+    Event,
+    FollowChange,
+    MuteChange,
+    ProfileVersion,
+    TweetDelete,
+    TweetUpsert,
+    event_to_json,
+)
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
@@ -59,6 +69,10 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
                 events.append(TweetDelete(r.tweet_id, r.author_id, int(r.version)))
         elif r.type == "follow":
             events.append(FollowChange(r.follower_id, r.followee_id, int(r.version), r.op))
+        elif r.type == "block":
+            events.append(BlockChange(r.blocker_id, r.blocked_id, int(r.version), r.op))
+        elif r.type == "mute":
+            events.append(MuteChange(r.muter_id, r.muted_id, int(r.version), r.op))
         else:
             events.append(ProfileVersion(r.user_id, int(r.version), r.display_name, none(r.avatar_url),
                                          none(r.bio)))
@@ -90,11 +104,13 @@ class JoinConfig:
 
 
 def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: Iterable[Any],
-            config: JoinConfig) -> tuple[StoredStep | None, list[tuple[Any, ...]]]:
+            config: JoinConfig, *, key: str | None = None) -> tuple[StoredStep | None, list[tuple[Any, ...]]]:
     """One key, one batch: the stored step (None without events) and its output rows.
 
     The step reads the key's edges part only if it needs it (:func:`step_stored`), and says which
-    parts to write back: none when the batch changed nothing (stale or duplicate changes).
+    parts to write back: none when the batch changed nothing (stale or duplicate changes). ``key`` is
+    the group's join key: a new key's changes do not name it when they are all blocks between the
+    same two users (each user's key gets the block).
     """
     rows = list(rows)
     events = events_from_rows(rows)
@@ -106,7 +122,7 @@ def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: It
     retention = config.retention
     done = step_stored(core, load_edges, events, inbox_cap=config.inbox_cap,
                        pull_threshold=config.pull_threshold, clock_start=config.clock_start,
-                       times=None if times is None else [int(t) for t in times], retention=retention)
+                       times=None if times is None else [int(t) for t in times], retention=retention, key=key)
     out = result_rows(done.result)
     if done.result.late:
         out += dead_letter_rows(_LateLetter(rows[i].dl_key, _late_value(events[i], rows[i], done.result.state.watermark,
@@ -153,7 +169,7 @@ def apply_in_pandas_fn(config: JoinConfig) -> Callable:
             yield _frame(dead_letter_rows(_frame_rows(frames)))
             return
         core, edges = (_bytes(state.get[0]), _bytes(state.get[1])) if state.exists else (None, None)
-        done, rows = run_key(core, lambda: edges, _frame_rows(frames), config)
+        done, rows = run_key(core, lambda: edges, _frame_rows(frames), config, key=key[1])
         if done is not None and done.core is not None:
             state.update((done.core, None if done.clear_edges else (done.edges or edges)))
         if rows:
@@ -205,7 +221,7 @@ def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any
             if key[0] == ROUTE_DEAD_LETTER:
                 yield from outputs(dead_letter_rows(inputs(rows)))
                 return
-            done, out = run_key(_stored(self.core), lambda: _stored(self.edges), inputs(rows), config)
+            done, out = run_key(_stored(self.core), lambda: _stored(self.edges), inputs(rows), config, key=key[1])
             if done is not None:
                 self._write(done)
             if out:

@@ -14,8 +14,9 @@ from feed_service.settings import Settings
 Offsets = dict[str, dict[str, int]]
 """Spark's JSON offsets shape: topic -> partition (as a string) -> offset."""
 
-SOURCE_ROLES = ("tweets", "follows", "profiles")
-"""The changelog topics the view is computed from."""
+SOURCE_ROLES = ("tweets", "follows", "profiles", "blocks_mutes")
+"""The changelog topics the view is computed from. A role added here reaches a stream restarted on an
+existing checkpoint from the topic's beginning (docs/streaming.md, "Blocks and mutes")."""
 
 
 def watermarks(settings: Settings, roles: Iterable[str] = SOURCE_ROLES, *,

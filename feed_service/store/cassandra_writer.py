@@ -10,15 +10,22 @@ cell, the write with the highest timestamp (a tombstone wins a tie), so:
   older write can bring it back (for as long as ``gc_grace_seconds`` keeps the tombstone).
 
 Rows are the write rows of :mod:`feed_service.core.rows` (``TimelineWrite``, ``TweetWrite``,
-``ProfileWrite``), one Cassandra row each. :class:`CassandraWriter` implements
-:class:`~feed_service.store.ports.ViewWriter`.
+``ProfileWrite``, ``AuthorTimelineWrite``, ``PullFollowWrite``, ``BlockWrite``), one Cassandra row
+each. :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from feed_service.core.rows import AuthorTimelineWrite, ProfileWrite, PullFollowWrite, TimelineWrite, TweetWrite
+from feed_service.core.rows import (
+    AuthorTimelineWrite,
+    BlockWrite,
+    ProfileWrite,
+    PullFollowWrite,
+    TimelineWrite,
+    TweetWrite,
+)
 from feed_service.errors import WriteFailed
 from feed_service.store.ports import WriteCounts
 
@@ -36,7 +43,7 @@ DEFAULT_BATCH_ROWS = 16
 
 
 class CassandraWriter:
-    """Prepared statements for the view's three tables, executed with bounded concurrency."""
+    """Prepared statements for the view's tables, executed with bounded concurrency."""
 
     def __init__(
         self,
@@ -80,6 +87,12 @@ class CassandraWriter:
         )
         self._pull_follow_delete = session.prepare(
             f"DELETE FROM {ks}.pull_follows USING TIMESTAMP ? WHERE follower_id = ? AND author_id = ?"
+        )
+        self._block_insert = session.prepare(
+            f"INSERT INTO {ks}.blocks (blocker_id, blocked_id) VALUES (?, ?) USING TIMESTAMP ?"
+        )
+        self._block_delete = session.prepare(
+            f"DELETE FROM {ks}.blocks USING TIMESTAMP ? WHERE blocker_id = ? AND blocked_id = ?"
         )
 
     def _batched(self, statements: list[tuple]) -> list[tuple]:
@@ -133,6 +146,13 @@ class CassandraWriter:
             else:
                 yield self._pull_follow_insert, (follower_id, author_id, ts)
 
+    def _blocks(self, rows: Iterable[BlockWrite]) -> Iterator[tuple]:
+        for op, blocker_id, blocked_id, ts in rows:
+            if op == "delete":
+                yield self._block_delete, (ts, blocker_id, blocked_id)
+            else:
+                yield self._block_insert, (blocker_id, blocked_id, ts)
+
     def write(
         self,
         *,
@@ -141,14 +161,16 @@ class CassandraWriter:
         profiles: Iterable[ProfileWrite] = (),
         author_timeline: Iterable[AuthorTimelineWrite] = (),
         pull_follows: Iterable[PullFollowWrite] = (),
+        blocks: Iterable[BlockWrite] = (),
     ) -> WriteCounts:
         """Write rows (any order: timestamps decide); raises :class:`WriteFailed` if any write failed."""
         from cassandra.concurrent import execute_concurrent
 
         timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
-        author_timeline, pull_follows = list(author_timeline), list(pull_follows)
+        author_timeline, pull_follows, blocks = list(author_timeline), list(pull_follows), list(blocks)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
-                      *self._author_timeline(author_timeline), *self._pull_follows(pull_follows)]
+                      *self._author_timeline(author_timeline), *self._pull_follows(pull_follows),
+                      *self._blocks(blocks)]
         if self.batch_rows > 1:
             statements = self._batched(statements)
         if statements:
@@ -161,4 +183,4 @@ class CassandraWriter:
                 raise WriteFailed(f"{len(failures)} of {len(statements)} writes failed; first: {failures[0]!r}")
         deletes = sum(1 for r in timeline if r.op == "delete")
         return WriteCounts(len(timeline) - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
-                           len(pull_follows))
+                           len(pull_follows), len(blocks))

@@ -24,9 +24,11 @@ GARBAGE: tuple[tuple[str, bytes], ...] = (
     ("follows", b'{"type":"follow","op":"follow","follower_id":"u1","version":1}'),
     ("profiles", b'{"type":"profile","user_id":"","version":1,"display_name":"nobody"}'),
     ("profiles", b'{"type":"banana","user_id":"u1"}'),
+    ("blocks_mutes", b'{"type":"block","op":"block","blocker_id":"u1","blocked_id":"u1","version":1}'),
+    ("blocks_mutes", b'{"type":"mute","op":"mute","muter_id":"u1","muted_id":"u1","version":1}'),
 )
 GARBAGE_CODES = ("bad_json", "not_object", "wrong_type", "negative_value", "wrong_type", "unknown_op",
-                 "self_follow", "missing_field", "empty_id", "unknown_type")
+                 "self_follow", "missing_field", "empty_id", "unknown_type", "self_block", "self_mute")
 
 
 class Delivered(NamedTuple):

@@ -4,9 +4,11 @@
 in the JVM) must agree with :func:`feed_service.core.events.parse_event` on every record: the same
 verdict, the same reject code, and for a valid record the same event. A generated corpus covers
 valid envelopes of every type and their mutations (missing fields, wrong JSON types, out-of-range
-integers, empty ids, unknown type/op, self-follows, extra fields, non-objects, broken JSON, bytes
-that are not UTF-8). Hypothesis draws it with a fixed seed per family; the whole corpus is checked
-in one Spark job (a batch DataFrame shaped like the Kafka source: topic, partition, offset, value).
+integers, empty ids, unknown type/op, self-follows, self-blocks and self-mutes, extra fields,
+non-objects, broken JSON, bytes that are not UTF-8). Hypothesis draws it with a fixed seed per
+family; the whole corpus is checked in one Spark job (a batch DataFrame shaped like the Kafka
+source: topic, partition, offset, value). The routing that follows is checked on the same corpus: a
+valid block becomes one row per join key, every other record stays one row.
 
 Families where the two parsers are known to differ are marked ``xfail(strict=True)`` with the
 reported difference: if one gets fixed, its test starts passing and the mark must go.
@@ -26,24 +28,28 @@ from hypothesis import strategies as st
 
 from feed_service.core.events import (
     MAX_INT64,
+    BlockChange,
     FollowChange,
+    MuteChange,
     ProfileVersion,
     TweetDelete,
     TweetUpsert,
     event_to_json,
-    join_key,
+    join_keys,
     parse_event,
 )
 from feed_service.errors import InvalidEvent
-from spark_jobs.envelope import parse_changes
+from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN, parse_changes, routed_changes
 from spark_jobs.timeline_join import events_from_rows
 
 from .pipeline import GARBAGE, GARBAGE_CODES
 
 pytestmark = pytest.mark.integration
 
-TYPES = ("tweet", "follow", "profile")
-IDS = ("tweet_id", "author_id", "follower_id", "followee_id", "user_id")
+TYPES = ("tweet", "follow", "profile", "block", "mute")
+#: (subject, object) id fields of the edge types whose two ends must differ.
+EDGES = (("follower_id", "followee_id"), ("blocker_id", "blocked_id"), ("muter_id", "muted_id"))
+IDS = ("tweet_id", "author_id", "user_id", *(name for edge in EDGES for name in edge))
 NATURALS = ("version", "created_at", "profile_version")
 TEXTS = ("text", "display_name")
 OPTIONAL_TEXTS = ("avatar_url", "bio")
@@ -63,6 +69,10 @@ events = st.one_of(
     st.builds(FollowChange, ids, ids, naturals, st.sampled_from(["follow", "unfollow"])).filter(
         lambda f: f.follower_id != f.followee_id),
     st.builds(ProfileVersion, ids, naturals, texts, st.none() | texts, st.none() | texts),
+    st.builds(BlockChange, ids, ids, naturals, st.sampled_from(["block", "unblock"])).filter(
+        lambda b: b.blocker_id != b.blocked_id),
+    st.builds(MuteChange, ids, ids, naturals, st.sampled_from(["mute", "unmute"])).filter(
+        lambda m: m.muter_id != m.muted_id),
 )
 
 
@@ -126,12 +136,17 @@ def other_type(draw: st.DrawFn, obj: dict[str, Any]) -> None:
 
 
 def unknown_op(draw: st.DrawFn, obj: dict[str, Any]) -> None:
-    obj["op"] = draw(st.sampled_from(["upsert", "delete", "follow", "unfollow", "Upsert", "retweet", ""]) | WRONG)
+    obj["op"] = draw(st.sampled_from(["upsert", "delete", "follow", "unfollow", "block", "unblock", "mute", "unmute",
+                                      "Upsert", "Block", "retweet", ""]) | WRONG)
 
 
-def self_follow(draw: st.DrawFn, obj: dict[str, Any]) -> None:
-    value = obj.get("follower_id", obj.get("followee_id", draw(ids)))
-    obj["follower_id"] = obj["followee_id"] = value
+def self_edge(draw: st.DrawFn, obj: dict[str, Any]) -> None:
+    """Both ends of an edge the same user: a self-follow, -block or -mute, mostly of the envelope's own
+    edge (else extra fields of another type, which must change nothing)."""
+    own = [edge for edge in EDGES if edge[0] in obj or edge[1] in obj]
+    subject, target = draw(st.sampled_from(own if own and draw(st.integers(0, 3)) else EDGES))
+    value = obj.get(subject, obj.get(target, draw(ids)))
+    obj[subject] = obj[target] = value
 
 
 def extra_field(draw: st.DrawFn, obj: dict[str, Any]) -> None:
@@ -140,7 +155,7 @@ def extra_field(draw: st.DrawFn, obj: dict[str, Any]) -> None:
 
 AGREEING_MUTATIONS: tuple[Mutation, ...] = (
     drop_field, retype_field, negative_integer, too_big_integer, empty_id, unknown_type, other_type, unknown_op,
-    self_follow, extra_field,
+    self_edge, extra_field,
 )
 
 
@@ -164,6 +179,22 @@ def mutated_records(draw: st.DrawFn) -> bytes:
     obj = draw(envelopes())
     for _ in range(draw(st.integers(1, 3))):
         draw(st.sampled_from(AGREEING_MUTATIONS))(draw, obj)
+    return encode(draw, obj).encode()
+
+
+edge_events = st.one_of(
+    st.builds(FollowChange, ids, ids, naturals, st.sampled_from(["follow", "unfollow"])),
+    st.builds(BlockChange, ids, ids, naturals, st.sampled_from(["block", "unblock"])),
+    st.builds(MuteChange, ids, ids, naturals, st.sampled_from(["mute", "unmute"])),
+)
+
+
+@st.composite
+def self_edges(draw: st.DrawFn) -> bytes:
+    """A follow, block or mute of a user by itself, otherwise valid: the self-edge rule decides alone."""
+    obj = event_to_json(draw(edge_events))
+    subject, target = next(edge for edge in EDGES if edge[0] in obj)
+    obj[target] = obj[subject]
     return encode(draw, obj).encode()
 
 
@@ -275,6 +306,7 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("valid", valid_records(), 150),
     Family("mutated", mutated_records(), 400),
+    Family("self_edge", self_edges(), 30),
     Family("non_object", non_objects(), 40),
     Family("truncated", truncated_json(), 60),
     Family("broken", broken_json(), 80),
@@ -326,21 +358,31 @@ class Verdict:
         return self.python[0] == self.spark[0] and (self.python[0] is not None or self.python[1] == self.spark[1])
 
 
+PARITY_TOPIC = "feed.parity"
+
+
 @pytest.fixture(scope="module")
-def verdicts(spark) -> dict[str, list[Verdict]]:
-    """Every family's records through both parsers; Spark's side in one job."""
-    corpus = [(f.name, raw) for f in FAMILIES for raw in draw_corpus(f)]
-    corpus += [("pipeline_garbage", raw) for _, raw in GARBAGE]
-    df = spark.createDataFrame([("feed.parity", 0, offset, bytearray(raw)) for offset, (_, raw) in enumerate(corpus)],
+def corpus(spark) -> tuple[list[tuple[str, bytes]], Any]:
+    """Every family's records, and the same as a Kafka-shaped batch DataFrame (offset = index)."""
+    records = [(f.name, raw) for f in FAMILIES for raw in draw_corpus(f)]
+    records += [("pipeline_garbage", raw) for _, raw in GARBAGE]
+    df = spark.createDataFrame([(PARITY_TOPIC, 0, offset, bytearray(raw)) for offset, (_, raw) in enumerate(records)],
                                "topic string, partition int, offset bigint, value binary")
+    return records, df
+
+
+@pytest.fixture(scope="module")
+def verdicts(corpus: tuple[list[tuple[str, bytes]], Any]) -> dict[str, list[Verdict]]:
+    """Every family's records through both parsers; Spark's side in one job."""
+    records, df = corpus
     rows = {r.offset: r for r in parse_changes(df).collect()}
-    assert sorted(rows) == list(range(len(corpus)))  # one output row per record
+    assert sorted(rows) == list(range(len(records)))  # one output row per record
     out: dict[str, list[Verdict]] = {}
-    for offset, (family, raw) in enumerate(corpus):
+    for offset, (family, raw) in enumerate(records):
         r = rows[offset]
         if r.reject_code is None:
             (event,) = events_from_rows([r])
-            assert r.key == join_key(event)
+            assert r.key == join_keys(event)[0]
             spark_answer: tuple[str | None, Any] = (None, event)
         else:
             spark_answer = (r.reject_code, r.reject_reason)
@@ -372,9 +414,46 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     agreeing = [v for f in FAMILIES if not f.known_difference for v in verdicts[f.name]]
     codes = {v.python[0] for v in agreeing}
     assert codes == {None, "bad_json", "not_object", "missing_field", "wrong_type", "empty_id", "negative_value",
-                     "unknown_type", "unknown_op", "self_follow"}
+                     "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute"}
     kinds = {type(v.python[1]).__name__ for v in agreeing if v.python[0] is None}
-    assert kinds == {"TweetUpsert", "TweetDelete", "FollowChange", "ProfileVersion"}
+    assert kinds == {"TweetUpsert", "TweetDelete", "FollowChange", "ProfileVersion", "BlockChange", "MuteChange"}
+    # Each check of the two edge types is reached (their verdicts agreeing, as every verdict above).
+    edge_codes = {(_edge_type(v.raw), v.python[0]) for v in agreeing if _edge_type(v.raw)}
+    assert {(t, c) for t in ("block", "mute") for c in (None, "missing_field", "wrong_type", "empty_id",
+                                                        "negative_value", "unknown_op")} <= edge_codes
+    assert {("block", "self_block"), ("mute", "self_mute")} <= edge_codes
+
+
+def _edge_type(raw: bytes) -> str | None:
+    """``block`` or ``mute`` when ``raw`` is a JSON object of that type, else None."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if kind in ("block", "mute") else None
+
+
+def test_routing_gives_a_block_one_row_per_key_and_everything_else_one_row(
+        corpus: tuple[list[tuple[str, bytes]], Any], verdicts: dict[str, list[Verdict]]) -> None:
+    """A valid block reaches the steps of both its users (join_keys); a rejected record, block or
+    not, stays one dead-letter row, so it is published once."""
+    records, df = corpus
+    routed: dict[int, list[Any]] = {}
+    for r in routed_changes(parse_changes(df)).collect():
+        routed.setdefault(int(r.dl_key.rsplit("/", 1)[1]), []).append(r)
+    assert sorted(routed) == list(range(len(records)))
+    answers = {v.raw: v.python for found in verdicts.values() for v in found}
+    blocks = 0
+    for offset, (_, raw) in enumerate(records):
+        rows, (code, event) = routed[offset], answers[raw]
+        if code is not None:
+            assert [(r.route, r.key, r.dl_value is not None) for r in rows] == [(ROUTE_DEAD_LETTER, PARITY_TOPIC, True)]
+            continue
+        assert sorted(r.key for r in rows) == sorted(join_keys(event)), raw
+        assert {r.route for r in rows} == {ROUTE_JOIN} and {e for r in rows for e in events_from_rows([r])} == {event}
+        blocks += isinstance(event, BlockChange)
+    assert blocks >= 10
 
 
 def test_the_pipeline_garbage_records(verdicts: dict[str, list[Verdict]]) -> None:

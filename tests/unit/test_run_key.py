@@ -8,23 +8,25 @@ from typing import Any
 import pytest
 
 import feed_service.core.stored_step as stored_step
-from feed_service.core.events import Event, FollowChange, TweetUpsert, join_key
+from feed_service.core.events import BlockChange, Event, FollowChange, MuteChange, TweetUpsert, join_keys
 from feed_service.core.state import decode_parts
 from spark_jobs.envelope import EVENT_COLUMNS
 from spark_jobs.timeline_join import JoinConfig, run_key
 
 CONFIG = JoinConfig(inbox_cap=800, pull_threshold=2000, clock_start=0)
+#: The envelope ``type`` of each event class the tests route.
+TYPES = {TweetUpsert: "tweet", FollowChange: "follow", BlockChange: "block", MuteChange: "mute"}
 
 
 class Routed:
     """A routed row as the Row API hands it over: the event columns as attributes."""
 
-    def __init__(self, event: Event) -> None:
+    def __init__(self, event: Event, key: str | None = None) -> None:
         for name, _ in EVENT_COLUMNS:
             setattr(self, name, getattr(event, name, None))
-        self.type = {TweetUpsert: "tweet", FollowChange: "follow"}[type(event)]
+        self.type = TYPES[type(event)]
         self.op = getattr(event, "op", "upsert")
-        self.key = join_key(event)
+        self.key = key if key is not None else join_keys(event)[0]
 
 
 FIRST = [FollowChange("ann", "bob", 1, "follow"), TweetUpsert("t1", "bob", 1, 100, "hi", 1)]
@@ -77,3 +79,19 @@ def test_a_new_key_is_encoded(encodes: list[Any]) -> None:
 
 def test_no_events_no_step() -> None:
     assert run_key(None, no_edges, [], CONFIG) == (None, [])
+
+
+def test_a_new_key_of_blocks_only_takes_the_groups_key() -> None:
+    # The block names both users: only the group's key says whose state this is.
+    block = BlockChange("ann", "bob", 1, "block")
+    for key, kinds in (("ann", ["block"]), ("bob", [])):  # the blocker's key writes the blocks row
+        done, rows = run_key(None, no_edges, [Routed(block, key)], CONFIG, key=key)
+        assert done is not None and done.core is not None and decode_parts(done.core, None).key == key
+        assert [r[0] for r in rows] == kinds
+
+
+def test_a_mute_is_stepped_at_the_muted_users_key() -> None:
+    core = _core_after(FIRST)  # ann follows bob, who tweeted t1
+    done, rows = run_key(core, no_edges, [Routed(MuteChange("ann", "bob", 1, "mute"))], CONFIG, key="bob")
+    assert done is not None and done.core is not None
+    assert [(r[0], r[1], r[2], r[8]) for r in rows] == [("timeline", "delete", "t1", ["ann"])]

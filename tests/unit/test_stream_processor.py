@@ -24,8 +24,10 @@ from pyspark.sql import Row
 from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
 
 from feed_service.core.events import (
+    BlockChange,
     Event,
     FollowChange,
+    MuteChange,
     ProfileVersion,
     TweetDelete,
     TweetUpsert,
@@ -33,7 +35,7 @@ from feed_service.core.events import (
     join_key,
 )
 from feed_service.core.join import step
-from feed_service.core.rows import Entry, TimelineWrite
+from feed_service.core.rows import BlockWrite, Entry, TimelineWrite
 from feed_service.core.state import AuthorState, decode_parts, encode_state
 from feed_service.core.stored_step import stored_parts
 from spark_jobs.envelope import EVENT_COLUMNS, ROUTE_DEAD_LETTER, ROUTE_JOIN
@@ -176,11 +178,12 @@ def from_spark_frame(frame: pd.DataFrame) -> list[Row]:
     return [OutputRow(*(d[c] for c in OUTPUT_COLUMNS)) for d in batch.to_pylist()]
 
 
-def routed(event: Event, event_time: int | None = None, offset: int = 0) -> Row:
-    """A valid event as the routed row the JVM hands over (absent fields are null)."""
+def routed(event: Event, event_time: int | None = None, offset: int = 0, *, key: str | None = None) -> Row:
+    """A valid event as the routed row the JVM hands over (absent fields are null); a block needs
+    ``key``, the one of its two keys this copy is routed to."""
     envelope = event_to_json(event)
-    return RoutedRow(ROUTE_JOIN, join_key(event), *(envelope.get(name) for name in EVENT_NAMES), event_time,
-                     f"{TWEETS_TOPIC}/0/{offset}", None)
+    return RoutedRow(ROUTE_JOIN, key if key is not None else join_key(event),
+                     *(envelope.get(name) for name in EVENT_NAMES), event_time, f"{TWEETS_TOPIC}/0/{offset}", None)
 
 
 def rejected(offset: int, code: str, raw: str) -> Row:
@@ -188,8 +191,8 @@ def rejected(offset: int, code: str, raw: str) -> Row:
     dl_value = json.dumps({"reason_code": code, "reason": code, "source_topic": TWEETS_TOPIC,
                            "source_partition": 0, "source_offset": offset, "value": raw})
     # Some typed columns are set for a partly valid record: the processor must not care.
-    return RoutedRow(ROUTE_DEAD_LETTER, TWEETS_TOPIC, "tweet", "upsert", "g1", "u1", *([None] * 10), None,
-                     f"{TWEETS_TOPIC}/0/{offset}", dl_value)
+    return RoutedRow(ROUTE_DEAD_LETTER, TWEETS_TOPIC, "tweet", "upsert", "g1", "u1", *([None] * (len(EVENT_NAMES) - 4)),
+                     None, f"{TWEETS_TOPIC}/0/{offset}", dl_value)
 
 
 def follow(follower: str, followee: str, version: int = 1) -> FollowChange:
@@ -217,6 +220,11 @@ def author_row(op: str, e: Entry, ts: int) -> Row:
 def tweet_row(e: Entry, ts: int) -> Row:
     return OutputRow("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
                      None, None, None, None, None, ts, None, None)
+
+
+def block_row(op: str, blocker: str, blocked: str, ts: int) -> Row:
+    return OutputRow("block", op, None, blocker, None, None, None, None, None, blocked, None, None, None, ts,
+                     None, None)
 
 
 def entry(t: TweetUpsert) -> Entry:
@@ -344,6 +352,22 @@ def test_a_change_beyond_the_horizon_becomes_a_dead_letter_with_its_source(rows_
     assert harness.peek(BOB).watermark == 50_000
 
 
+def test_a_block_copy_can_be_late_at_one_key_and_applied_at_the_other() -> None:
+    # Each key judges lateness by its own watermark (docs/streaming.md, "Blocks and mutes").
+    harness = Harness(horizon_ms=1_000)
+    harness.feed(BOB, [routed(follow("ann", "bob"), 50_000, offset=1)])
+    block = BlockChange("bob", "ann", 1, "block")
+    out = harness.feed(BOB, [routed(block, 48_999, offset=7, key="bob")])
+    (letter,) = writes_of(out).dead_letters
+    value = json.loads(letter[1])
+    assert letter[0] == f"{TWEETS_TOPIC}/0/7" and value["reason_code"] == "beyond_horizon"
+    assert json.loads(value["value"]) == event_to_json(block) and writes_of(out).blocks == []
+    ann = (ROUTE_JOIN, "ann")
+    assert harness.feed(ann, [routed(block, 48_999, offset=7, key="ann")]) == []  # applied: no letter
+    state = harness.peek(ann)
+    assert state is not None and "bob" in state.hides and state.watermark == 48_999
+
+
 def test_dead_letters_pass_through_without_touching_state() -> None:
     harness = Harness()
     harness.seed(BOB, seeded_state())
@@ -401,15 +425,80 @@ def test_keys_do_not_share_state() -> None:
     assert harness.peek(BOB) == seeded_state()
 
 
+def test_a_block_is_stepped_at_both_keys_and_the_blockers_key_writes_its_row() -> None:
+    harness = Harness()
+    harness.seed(BOB, seeded_state())  # ann and cat follow bob
+    ann = (ROUTE_JOIN, "ann")
+    block = BlockChange("bob", "ann", 1, "block")
+    # The blocker's copy: bob's tweets leave ann's inbox, and the blocks row is written.
+    out = harness.feed(BOB, [routed(block, key="bob")])
+    assert out == [timeline_row("delete", T2, ["ann"], 101), timeline_row("delete", T1, ["ann"], 101),
+                   block_row("insert", "bob", "ann", 101)]
+    assert writes_of(out).blocks == [BlockWrite("insert", "bob", "ann", 101)]
+    # The blocked user's copy, a new key: nothing to write yet, but its state keeps the block, so
+    # bob's later follow of ann brings none of ann's tweets.
+    assert harness.feed(ann, [routed(block, key="ann")]) == []
+    assert harness.peek(ann) is not None and harness.peek(ann).key == "ann"
+    t9 = tweet("t9", 5, "ann's", author="ann")
+    out = harness.feed(ann, [routed(follow("bob", "ann")), routed(t9)])
+    assert [r.kind for r in out] == ["tweet", "author"]
+    # The unblock brings bob's tweets back and deletes the row.
+    out = harness.feed(BOB, [routed(BlockChange("bob", "ann", 2, "unblock"), key="bob")])
+    assert out == [timeline_row("insert", T2, ["ann"], 102), timeline_row("insert", T1, ["ann"], 102),
+                   block_row("delete", "bob", "ann", 102)]
+
+
+def test_a_mute_hides_the_muted_authors_tweets_from_the_muter_only() -> None:
+    harness = Harness()
+    harness.seed(BOB, seeded_state())
+    out = harness.feed(BOB, [routed(MuteChange("cat", "bob", 1, "mute"))])
+    assert out == [timeline_row("delete", T2, ["cat"], 101), timeline_row("delete", T1, ["cat"], 101)]
+    assert writes_of(out).blocks == []
+
+
+def test_block_rows_are_written_to_the_blocks_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cassandra.concurrent
+
+    import spark_jobs.cassandra_sink as sink
+    from feed_service.settings import Settings
+    from feed_service.store.cassandra_writer import CassandraWriter
+
+    class Prepared:
+        def prepare(self, cql: str) -> str:
+            return cql
+
+    class Done:
+        success, result_or_exc = True, None
+
+    executed: list[tuple[str, tuple]] = []
+
+    def execute(session: Any, statements: Iterable[tuple[str, tuple]], **_: Any) -> list[Done]:
+        statements = list(statements)
+        executed.extend(statements)
+        return [Done() for _ in statements]
+
+    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
+    monkeypatch.setattr(sink, "writer_for", lambda settings: CassandraWriter(Prepared(), "ks", batch_rows=1))
+    rows = [r.asDict() for r in (block_row("insert", "bob", "ann", 7), block_row("delete", "bob", "cat", 7))]
+    sink.write_partition(Settings(), iter(rows))
+    assert executed == [
+        ("INSERT INTO ks.blocks (blocker_id, blocked_id) VALUES (?, ?) USING TIMESTAMP ?", ("bob", "ann", 7)),
+        ("DELETE FROM ks.blocks USING TIMESTAMP ? WHERE blocker_id = ? AND blocked_id = ?", (7, "bob", "cat")),
+    ]
+
+
 @pytest.mark.parametrize("batches", [
     pytest.param([[follow("ann", "bob"), tweet("t1", 10, "hello")]], id="new key"),
     pytest.param([SEED, [tweet("t3", 30, "three"), unfollow("cat", "bob")],
                   [ProfileVersion("bob", 1, "Bob", "https://a", None), TweetDelete("t1", "bob", 1)]], id="three batches"),
+    pytest.param([SEED, [BlockChange("bob", "ann", 1, "block"), MuteChange("cat", "bob", 1, "mute")],
+                  [BlockChange("bob", "ann", 2, "unblock"), MuteChange("cat", "bob", 2, "unmute")]],
+                 id="blocks and mutes"),
 ])
 def test_pandas_processor_gives_the_rows_and_state_of_the_row_processor(batches: list[list[Event]]) -> None:
     rows_api, frames = Harness(), Harness(rows_api=False)
     for batch in batches:
-        rows = [routed(e) for e in batch]
+        rows = [routed(e, key=BOB[1]) for e in batch]
         assert frames.feed(BOB, rows) == rows_api.feed(BOB, rows)
         assert frames.blob(BOB) == rows_api.blob(BOB)
     letters = [rejected(1, "bad_json", "{")]

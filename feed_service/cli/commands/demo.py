@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     say("    " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     for report in provision(settings):
         say(f"    topic {report}")
-    say(f"    keyspace {settings.keyspace}: home_timeline, author_timeline, pull_follows, tweets, profiles")
+    say(f"    keyspace {settings.keyspace}: home_timeline, author_timeline, pull_follows, tweets, profiles, blocks")
 
     checkpoint = stack_config.data_dir / "checkpoints" / "stream"
     say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'}); authors with at least"

@@ -321,6 +321,33 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+def _edge_examples() -> list[bytes]:
+    """Every check of the two edge types by hand, so that coverage does not depend on what the
+    strategies happen to draw: valid blocks (the routing test needs a few) and each fault."""
+    out: list[bytes] = []
+    for kind, (subject, target), ops in (("block", ("blocker_id", "blocked_id"), ("block", "unblock")),
+                                         ("mute", ("muter_id", "muted_id"), ("mute", "unmute"))):
+        base = {"type": kind, "op": ops[0], subject: "ann", target: "bob", "version": 3}
+        variants = [base, {**base, "op": ops[1]}, {**base, subject: "cat", target: "dan", "version": 0}]
+        variants += [{**base, subject: f"u{i}", target: f"v{i}"} for i in range(10)]
+        variants += [
+            {k: v for k, v in base.items() if k != "op"},                   # missing_field
+            {**base, "op": "follow"},                                       # unknown_op
+            {k: v for k, v in base.items() if k != target},                 # missing_field
+            {**base, subject: 7},                                           # wrong_type
+            {**base, target: ""},                                           # empty_id
+            {**base, "version": -1},                                        # negative_value
+            {**base, "version": 1.5},                                       # wrong_type
+            {**base, "version": True},                                      # wrong_type
+            {**base, target: "ann"},                                        # self_block / self_mute
+        ]
+        out += [json.dumps(v).encode() for v in variants]
+    return out
+
+
+EDGE_EXAMPLES = "edge_examples"
+
+
 def draw_corpus(family: Family) -> list[bytes]:
     """``family.size`` records drawn by Hypothesis with a seed of the family's own (reproducible)."""
     drawn: list[bytes] = []
@@ -365,6 +392,7 @@ PARITY_TOPIC = "feed.parity"
 def corpus(spark) -> tuple[list[tuple[str, bytes]], Any]:
     """Every family's records, and the same as a Kafka-shaped batch DataFrame (offset = index)."""
     records = [(f.name, raw) for f in FAMILIES for raw in draw_corpus(f)]
+    records += [(EDGE_EXAMPLES, raw) for raw in _edge_examples()]
     records += [("pipeline_garbage", raw) for _, raw in GARBAGE]
     df = spark.createDataFrame([(PARITY_TOPIC, 0, offset, bytearray(raw)) for offset, (_, raw) in enumerate(records)],
                                "topic string, partition int, offset bigint, value binary")
@@ -409,9 +437,14 @@ def test_spark_validation_agrees_with_parse_event(verdicts: dict[str, list[Verdi
     assert not differences, _report(differences)
 
 
+def test_spark_validation_agrees_on_the_edge_examples(verdicts: dict[str, list[Verdict]]) -> None:
+    differences = [v for v in verdicts[EDGE_EXAMPLES] if not v.agrees()]
+    assert not differences, _report(differences)
+
+
 def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> None:
     """The families without a known difference produce every reject code, and valid events of every type."""
-    agreeing = [v for f in FAMILIES if not f.known_difference for v in verdicts[f.name]]
+    agreeing = [v for f in FAMILIES if not f.known_difference for v in verdicts[f.name]] + verdicts[EDGE_EXAMPLES]
     codes = {v.python[0] for v in agreeing}
     assert codes == {None, "bad_json", "not_object", "missing_field", "wrong_type", "empty_id", "negative_value",
                      "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute"}

@@ -23,7 +23,7 @@ bug and propagates unchanged.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
 from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
@@ -103,17 +103,7 @@ class CassandraReader:
     @classmethod
     def connect(cls, settings: "Settings") -> "CassandraReader":
         """Connect to ``settings``' cluster and prepare the statements (blocking)."""
-        from feed_service.store.session import connect
-
-        try:
-            cluster, session = connect(settings)
-        except Exception as exc:
-            raise translate_driver_error(exc) from exc
-        try:
-            return cls(session, settings.keyspace, cluster=cluster)
-        except Exception as exc:
-            cluster.shutdown()
-            raise translate_driver_error(exc) from exc
+        return connected(settings, lambda session, cluster: cls(session, settings.keyspace, cluster=cluster))
 
     # -- the future bridge -----------------------------------------------------------------
     def _execute(self, statement: Any, params: Sequence[Any], timeout: float) -> "asyncio.Future[list]":
@@ -208,3 +198,22 @@ class CassandraReader:
         self._closed = True
         if self.cluster is not None:
             self.cluster.shutdown()
+
+
+_Store = TypeVar("_Store")
+
+
+def connected(settings: "Settings", build: Callable[[Any, Any], _Store]) -> _Store:
+    """``build(session, cluster)`` on a new connection to ``settings``' cluster (blocking): how every
+    store object connects. Driver errors become store errors; a failed build shuts the cluster down."""
+    from feed_service.store.session import connect
+
+    try:
+        cluster, session = connect(settings)
+    except Exception as exc:
+        raise translate_driver_error(exc) from exc
+    try:
+        return build(session, cluster)
+    except Exception as exc:
+        cluster.shutdown()
+        raise translate_driver_error(exc) from exc

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from feed_service.errors import StoreError, WriteFailed
-from feed_service.store.cassandra_reader import translate_driver_error
+from feed_service.store.cassandra_reader import connected, translate_driver_error
 from feed_service.store.ports import TrimResult
 
 if TYPE_CHECKING:
@@ -80,18 +80,8 @@ class CassandraTrimmer:
     @classmethod
     def connect(cls, settings: "Settings") -> "CassandraTrimmer":
         """Connect to ``settings``' cluster with its cap and slack (blocking); :meth:`close` shuts it down."""
-        from feed_service.store.session import connect
-
-        try:
-            cluster, session = connect(settings)
-        except Exception as exc:
-            raise translate_driver_error(exc) from exc
-        try:
-            return cls(session, settings.keyspace, inbox_cap=settings.inbox_cap, trim_slack=settings.trim_slack,
-                       cluster=cluster)
-        except Exception as exc:
-            cluster.shutdown()
-            raise translate_driver_error(exc) from exc
+        return connected(settings, lambda session, cluster: cls(
+            session, settings.keyspace, inbox_cap=settings.inbox_cap, trim_slack=settings.trim_slack, cluster=cluster))
 
     def close(self) -> None:
         if self.cluster is not None:

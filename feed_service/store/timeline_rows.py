@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from feed_service.distribution import Distribution, summarize
-from feed_service.store.cassandra_reader import translate_driver_error
+from feed_service.store.cassandra_reader import connected, translate_driver_error
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -90,13 +90,7 @@ class TimelineRows:
 
     @classmethod
     def connect(cls, settings: "Settings") -> "TimelineRows":
-        from feed_service.store.session import connect
-
-        try:
-            cluster, session = connect(settings)
-        except Exception as exc:
-            raise translate_driver_error(exc) from exc
-        return cls(session, settings.keyspace, cluster=cluster)
+        return connected(settings, lambda session, cluster: cls(session, settings.keyspace, cluster=cluster))
 
     def close(self) -> None:
         if self.cluster is not None:

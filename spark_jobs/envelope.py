@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from feed_service.core.events import HIDE_EDGE_SHAPES
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -58,16 +60,16 @@ REQUIRED_FIELDS: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {
     ("tweet", "delete"): (("tweet_id", "id"), ("author_id", "id"), ("version", "natural")),
     ("follow", None): (("follower_id", "id"), ("followee_id", "id"), ("version", "natural")),
     ("profile", None): (("user_id", "id"), ("version", "natural"), ("display_name", "text")),
-    ("block", None): (("blocker_id", "id"), ("blocked_id", "id"), ("version", "natural")),
-    ("mute", None): (("muter_id", "id"), ("muted_id", "id"), ("version", "natural")),
+    **{(kind, None): ((shape.subject, "id"), (shape.target, "id"), ("version", "natural"))
+       for kind, shape in HIDE_EDGE_SHAPES.items()},
 }
 OPTIONAL_TEXT_FIELDS = ("avatar_url", "bio")
 
 #: Edge types checked like a follow (op, subject id, object id, version, then the self-edge rule), as
-#: ``_hide_change`` in :mod:`feed_service.core.events` does: type -> (ops, subject, object, self-edge code).
+#: ``parse_event`` does: type -> (ops, subject, object, self-edge code), from the engine's own shapes.
 EDGE_TYPES: dict[str, tuple[tuple[str, str], str, str, str]] = {
-    "block": (("block", "unblock"), "blocker_id", "blocked_id", "self_block"),
-    "mute": (("mute", "unmute"), "muter_id", "muted_id", "self_mute"),
+    kind: ((shape.hide_op, shape.undo_op), shape.subject, shape.target, shape.self_code)
+    for kind, shape in HIDE_EDGE_SHAPES.items()
 }
 
 

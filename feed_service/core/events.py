@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, TypeAlias
+from typing import Any, Literal, Mapping, NamedTuple, TypeAlias
 from feed_service.errors import InvalidEvent
 
 FollowOp: TypeAlias = Literal["follow", "unfollow"]
@@ -336,15 +336,28 @@ def parse_event(raw: RawEvent) -> Event:
     raise InvalidEvent("unknown_type", f"unknown event type {kind!r}")
 
 
-_HIDE_SHAPES = {
-    # type: (class, hiding op, reversing op, subject field, object field, self-edge code)
-    "block": (BlockChange, "block", "unblock", "blocker_id", "blocked_id", "self_block"),
-    "mute": (MuteChange, "mute", "unmute", "muter_id", "muted_id", "self_mute"),
+class HideEdgeShape(NamedTuple):
+    """How a block or mute envelope is written: what the parsers check and producers fill in."""
+
+    cls: type[BlockChange] | type[MuteChange]
+    hide_op: str
+    undo_op: str
+    subject: str
+    """The field of the user who blocks or mutes."""
+    target: str
+    """The field of the user blocked or muted."""
+    self_code: RejectCode
+
+
+HIDE_EDGE_SHAPES: dict[str, HideEdgeShape] = {
+    "block": HideEdgeShape(BlockChange, "block", "unblock", "blocker_id", "blocked_id", "self_block"),
+    "mute": HideEdgeShape(MuteChange, "mute", "unmute", "muter_id", "muted_id", "self_mute"),
 }
+"""Envelope ``type`` -> its shape, for the two edge types that hide (one source for every parser)."""
 
 
 def _hide_change(obj: Mapping[str, Any], kind: str) -> BlockChange | MuteChange:
-    cls, hide_op, undo_op, subject_field, object_field, self_code = _HIDE_SHAPES[kind]
+    cls, hide_op, undo_op, subject_field, object_field, self_code = HIDE_EDGE_SHAPES[kind]
     op = _field(obj, "op")
     if op != hide_op and op != undo_op:
         raise InvalidEvent("unknown_op", f"unknown {kind} op {op!r}")

@@ -39,6 +39,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from feed_service.core.events import HIDE_EDGE_SHAPES
 from feed_service.kafka.versions import VersionClock
 
 WORKLOAD_EPOCH_MS = 1_767_225_600_000
@@ -121,9 +122,6 @@ _HIDE_OPS = {"mute": ("mute", True), "unmute": ("mute", False), "block": ("block
              "unblock": ("block", False)}
 """Kind of :class:`HideMix` -> (envelope type, whether it hides)."""
 
-_HIDE_ENVELOPE = {"block": ("block", "unblock", "blocker_id", "blocked_id"),
-                  "mute": ("mute", "unmute", "muter_id", "muted_id")}
-"""Envelope type -> (hiding op, undoing op, subject field, object field)."""
 
 
 class _Pairs:
@@ -320,7 +318,7 @@ class WorkloadModel:
                 return None
             active.add(pair)
             hiding = True
-        hide_op, undo_op, subject_field, object_field = _HIDE_ENVELOPE[kind]
+        _, hide_op, undo_op, subject_field, object_field, _ = HIDE_EDGE_SHAPES[kind]
         return {"type": kind, "op": hide_op if hiding else undo_op, subject_field: self.user_ids[pair[0]],
                 object_field: self.user_ids[pair[1]], "version": self.clock.next()}
 

@@ -1,4 +1,5 @@
-"""Helpers for the pipeline tests: publish a history, run the stream as a process, read Cassandra back."""
+"""Helpers for the pipeline tests: publish a history, run the stream as a process, read Cassandra back,
+read every home timeline through a gRPC server."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, NamedTuple
 
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from feed_service.api import timeline_pb2 as pb
+from feed_service.server.config import ServerConfig
+from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.stack.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
 
@@ -147,3 +153,39 @@ def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float =
         return out
     finally:
         consumer.close()
+
+
+def _entries(response: Any) -> list[dict[str, Any]]:
+    return [{"tweet_id": e.tweet_id, "author_id": e.author_id, "version": e.version, "text": e.text,
+             "author_display_name": e.author_display_name or None} for e in response.entries]
+
+
+def read_all_home_timelines(server: ServerThread, users: list[str], page_size: int = 7) -> dict[str, list]:
+    """Every user's home timeline through GetHomeTimeline, page by page (a service token)."""
+    stub, out = server.stub(), {}
+    for user in users:
+        entries, token = [], ""
+        while True:
+            page = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=page_size, page_token=token),
+                                        metadata=server.auth("checker", "service"), timeout=10)
+            entries += _entries(page)
+            token = page.next_page_token
+            if not token:
+                break
+        if entries:
+            out[user] = entries
+    return out
+
+
+@contextmanager
+def grpc_server(pipeline: Settings) -> Iterator[ServerThread]:
+    """A read server on Cassandra, serving once connected (no read-path cache: reads see the store)."""
+    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0)
+    with ServerThread(config) as server:
+        health = health_pb2_grpc.HealthStub(server.channel())
+        deadline = time.monotonic() + 60
+        while health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status != \
+                health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() < deadline, "the server did not connect to Cassandra"
+            time.sleep(0.2)
+        yield server

@@ -22,8 +22,7 @@ from feed_service.kafka.offsets import watermarks
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 
-from .pipeline import StreamProcess, consume_all, publish, read_table, running
-from .test_hybrid_fanout import _server, read_all_home_timelines
+from .pipeline import StreamProcess, consume_all, grpc_server, publish, read_all_home_timelines, read_table, running
 
 #: bob has three followers and is read-time merged (docs/fan-out.md); everyone else is pushed.
 THRESHOLD = 3
@@ -81,7 +80,7 @@ def test_blocks_and_mutes_hide_and_restore_entries_through_the_stream(
         return set(read_table(pipeline, "SELECT blocker_id, blocked_id FROM blocks"))
 
     with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream, \
-            _server(pipeline) as server:
+            grpc_server(pipeline) as server:
         stream.wait_caught_up()
         before = read_all_home_timelines(server, users, page_size=3)
         assert before == reference_timelines(base, inbox_cap=pipeline.inbox_cap)

@@ -8,22 +8,16 @@ with a kill -9 of the stream in the middle of it. Every home timeline read page 
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
-
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from typing import Any
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.reference import reference_tables, reference_timelines
 from feed_service.ops.provision import provision
-from feed_service.server.config import ServerConfig
-from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
-from .pipeline import StreamProcess, publish, read_table, running
+from .pipeline import StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, running
 
 THRESHOLD = 4
 
@@ -57,42 +51,6 @@ def _history(prefix: str) -> list[dict[str, Any]]:
     return list(generate(users=40, events=500, seed=5, mean_following=6, prefix=prefix))
 
 
-def _entries(response: Any) -> list[dict[str, Any]]:
-    return [{"tweet_id": e.tweet_id, "author_id": e.author_id, "version": e.version, "text": e.text,
-             "author_display_name": e.author_display_name or None} for e in response.entries]
-
-
-def read_all_home_timelines(server: ServerThread, users: list[str], page_size: int = 7) -> dict[str, list]:
-    """Every user's home timeline through GetHomeTimeline, page by page (a service token)."""
-    stub, out = server.stub(), {}
-    for user in users:
-        entries, token = [], ""
-        while True:
-            page = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=page_size, page_token=token),
-                                        metadata=server.auth("checker", "service"), timeout=10)
-            entries += _entries(page)
-            token = page.next_page_token
-            if not token:
-                break
-        if entries:
-            out[user] = entries
-    return out
-
-
-@contextmanager
-def _server(pipeline: Settings) -> Iterator[ServerThread]:
-    """A read server on Cassandra, serving once connected (no read-path cache: reads see the store)."""
-    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0)
-    with ServerThread(config) as server:
-        health = health_pb2_grpc.HealthStub(server.channel())
-        deadline = time.monotonic() + 60
-        while health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status != \
-                health_pb2.HealthCheckResponse.SERVING:
-            assert time.monotonic() < deadline, "the server did not connect to Cassandra"
-            time.sleep(0.2)
-        yield server
-
-
 def _users(events: list[dict[str, Any]]) -> list[str]:
     return sorted({e["follower_id"] for e in events if e["type"] == "follow"})
 
@@ -107,7 +65,7 @@ def test_home_timelines_through_grpc_equal_the_reference_with_pull_authors(
         stream.wait_caught_up()
         pulls = {a for f, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")}
         assert len(pulls) >= 3  # several authors are read-time merged, the star among them
-        with _server(pipeline) as server:
+        with grpc_server(pipeline) as server:
             assert read_all_home_timelines(server, _users(events)) == reference_timelines(events)
 
             # GetUserTimeline: an author's live tweets, newest first, paged, readable with any token.
@@ -132,7 +90,7 @@ def test_home_timelines_through_grpc_equal_the_reference_with_pull_authors(
         stream.wait_caught_up()
         assert not {a for _, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")
                     if a == f"{prefix}star"}
-        with _server(pipeline) as server:
+        with grpc_server(pipeline) as server:
             assert read_all_home_timelines(server, _users(events + more)) == reference_timelines(events + more)
 
 
@@ -157,7 +115,7 @@ def test_kill_while_an_author_crosses_the_threshold(settings: Settings, unique: 
     events = base + up + down + again
     with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as second:
         second.wait_caught_up()
-    with _server(pipeline) as server:
+    with grpc_server(pipeline) as server:
         assert read_all_home_timelines(server, _users(events)) == reference_timelines(events)
     assert {a for _, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")} >= {f"{prefix}star"}
 
@@ -204,5 +162,5 @@ def test_backfill_lays_out_the_hybrid_view_and_bootstraps_the_stream(
                                extra_args=["--bootstrap-from", str(out)])) as stream:
         publish(pipeline, more)
         stream.wait_caught_up()
-    with _server(pipeline) as server:
+    with grpc_server(pipeline) as server:
         assert read_all_home_timelines(server, _users(events + more)) == reference_timelines(events + more)

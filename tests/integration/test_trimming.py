@@ -19,8 +19,7 @@ from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import WORKLOAD_EPOCH_MS, generate
 
-from .pipeline import StreamProcess, publish, read_table, running
-from .test_hybrid_fanout import _server, read_all_home_timelines
+from .pipeline import StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, running
 
 CAP, SLACK, THRESHOLD = 20, 5, 4
 
@@ -135,7 +134,7 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, uniq
     assert _count(pipeline, reader) <= CAP + SLACK and _count(pipeline, other) <= CAP + SLACK
     assert _over_the_bound(pipeline) == {}
 
-    with _server(pipeline) as server:
+    with grpc_server(pipeline) as server:
         users = sorted({e["follower_id"] for e in events if e["type"] == "follow"})
         read = read_all_home_timelines(server, users)
     assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK) == []

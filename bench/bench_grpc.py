@@ -3,6 +3,8 @@
     .venv/bin/python bench/bench_grpc.py                    # populate (once) + both benchmarks
     .venv/bin/python bench/bench_grpc.py --users 30000      # scale down the materialized data set
     .venv/bin/python bench/bench_grpc.py --skip-populate    # reuse the data of an earlier run
+    .venv/bin/python bench/bench_grpc.py --skip-populate --before 7ae2457 --floor --skip-fanout
+                                                            # this tree vs. an older revision, and the floor
 
 What runs (against the Cassandra of ``Settings.from_env()``: ``feedctl stack up`` gives 127.0.0.1:9042):
 
@@ -11,15 +13,29 @@ What runs (against the Cassandra of ``Settings.from_env()``: ``feedctl stack up`
    2 profile versions each; and, for the baseline, its own tables (not part of the schema):
    ``follows_by_follower`` and ``tweets_by_author``, with ``--baseline-users`` users following
    50, 200 and 1,000 of the same authors.
-2. materialized design: ``feedctl serve --workers N`` (the real command) reads ``home_timeline``;
+2. materialized design: ``feedctl serve --workers N`` (the real command) reads ``home_timeline``,
+   on the uncached path: without the view's change topic (``FEED_CHANGE_FEED=0``), so no read cache;
+   every call reads the user's ``pull_follows`` (a 1 s TTL cache, which random users rarely hit) and
+   inbox slice, and profile versions not yet in the server's profile cache (each worker fills its
+   own during the runs). ``--server-env K=V`` changes the server's settings.
+   With ``--before REV`` the same runs are made, alternately (``--rounds``), with the server of
+   git revision ``REV`` (its files extracted to a temporary directory; nothing in the checkout
+   changes): before and after, side by side, at the same load.
 3. baseline: the same service code, with a store whose ``page`` reads the user's followees, the
    newest ``page_size`` tweets of each (concurrently) and merges them (``FanoutStore``);
-4. the load generator runs in its own process: ``ghz`` when installed (``go install
+4. ``--floor``: what gRPC and the driver cost without the service: ``--workers`` processes of a bare
+   ``grpc.aio`` server answering GetHomeTimeline with a canned 20-entry response, then the same
+   building the entries from one Cassandra read (the inbox slice), then from two (``pull_follows``
+   and the slice, as the uncached path reads): no auth, validation, metrics, hydration or token.
+5. the load generator runs in its own process: ``ghz`` when installed (``go install
    github.com/bojand/ghz/cmd/ghz@latest``), else a multi-process grpc.aio generator. 20-entry pages,
    random users, a service token. The materialized design is measured twice: at a fixed rate
    (``--rate``, open loop: the latency a client sees at that load) and unthrottled (capacity).
 
-Prints a table (and writes the figures as JSON with ``--out FILE``).
+Every run reports the CPU each party spent per OK request (``/proc``: the server's processes, the
+local stack's Cassandra JVM, the load generator) and the load average before and after it: on a
+shared machine the CPU per request is the steadier figure; QPS and latency follow the load.
+Prints a table (and writes the figures as JSON with ``--out FILE``); nothing is asserted.
 """
 
 from __future__ import annotations
@@ -37,6 +53,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import replace
@@ -178,8 +195,10 @@ def serve_baseline(settings: Settings, port: int) -> None:
     configure_json_logging("WARNING")
     async def main() -> None:
         # a generous Cassandra timeout: the baseline is measured by its latency, not by its timeouts
+        # no change topic: a read cache in front of FanoutStore would measure the cache, not the join
+        no_feed = {"change_feed": False} if "change_feed" in ServerConfig.__dataclass_fields__ else {}
         config = ServerConfig(host="127.0.0.1", port=port, metrics_port=None, auth_secret=BENCH_SECRET.encode(),
-                              request_timeout_s=30.0, settings=settings)
+                              request_timeout_s=30.0, settings=settings, **no_feed)
         server = TimelineServer(config, store=FanoutStore(settings))
         await server.start()
         stop = asyncio.Event()
@@ -188,6 +207,111 @@ def serve_baseline(settings: Settings, port: int) -> None:
         await server.stop(1.0)
 
     asyncio.run(main())
+
+
+# -- the floor: gRPC and the driver without the service ------------------------------------
+def serve_floor(settings: Settings, port: int, reads: int, workers: int) -> None:
+    """``workers`` processes of a bare grpc.aio GetHomeTimeline on ``port`` (SO_REUSEPORT): a canned
+    20-entry response (``reads`` 0), or entries built from ``reads`` Cassandra reads through the
+    project's ``CassandraReader`` (1: the inbox slice; 2: ``pull_follows``, then the slice)."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_floor_worker, args=(settings, port, reads)) for _ in range(workers)]
+    for proc in procs:
+        proc.start()
+    signal.signal(signal.SIGTERM, lambda *_: [os.kill(p.pid, signal.SIGTERM) for p in procs if p.pid])
+    for proc in procs:
+        proc.join()
+
+
+def _floor_worker(settings: Settings, port: int, reads: int) -> None:
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from feed_service.api import timeline_pb2 as pb
+    from feed_service.api import timeline_pb2_grpc as pb_grpc
+    from feed_service.store.cassandra_reader import CassandraReader
+
+    def entry(e) -> pb.TimelineEntry:
+        return pb.TimelineEntry(tweet_id=e.tweet_id, author_id=e.author_id, created_at_ms=e.created_at,
+                                version=e.version, text=e.text or "", profile_version=e.profile_version)
+
+    canned = pb.GetHomeTimelineResponse(entries=[
+        pb.TimelineEntry(tweet_id=f"t{i}-1", author_id=f"a{i}", created_at_ms=1_700_000_000_000 + i, version=1,
+                         text="x" * 100, profile_version=1, author_display_name=f"Author {i}") for i in range(20)])
+
+    class Floor(pb_grpc.TimelineServiceServicer):
+        def __init__(self, reader) -> None:
+            self.reader = reader
+
+        async def GetHomeTimeline(self, request, context):
+            if not reads:
+                return canned
+            if reads > 1:
+                await self.reader.pull_authors(request.user_id, timeout=2.0)
+            rows = await self.reader.page(request.user_id, before=None, limit=request.page_size + 1, timeout=2.0)
+            return pb.GetHomeTimelineResponse(entries=[entry(e) for e in rows[:request.page_size]])
+
+    async def main() -> None:
+        reader = await asyncio.to_thread(CassandraReader.connect, settings) if reads else None
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+        pb_grpc.add_TimelineServiceServicer_to_server(Floor(reader), server)
+        checks = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await checks.set("", health_pb2.HealthCheckResponse.SERVING)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await server.stop(1.0)
+        if reader is not None:
+            reader.close()
+
+    asyncio.run(main())
+
+
+# -- servers of this tree or of another revision ---------------------------------------------
+def revision_tree(rev: str, dest: Path) -> Path:
+    """The server of git revision ``rev``, runnable from ``dest``: its packages, ``proto`` and ``schemas``
+    (``git archive``: the checkout is not touched), package data copied and gRPC stubs
+    generated as the editable install does (setup.py). Returns ``dest``."""
+    from grpc_tools import protoc
+
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "feed_service", "spark_jobs", "proto", "schemas"],
+                         capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(tar)) as archive:
+        archive.extractall(dest, filter="data")
+    for tree in ("proto", "schemas"):
+        shutil.copytree(dest / tree, dest / "feed_service" / "_data" / tree)
+    include = Path(protoc.__file__).parent / "_proto"
+    with tempfile.TemporaryDirectory() as tmp:
+        if protoc.main(["grpc_tools.protoc", f"-I{dest / 'proto'}", f"-I{include}", f"--python_out={tmp}",
+                        f"--grpc_python_out={tmp}", str(dest / "proto" / "feed/v1/timeline.proto")]) != 0:
+            raise RuntimeError(f"protoc failed on the proto of {rev}")
+        for suffix in ("_pb2.py", "_pb2_grpc.py"):
+            text = Path(tmp, "feed", "v1", f"timeline{suffix}").read_text()
+            (dest / "feed_service" / "api" / f"timeline{suffix}").write_text(
+                text.replace("from feed.v1 import ", "from feed_service.api import "))
+    return dest
+
+
+def start_server(tree: Path, port: int, workers: int, keyspace: str, server_env: dict[str, str]) -> subprocess.Popen:
+    """``feedctl serve --workers N`` of the package in ``tree`` (this checkout or a revision_tree)."""
+    env = {**os.environ, "FEED_AUTH_SECRET": BENCH_SECRET, "FEED_KEYSPACE": keyspace,
+           "FEED_GRPC_HOST": "127.0.0.1", "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0",
+           "FEED_LOG_LEVEL": "WARNING", "FEED_CHANGE_FEED": "0", **server_env,
+           "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return subprocess.Popen([sys.executable, "-m", "feed_service", "serve", "--workers", str(workers)],
+                            env=env, cwd=tree)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 # -- load generation -----------------------------------------------------------------------
@@ -237,9 +361,12 @@ def measured(run, server_pid: int) -> dict:
     processes, the local Cassandra and the load generator (a child process of this one)."""
     cass = cassandra_pid()
     server = _process_tree(server_pid)
+    load_before = os.getloadavg()
     before = (_cpu_seconds(server), _cpu_seconds([cass]) if cass else 0.0, os.times())
     result = run()
     after = (_cpu_seconds(server), _cpu_seconds([cass]) if cass else 0.0, os.times())
+    result["load_average"] = {"before": [round(x, 2) for x in load_before],
+                              "after": [round(x, 2) for x in os.getloadavg()]}
     ok = (result.get("codes") or {}).get("OK", result.get("count", 0))
     if ok:
         per = lambda seconds: round(seconds * 1e6 / ok)  # noqa: E731
@@ -273,6 +400,10 @@ def ghz_path() -> str | None:
     return shutil.which("ghz") or next((str(p) for p in [Path.home() / "go" / "bin" / "ghz"] if p.exists()), None)
 
 
+def _cut_at_end(error: str) -> bool:
+    return "transport is closing" in error or "use of closed network connection" in error
+
+
 def run_ghz(ghz: str, port: int, users: list[str], token: str, *, concurrency: int, duration: float,
             rate: int = 0, connections: int = 4) -> dict:
     from grpc_tools import protoc
@@ -297,15 +428,17 @@ def run_ghz(ghz: str, port: int, users: list[str], token: str, *, concurrency: i
     lat = {d["percentage"]: d["latency"] / 1e6 for d in report.get("latencyDistribution") or []}
     codes = dict(report.get("statusCodeDistribution", {}))
     # ghz ends a timed run by closing its connections: calls in flight then fail on the client with
-    # "transport is closing" without reaching a handler. They are not server errors; count them apart.
-    cut = sum(n for err, n in (report.get("errorDistribution") or {}).items() if "transport is closing" in err)
+    # "transport is closing" or "use of closed network connection" (UNAVAILABLE) without an answer
+    # from the server. They are not server errors; count them apart.
+    cut = sum(n for err, n in (report.get("errorDistribution") or {}).items() if _cut_at_end(err))
     if cut:
         codes["Unavailable"] = codes.get("Unavailable", 0) - cut
         codes = {code: n for code, n in codes.items() if n}
         codes["cut at end of run"] = cut
+    errors = {err: n for err, n in (report.get("errorDistribution") or {}).items() if not _cut_at_end(err)}
     return {"tool": "ghz", "qps": round(report["rps"], 1), "p50_ms": round(lat.get(50, float("nan")), 2),
             "p99_ms": round(lat.get(99, float("nan")), 2), "count": report["count"], "codes": codes,
-            "concurrency": concurrency, "rate": rate or "max"}
+            "concurrency": concurrency, "rate": rate or "max", **({"errors_seen": errors} if errors else {})}
 
 
 def _py_worker(port: int, users: list[str], token: str, concurrency: int, duration: float, queue) -> None:
@@ -365,6 +498,15 @@ def load(port: int, users: list[str], token: str, *, concurrency: int, duration:
 
 
 # -- main ----------------------------------------------------------------------------------
+def _row(name: str, r: dict) -> str:
+    cpu = r.get("cpu_us_per_request") or {}
+    load = r.get("load_average")
+    loads = f"{load['before'][0]:.1f} -> {load['after'][0]:.1f}" if load else ""
+    parts = "/".join(str(cpu.get(k, "-")) for k in ("server", "cassandra", "load_generator")) if cpu else ""
+    return (f"{name:<40} {r['qps']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8}  {parts:>16}  {loads:>12}  "
+            f"{r.get('codes', r.get('errors'))}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keyspace", default="feed_bench")
@@ -380,13 +522,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-duration", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rate", type=int, default=1500, help="fixed-rate run (requests/s; 0 = skip)")
+    parser.add_argument("--before", metavar="REV", help="also run the server of git revision REV, alternately")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="runs of each server, alternating (default 2 with --before, else 1)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="K=V",
+                        help="server setting (e.g. FEED_CHANGE_FEED=1: with the read cache)")
+    parser.add_argument("--floor", action="store_true", help="also measure bare gRPC (+ 1 and 2 driver reads)")
+    parser.add_argument("--skip-fanout", action="store_true", help="skip the fan-out-on-read baseline")
     parser.add_argument("--out", help="also write the figures as JSON to this file")
     parser.add_argument("--serve-baseline", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", type=int, nargs=2, metavar=("PORT", "READS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     settings = replace(Settings.from_env(), keyspace=args.keyspace)
     if args.serve_baseline:
         serve_baseline(settings, args.serve_baseline)
+        return 0
+    if args.serve_floor:
+        serve_floor(settings, args.serve_floor[0], args.serve_floor[1], args.workers)
         return 0
 
     from feed_service.server import auth
@@ -402,64 +555,86 @@ def main(argv: list[str] | None = None) -> int:
     token = auth.mint(BENCH_SECRET.encode(), subject="bench", role="service", ttl_s=3600)
     rng = random.Random(7)
     users = [f"u{rng.randrange(meta['users'])}" for _ in range(20_000)]
+    server_env = dict(kv.split("=", 1) for kv in args.server_env)
     results: dict = {"data": meta, "load_generator": "ghz" if ghz_path() else "python-grpc.aio",
-                     "cpus": os.cpu_count(), "workers": args.workers}
+                     "cpus": os.cpu_count(), "workers": args.workers, "server_env": server_env, "runs": []}
+    rows: list[tuple[str, dict]] = []
 
-    port = free_port()
-    env = {**os.environ, "FEED_AUTH_SECRET": BENCH_SECRET, "FEED_KEYSPACE": args.keyspace,
-           "FEED_GRPC_HOST": "127.0.0.1", "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0",
-           "FEED_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen([sys.executable, "-m", "feed_service", "serve", "--workers", str(args.workers)],
-                              env=env, cwd=REPO)
-    try:
-        wait_serving(port)
-        load(port, users, token, concurrency=args.concurrency, duration=3)  # warm-up: caches, JIT of the JVM
+    def record(name: str, result: dict) -> dict:
+        results["runs"].append({"name": name, **result})
+        rows.append((name, result))
+        print(_row(name, result), flush=True)
+        return result
+
+    def measure_server(name: str, server: subprocess.Popen, port: int) -> None:
         if args.rate:
-            results["materialized_fixed_rate"] = measured(
+            record(f"{name} @ {args.rate}/s", measured(
                 lambda: load(port, users, token, concurrency=max(args.concurrency, 64), duration=args.duration,
-                             rate=args.rate), server.pid)
-            print("materialized @%s/s: %s" % (args.rate, results["materialized_fixed_rate"]), flush=True)
-        results["materialized_max"] = measured(
-            lambda: load(port, users, token, concurrency=args.concurrency, duration=args.duration), server.pid)
-        print("materialized max: %s" % results["materialized_max"], flush=True)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
+                             rate=args.rate), server.pid))
+        record(f"{name} (max)", measured(
+            lambda: load(port, users, token, concurrency=args.concurrency, duration=args.duration), server.pid))
 
-    port = free_port()
-    baseline = subprocess.Popen([sys.executable, __file__, "--keyspace", args.keyspace, "--serve-baseline", str(port)],
-                                cwd=REPO)
-    try:
-        wait_serving(port)
-        for k in FOLLOWEE_COUNTS:
-            followers = [f"f{k}-{u}" for u in range(meta["baseline_users"])]
-            load(port, followers, token, concurrency=4, duration=2)
-            results[f"fanout_{k}"] = load(port, followers, token, concurrency=4, duration=args.baseline_duration)
-            print(f"fan-out-on-read, {k} followees: {results[f'fanout_{k}']}", flush=True)
-    finally:
-        baseline.send_signal(signal.SIGTERM)
-        baseline.wait(30)
+    with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
+        trees = [("uncached", REPO)]
+        if args.before:
+            trees.insert(0, (f"uncached, {args.before}", revision_tree(args.before, Path(tmp))))
+        servers: list[tuple[str, subprocess.Popen, int]] = []
+        try:
+            for name, tree in trees:
+                port = free_port()
+                servers.append((name, start_server(tree, port, args.workers, args.keyspace, server_env), port))
+            for name, server, port in servers:
+                wait_serving(port)
+                load(port, users, token, concurrency=args.concurrency, duration=3)  # warm-up: caches, JIT of the JVM
+            for _ in range(args.rounds or (2 if args.before else 1)):
+                for name, server, port in servers:
+                    measure_server(name, server, port)
+        finally:
+            for _, server, _ in servers:
+                stop_server(server)
 
-    m = results["materialized_max"]
+    if args.floor:
+        for reads, name in ((0, "floor: canned response"), (1, "floor: canned + 1 driver read"),
+                            (2, "floor: canned + 2 driver reads")):
+            port = free_port()
+            floor = subprocess.Popen([sys.executable, __file__, "--keyspace", args.keyspace, "--workers",
+                                      str(args.workers), "--serve-floor", str(port), str(reads)], cwd=REPO)
+            try:
+                wait_serving(port)
+                load(port, users, token, concurrency=args.concurrency, duration=3)
+                record(f"{name} (max)", measured(
+                    lambda: load(port, users, token, concurrency=args.concurrency, duration=args.duration),
+                    floor.pid))
+            finally:
+                stop_server(floor)
+
+    if not args.skip_fanout:
+        port = free_port()
+        baseline = subprocess.Popen([sys.executable, __file__, "--keyspace", args.keyspace, "--serve-baseline",
+                                     str(port)], cwd=REPO)
+        try:
+            wait_serving(port)
+            for k in FOLLOWEE_COUNTS:
+                followers = [f"f{k}-{u}" for u in range(meta["baseline_users"])]
+                load(port, followers, token, concurrency=4, duration=2)
+                results[f"fanout_{k}"] = record(f"fan-out-on-read, {k} followees",
+                                                load(port, followers, token, concurrency=4,
+                                                     duration=args.baseline_duration))
+        finally:
+            stop_server(baseline)
+
     results["load_average"] = os.getloadavg()
-    print("\nGetHomeTimeline, 20-entry pages, %s users, load: %s, server workers: %d, CPUs: %s, load average: %s"
+    print("\nGetHomeTimeline, 20-entry pages, %s users, load: %s, server workers: %d, CPUs: %s, load average: %s%s"
           % (meta["users"], results["load_generator"], args.workers, os.cpu_count(),
-             " ".join(f"{x:.1f}" for x in os.getloadavg())))
-    print(f"{'design':<34} {'QPS':>9} {'p50 ms':>9} {'p99 ms':>9}  status codes")
-    rows = []
-    if "materialized_fixed_rate" in results:
-        rows.append((f"materialized inbox @ {args.rate}/s", results["materialized_fixed_rate"]))
-    rows.append(("materialized inbox (max)", m))
-    rows += [(f"fan-out-on-read, {k} followees", results[f"fanout_{k}"]) for k in FOLLOWEE_COUNTS]
+             " ".join(f"{x:.1f}" for x in os.getloadavg()),
+             f", server env: {server_env}" if server_env else ""))
+    print(f"{'run':<40} {'QPS':>8} {'p50 ms':>8} {'p99 ms':>8}  {'CPU us/request':>16}  {'load 1 min':>12}  status codes")
+    print(f"{'':<40} {'':>8} {'':>8} {'':>8}  {'srv/cass/loadgen':>16}  {'start -> end':>12}")
     for name, r in rows:
-        print(f"{name:<34} {r['qps']:>9} {r['p50_ms']:>9} {r['p99_ms']:>9}  {r.get('codes', r.get('errors'))}")
-    for name, r in rows:
-        if "cpu_us_per_request" in r:
-            cpu = r["cpu_us_per_request"]
-            print(f"CPU per request, {name}: server {cpu['server']} us, cassandra {cpu['cassandra']} us,"
-                  f" load generator {cpu['load_generator']} us")
-    f200 = results["fanout_200"]
-    if f200["qps"] > 0 and m["qps"] > 0:
+        print(_row(name, r))
+    m = next((r for name, r in rows if name == "uncached (max)"), None)
+    f200 = results.get("fanout_200")
+    if m and f200 and f200["qps"] > 0 and m["qps"] > 0:
         results["speedup_qps_vs_fanout_200"] = round(m["qps"] / f200["qps"], 1)
         results["speedup_p50_vs_fanout_200"] = round(f200["p50_ms"] / m["p50_ms"], 1)
         print(f"materialized vs fan-out at 200 followees: {results['speedup_qps_vs_fanout_200']}x QPS,"

@@ -25,6 +25,10 @@ Environment variables (defaults: the local stack of ``feedctl stack up``):
   (:mod:`feed_service.core.retention`)
 - ``FEED_STATE_PARTITIONS``  state partitions of a *new* stream checkpoint (default
   :data:`DEFAULT_STATE_PARTITIONS`); an existing checkpoint keeps its own until ``feedctl reshard``
+- ``FEED_VIEW_CHANGES``      1 (default): the stream publishes what each micro-batch changed in the view
+  to the ``timeline_changes`` topic once its Cassandra writes succeeded (docs/view-changes.md); 0: it
+  publishes nothing (e.g. a benchmark comparing the stream without it). Also ``true``/``false``,
+  ``yes``/``no``, ``on``/``off``
 """
 
 from __future__ import annotations
@@ -113,6 +117,24 @@ def check_state_partitions(value: int) -> int:
     return value
 
 
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def parse_flag(value: str, name: str) -> bool:
+    """An on/off environment value (``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``)."""
+    try:
+        return _FLAGS[value.strip().lower()]
+    except KeyError:
+        raise ConfigError(f"{name} must be 1 or 0, got {value!r}") from None
+
+
+def check_view_changes(value: bool) -> bool:
+    """``value`` if it is a boolean (whether the stream publishes the view's changes)."""
+    if type(value) is not bool:
+        raise ConfigError(f"view_changes must be a boolean, got {value!r}")
+    return value
+
+
 def _with_retention(topics: dict[str, TopicSpec], retention: Retention) -> dict[str, TopicSpec]:
     """Topic specs with the configs the history horizon sets on every compacted topic."""
     derived = retention.kafka_changelog_config()
@@ -138,6 +160,8 @@ class Settings:
     """Event-time seconds of history the join keeps (0: all); see :attr:`retention`."""
     state_partitions: int = DEFAULT_STATE_PARTITIONS
     """State partitions of a new stream checkpoint."""
+    view_changes: bool = True
+    """Whether the stream publishes the view's changes to the ``timeline_changes`` topic."""
 
     def __post_init__(self) -> None:
         check_inbox_cap(self.inbox_cap)
@@ -145,6 +169,7 @@ class Settings:
         check_trim_slack(self.trim_slack)
         check_history_horizon(self.history_horizon_s)
         check_state_partitions(self.state_partitions)
+        check_view_changes(self.view_changes)
         # The changelog topics' delete.retention.ms follows the history horizon (one source of truth).
         object.__setattr__(self, "topics", _with_retention(self.topics, self.retention))
         if not _KEYSPACE_NAME.fullmatch(self.keyspace):
@@ -183,6 +208,7 @@ class Settings:
                 trim_slack=int(env.get("FEED_TRIM_SLACK", str(DEFAULT_TRIM_SLACK))),
                 history_horizon_s=int(env.get("FEED_HISTORY_HORIZON_S", str(DEFAULT_HISTORY_HORIZON_S))),
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
+                view_changes=parse_flag(env.get("FEED_VIEW_CHANGES", "1"), "FEED_VIEW_CHANGES"),
             )
         except ValueError as exc:
             if isinstance(exc, ConfigError):
@@ -209,4 +235,5 @@ class Settings:
             "FEED_TRIM_SLACK": str(self.trim_slack),
             "FEED_HISTORY_HORIZON_S": str(self.history_horizon_s),
             "FEED_STATE_PARTITIONS": str(self.state_partitions),
+            "FEED_VIEW_CHANGES": "1" if self.view_changes else "0",
         }

@@ -1,7 +1,14 @@
 """Write the join's compact output rows from the executors (``mapPartitions``): timeline, tweet,
 profile, author-timeline, pull-follow and block rows to Cassandra, passed-through rejected records
-to the dead-letter topic; each partition hands back its home-timeline upserts per timeline, for the
-driver's trimming.
+to the dead-letter topic, and then what was written to the ``timeline_changes`` topic (the view's
+own change stream, docs/view-changes.md); each partition hands back a :class:`PartitionReport`: its
+home-timeline upserts per timeline, for the driver's trimming, and counts for the driver's metrics.
+
+Per chunk of rows: the Cassandra write, then (only once it succeeded) the chunk's view changes,
+each chunk's messages acknowledged before the next chunk is written. All rows of one view row come
+from one join key, and a key's rows of one batch are in one partition, in the order the operator
+emitted them, so the messages of one row are published in the order its writes were made. With
+``Settings.view_changes`` off (``FEED_VIEW_CHANGES=0``) nothing is published.
 
 Each Python worker keeps one driver session per settings (workers are reused across tasks), so a
 micro-batch pays for statements, not for connections. Rows are written in chunks through
@@ -13,19 +20,73 @@ micro-batch; Spark then retries it from the checkpoint and, writes being idempot
 from __future__ import annotations
 
 import atexit
+import json
 import time
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
 
 from feed_service.settings import Settings
 from feed_service.kafka.dead_letters import publish_dead_letters
+from feed_service.kafka.view_change_publisher import publish_view_changes
 from feed_service.store.cassandra_writer import CassandraWriter
 from feed_service.store.ports import WriteCounts
-from spark_jobs.output_rows import writes_of
+from spark_jobs.output_rows import view_changes_of, writes_of
 
 #: Compact rows per write call: bounds executor memory, keeps enough requests in flight.
 CHUNK_ROWS = 2000
 
 _writers: dict[tuple, CassandraWriter] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    """What :func:`write_partition` did for one partition of a micro-batch (summed over the
+    partitions by :func:`merge_reports` on the driver)."""
+
+    upserts: dict[str, int] = field(default_factory=dict)
+    """Home-timeline rows inserted or updated per timeline (the trim tracker's input)."""
+    counts: WriteCounts = field(default_factory=WriteCounts)
+    """Rows written per table."""
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    """Dead letters published, by ``reason_code`` (``unknown`` when a record does not say)."""
+    changes_published: int = 0
+    """View-change messages published to ``timeline_changes`` (after splitting)."""
+
+
+def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
+    """The sum of partition reports (counts added per key).
+
+    >>> a = PartitionReport({"ann": 1}, WriteCounts(timeline_upserts=1), {"bad_json": 1}, 2)
+    >>> b = PartitionReport({"ann": 2, "cat": 1}, WriteCounts(timeline_upserts=3), {}, 5)
+    >>> m = merge_reports([a, b])
+    >>> m.upserts, m.counts.timeline_upserts, m.dead_letters, m.changes_published
+    ({'ann': 3, 'cat': 1}, 4, {'bad_json': 1}, 7)
+    """
+    upserts: dict[str, int] = {}
+    counts = WriteCounts()
+    letters: dict[str, int] = {}
+    published = 0
+    for report in reports:
+        for key, n in report.upserts.items():
+            upserts[key] = upserts.get(key, 0) + n
+        counts = counts + report.counts
+        for code, n in report.dead_letters.items():
+            letters[code] = letters.get(code, 0) + n
+        published += report.changes_published
+    return PartitionReport(upserts, counts, letters, published)
+
+
+def reason_code(dl_value: str | None) -> str:
+    """The ``reason_code`` of a dead-letter record's JSON value, ``unknown`` if it has none.
+
+    >>> reason_code('{"reason_code":"bad_json","reason":"x"}'), reason_code("{"), reason_code(None)
+    ('bad_json', 'unknown', 'unknown')
+    """
+    try:
+        code = json.loads(dl_value)["reason_code"]  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError):
+        return "unknown"
+    return code if isinstance(code, str) and code else "unknown"
 
 
 def writer_for(settings: Settings) -> CassandraWriter:
@@ -53,16 +114,20 @@ def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None = None,
-                    write_seconds: Any | None = None) -> dict[str, int]:
-    """Write one partition of output rows; add the timeline rows written to ``counter`` and the
-    seconds spent writing to ``write_seconds`` (accumulators).
+                    write_seconds: Any | None = None) -> PartitionReport:
+    """Write one partition of output rows, then publish its dead letters and (``settings.view_changes``)
+    its view changes, chunk by chunk; add the timeline rows written to ``counter`` and the seconds
+    spent writing and publishing to ``write_seconds`` (accumulators).
 
-    Returns the home-timeline rows inserted or updated per timeline: the driver's trim tracker adds
-    them to its bounds (spark_jobs/trimming.py, docs/trimming.md).
+    Returns the partition's :class:`PartitionReport`; its ``upserts`` (home-timeline rows inserted
+    or updated per timeline) go to the driver's trim tracker (spark_jobs/trimming.py, docs/trimming.md).
+    A failed write or an unacknowledged message raises: the micro-batch fails and is run again.
     """
     writer = writer_for(settings)
     total = WriteCounts()
     upserts: dict[str, int] = {}
+    letters: dict[str, int] = {}
+    published = 0
     spent = 0.0
     for chunk in _chunks(rows, CHUNK_ROWS):
         writes = writes_of(chunk)
@@ -75,9 +140,16 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
                 upserts[w.timeline_id] = upserts.get(w.timeline_id, 0) + 1
         if writes.dead_letters:
             publish_dead_letters(settings, writes.dead_letters)
+            for _, value in writes.dead_letters:
+                code = reason_code(value)
+                letters[code] = letters.get(code, 0) + 1
+        if settings.view_changes:
+            changes = view_changes_of(chunk)
+            if changes:  # only now: the chunk's rows are in Cassandra
+                published += publish_view_changes(settings, changes)
         spent += time.perf_counter() - started
     if counter is not None:
         counter.add(total.timeline_upserts + total.timeline_deletes)
     if write_seconds is not None:
         write_seconds.add(spent)
-    return upserts
+    return PartitionReport(upserts, total, letters, published)

@@ -10,12 +10,19 @@ A row's ``kind`` says where it goes: ``timeline`` (inboxes: ``timeline_ids`` hol
 the followers who start or stop merging ``author_id`` in) or ``block`` (``author_id`` starts or stops
 blocking ``user_id``) to Cassandra, or ``dead_letter`` (a
 rejected record passed through, for the dead-letter topic).
+
+``source_ms`` is the Kafka timestamp of the source event that caused the row
+(:mod:`feed_service.core.change_sources`; null when the input rows carry no times, and for dead
+letters). After the rows are written, :func:`view_changes_of` turns every row but ``tweet`` and
+``dead_letter`` rows into one view change for the ``timeline_changes`` topic (docs/view-changes.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from itertools import repeat
+from typing import Any, Iterable, Iterator, NamedTuple
 
+from feed_service.core.change_sources import StepSources
 from feed_service.core.join import StepResult
 from feed_service.core.rows import (
     AuthorTimelineWrite,
@@ -26,6 +33,14 @@ from feed_service.core.rows import (
     PullFollowWrite,
     TimelineWrite,
     TweetWrite,
+)
+from feed_service.core.view_changes import (
+    AuthorChange,
+    BlockRowChange,
+    ProfileChange,
+    PullFollowChange,
+    TimelineChange,
+    ViewChange,
 )
 
 OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
@@ -45,6 +60,7 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("ts", "bigint"),
     ("dl_key", "string"),
     ("dl_value", "string"),
+    ("source_ms", "bigint"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in OUTPUT_FIELDS)
 OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
@@ -66,37 +82,45 @@ _NO_PROFILE = (None, None, None, None)
 _NO_LETTER = (None, None)
 
 
-def result_rows(result: StepResult) -> list[tuple[Any, ...]]:
-    """One step's outputs as compact output rows, in :data:`OUTPUT_FIELDS` order."""
+def _unknown(n: int) -> Iterator[None]:
+    return repeat(None, n)
+
+
+def result_rows(result: StepResult, sources: StepSources | None = None) -> list[tuple[Any, ...]]:
+    """One step's outputs as compact output rows, in :data:`OUTPUT_FIELDS` order; ``sources`` gives
+    each output's ``source_ms`` (:func:`feed_service.core.change_sources.step_sources`; None: null)."""
     ts = result.ts
+    src = sources if sources is not None else StepSources(
+        *(_unknown(len(part)) for part in (result.deltas, result.tweets, result.profiles, result.author_timeline,
+                                           result.pull_follows, result.blocks)))
     rows: list[tuple[Any, ...]] = [
-        ("timeline", d.op, *d.entry, list(d.timeline_ids), *_NO_PROFILE, ts, *_NO_LETTER)
-        for d in result.deltas
+        ("timeline", d.op, *d.entry, list(d.timeline_ids), *_NO_PROFILE, ts, *_NO_LETTER, s)
+        for d, s in zip(result.deltas, src.deltas)
     ]
-    for t in result.tweets:
+    for t, s in zip(result.tweets, src.tweets):
         if t.entry is None:
             rows.append(("tweet", "delete", t.tweet_id, t.author_id, None, None, None, None, None,
-                         *_NO_PROFILE, ts, *_NO_LETTER))
+                         *_NO_PROFILE, ts, *_NO_LETTER, s))
         else:
-            rows.append(("tweet", "upsert", *t.entry, None, *_NO_PROFILE, ts, *_NO_LETTER))
-    for p in result.profiles:
+            rows.append(("tweet", "upsert", *t.entry, None, *_NO_PROFILE, ts, *_NO_LETTER, s))
+    for p, s in zip(result.profiles, src.profiles):
         rows.append(("profile", "upsert", None, None, None, p.version, None, None, None,
-                     p.user_id, p.display_name, p.avatar_url, p.bio, ts, *_NO_LETTER))
-    for a in result.author_timeline:
-        rows.append(("author", a.op, *a.entry, None, *_NO_PROFILE, ts, *_NO_LETTER))
-    for f in result.pull_follows:
+                     p.user_id, p.display_name, p.avatar_url, p.bio, ts, *_NO_LETTER, s))
+    for a, s in zip(result.author_timeline, src.author_timeline):
+        rows.append(("author", a.op, *a.entry, None, *_NO_PROFILE, ts, *_NO_LETTER, s))
+    for f, s in zip(result.pull_follows, src.pull_follows):
         rows.append(("pull_follow", f.op, None, f.author_id, None, None, None, None, list(f.follower_ids),
-                     *_NO_PROFILE, ts, *_NO_LETTER))
-    for b in result.blocks:
+                     *_NO_PROFILE, ts, *_NO_LETTER, s))
+    for b, s in zip(result.blocks, src.blocks):
         rows.append(("block", b.op, None, b.blocker_id, None, None, None, None, None,
-                     b.blocked_id, None, None, None, ts, *_NO_LETTER))
+                     b.blocked_id, None, None, None, ts, *_NO_LETTER, s))
     return rows
 
 
 def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Rejected records (with ``dl_key``, ``dl_value``) as output rows, passed through untouched."""
-    return [("dead_letter", None, None, None, None, None, None, None, None, *_NO_PROFILE, None, r.dl_key, r.dl_value)
-            for r in letters]
+    return [("dead_letter", None, None, None, None, None, None, None, None, *_NO_PROFILE, None, r.dl_key, r.dl_value,
+             None) for r in letters]
 
 
 def writes_of(rows: Iterable[Any]) -> Writes:
@@ -126,5 +150,31 @@ def writes_of(rows: Iterable[Any]) -> Writes:
         elif kind == "dead_letter":
             out.dead_letters.append((r["dl_key"], r["dl_value"]))
         else:
+            raise ValueError(f"output row of unknown kind {kind!r}")
+    return out
+
+
+def _entry_of(r: Any) -> Entry:
+    return Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
+
+
+def view_changes_of(rows: Iterable[Any]) -> list[ViewChange]:
+    """Compact output rows -> the view changes to publish, one per row, in row order (not split:
+    :func:`feed_service.core.view_changes.split` does that); ``tweet`` and ``dead_letter`` rows
+    are not published (docs/view-changes.md)."""
+    out: list[ViewChange] = []
+    for r in rows:
+        kind = r["kind"]
+        if kind == "timeline":
+            out.append(TimelineChange(r["op"], _entry_of(r), tuple(r["timeline_ids"]), r["ts"], r["source_ms"]))
+        elif kind == "author":
+            out.append(AuthorChange(r["op"], _entry_of(r), r["ts"], r["source_ms"]))
+        elif kind == "pull_follow":
+            out.append(PullFollowChange(r["op"], r["author_id"], tuple(r["timeline_ids"]), r["ts"], r["source_ms"]))
+        elif kind == "profile":
+            out.append(ProfileChange(r["user_id"], r["version"], r["ts"], r["source_ms"]))
+        elif kind == "block":
+            out.append(BlockRowChange(r["op"], r["author_id"], r["user_id"], r["ts"], r["source_ms"]))
+        elif kind != "tweet" and kind != "dead_letter":
             raise ValueError(f"output row of unknown kind {kind!r}")
     return out

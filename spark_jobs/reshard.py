@@ -177,9 +177,10 @@ def reshard(spark: "SparkSession", settings: Settings, options: ReshardOptions, 
 
 def finish_command(checkpoint: Path) -> list[str]:
     """The stream job that finishes a pending batch: ``feedctl stream``'s module with the availableNow
-    trigger, and no periodic state statistics (a pass over the state that nobody would read)."""
+    trigger, no periodic state statistics (a pass over the state that nobody would read) and no
+    metrics endpoint (the stopped stream's port stays free for its restart)."""
     return [sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(checkpoint), "--until-caught-up",
-            "--state-stats-interval", "0", "--status-file", str(checkpoint / FINISH_STATUS_NAME)]
+            "--state-stats-interval", "0", "--metrics-port", "0", "--status-file", str(checkpoint / FINISH_STATUS_NAME)]
 
 
 def finish_pending(settings: Settings, checkpoint: Path) -> CheckpointInfo:

@@ -22,21 +22,26 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from feed_service.errors import CheckpointError, ConfigError, FeedError
 from feed_service.settings import Settings
-from feed_service.kafka.offsets import SOURCE_ROLES
+from feed_service.kafka.offsets import SOURCE_ROLES, watermarks
 from spark_jobs.checkpoint import CheckpointLock, inspect_checkpoint
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.restarts import Restarts
 from spark_jobs.state_stats import PeriodicStats, live_state, stream_stats
+from spark_jobs.stream_metrics import (
+    DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT, LAG_TIMEOUT_SECONDS, LagRefresher, StreamMetrics,
+)
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS, OPERATORS, JoinConfig, Operator, join_timelines
 from spark_jobs.trimming import StreamTrimming
@@ -44,6 +49,8 @@ from spark_jobs.trimming import StreamTrimming
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from spark_jobs.cassandra_sink import PartitionReport
 
 log = logging.getLogger("feed.stream")
 
@@ -67,6 +74,9 @@ EXIT_GAVE_UP = 1
 DEFAULT_STATE_STATS_INTERVAL = 300.0
 #: Timelines whose rows that periodic computation counts (a sample; all of them when there are fewer).
 STATE_STATS_TIMELINE_SAMPLE = 1000
+#: Completed batches' sink reports kept for the metrics until the supervisor takes them (about once a
+#: second); beyond this many the oldest are dropped.
+MAX_PENDING_REPORTS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +100,11 @@ class StreamOptions:
     """Spark's availableNow trigger instead of ``trigger_seconds``: finish a pending batch with its logged
     offsets, process what the topics hold at the start, then end with every batch committed (what
     ``feedctl reshard --finish-pending`` needs; docs/streaming.md, "State partitions")."""
+    metrics_port: int = 0
+    """Port of the Prometheus ``/metrics`` endpoint the driver serves (spark_jobs/stream_metrics.py); 0 = none.
+    ``feedctl stream`` defaults to ``FEED_STREAM_METRICS_PORT``, else 9465."""
+    metrics_host: str = DEFAULT_METRICS_HOST
+    """Address the endpoint listens on (``FEED_STREAM_METRICS_HOST``)."""
 
 
 def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
@@ -149,31 +164,46 @@ class BatchTimes:
     job: float = 0.0
     writes: float = 0.0
     trim: float = 0.0
+    completed: "deque[tuple[PartitionReport, int]]" = field(default_factory=lambda: deque(maxlen=MAX_PENDING_REPORTS))
+    """What each completed batch wrote (its partitions' reports merged) and the rows its trim pass
+    deleted, until the supervisor hands them to the metrics (:meth:`take_completed`)."""
 
     def record(self) -> dict[str, Any]:
         return {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
                 "trim_ms": round(self.trim)}
 
+    def take_completed(self) -> "list[tuple[PartitionReport, int]]":
+        """The completed batches' reports not taken yet, oldest first (the foreachBatch thread appends)."""
+        out = []
+        while True:
+            try:
+                out.append(self.completed.popleft())
+            except IndexError:
+                return out
+
 
 def _write_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
                  write_seconds: Any = None, times: BatchTimes | None = None) -> Any:
-    """The foreachBatch function: the executors write the rows and hand back their home-timeline
-    upserts per timeline; the driver then trims the timelines that may be over the bound, before
-    the batch ends (docs/trimming.md). ``times`` gets the batch's timings."""
-    from spark_jobs.cassandra_sink import write_partition
-    from spark_jobs.trimming import merge_counts
+    """The foreachBatch function: the executors write the rows and each partition hands back its
+    :class:`~spark_jobs.cassandra_sink.PartitionReport` (home-timeline upserts per timeline, rows
+    written, dead letters, view changes); the driver then trims the timelines that may be over the
+    bound, before the batch ends (docs/trimming.md). ``times`` gets the batch's timings and, once the
+    call completes, its merged report for the metrics (a failed call adds nothing; its replay does)."""
+    from spark_jobs.cassandra_sink import merge_reports, write_partition
 
     def write(batch_df: "DataFrame", batch_id: int) -> None:
         started = time.perf_counter()
         written_before = write_seconds.value if write_seconds is not None else 0.0
-        upserts = batch_df.rdd.mapPartitions(
-            lambda rows: [write_partition(settings, rows, counter, write_seconds)]).collect()
+        report = merge_reports(batch_df.rdd.mapPartitions(
+            lambda rows: [write_partition(settings, rows, counter, write_seconds)]).collect())
         joined = time.perf_counter()
+        trimmed_before = trimming.trimmed_rows if trimming is not None else 0
         if trimming is not None:
-            trimming.after_batch(merge_counts(upserts))
+            trimming.after_batch(report.upserts)
         if times is not None:
             times.batch_id, times.job, times.trim = batch_id, (joined - started) * 1000, (time.perf_counter() - joined) * 1000
             times.writes = ((write_seconds.value - written_before) * 1000) if write_seconds is not None else 0.0
+            times.completed.append((report, (trimming.trimmed_rows if trimming is not None else 0) - trimmed_before))
 
     return write
 
@@ -285,8 +315,21 @@ def write_status(path: Path, record: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def observe(metrics: StreamMetrics | None, stream: RunningStream) -> None:
+    """Hand ``stream``'s completed batches to ``metrics``: the sink reports its foreachBatch calls left
+    and the query's new progress. Never raises: metrics must not stop the stream."""
+    if metrics is None:
+        return
+    try:
+        for report, trimmed_rows in stream.times.take_completed():
+            metrics.batch_written(report, trimmed_rows=trimmed_rows)
+        metrics.observe_query(stream.join)
+    except Exception:  # noqa: BLE001 - a metrics bug or a query gone away: log, keep streaming
+        log.warning("stream metrics not updated", exc_info=True)
+
+
 def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
-              restarts: Restarts, stats: PeriodicStats | None = None) -> int:
+              restarts: Restarts, stats: PeriodicStats | None = None, metrics: StreamMetrics | None = None) -> int:
     """Keep the query of ``start()`` running until ``stop`` is set, or until it ends by itself without
     an error when started ``until_caught_up``; returns the exit code.
 
@@ -294,7 +337,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
     restarted from its checkpoint after ``restarts.backoff()``; when ``restarts`` says give up
     (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
     supervisor to act. The progress record, with the restart counts, goes to ``status_file``, with
-    the latest result of ``stats`` (started here, stopped on the way out) if given.
+    the latest result of ``stats`` (started here, stopped on the way out) if given; ``metrics`` gets
+    every completed batch and every restart (:func:`observe`, once per loop).
     """
     stream = start()
     last_batch = None
@@ -303,6 +347,7 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
     try:
         while not stop.is_set():
             if not stream.join.isActive:
+                observe(metrics, stream)
                 error = stream.join.exception()
                 if error is None and stream.until_caught_up:  # availableNow ended it: done, not failed
                     log.info("query %s caught up and ended (last batch %s)", stream.join.name,
@@ -318,7 +363,10 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                     break
                 stream = start()
                 restarts.restarted()
+                if metrics is not None:
+                    metrics.restarted()
                 continue
+            observe(metrics, stream)
             record = progress_record(stream, stats)
             batch = record["timeline-join"]["batch_id"]
             if batch is not None and batch != last_batch:
@@ -362,6 +410,7 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
     except BaseException:
         lock.release()
         raise
+    stop_metrics: Callable[[], None] = lambda: None  # noqa: E731
     try:
         if bootstrap_kwargs:
             bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
@@ -373,11 +422,13 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
                  partitions)
         stats = (stream_stats(spark, settings, options.checkpoint, options.state_stats_interval,
                               sample=STATE_STATS_TIMELINE_SAMPLE) if options.state_stats_interval > 0 else None)
+        metrics, stop_metrics = serve_metrics(settings, options)
         # Every start gets the same initial state: if batch 0 never committed, a restart still bootstraps it.
         exit_code = supervise(lambda: start_stream(spark, settings, options, **bootstrap_kwargs), stop,
                               status_file=status_file or options.checkpoint / "progress.json", restarts=restarts,
-                              stats=stats)
+                              stats=stats, metrics=metrics)
     finally:
+        stop_metrics()
         spark.stop()
         lock.release()
     if exit_code == 0:
@@ -386,6 +437,33 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
         log.error("stream gave up after %d failures in a row (%d restarts in all); last error: %s",
                   restarts.consecutive, restarts.total, restarts.last_error)
     return exit_code
+
+
+def serve_metrics(settings: Settings, options: StreamOptions) -> tuple[StreamMetrics, Callable[[], None]]:
+    """The stream's metrics (spark_jobs/stream_metrics.py) and, unless ``options.metrics_port`` is 0, their
+    ``/metrics`` endpoint and the consumer-lag refresher; returns the metrics and what stops both.
+
+    An address that cannot be bound is logged as an error and the stream runs without the endpoint:
+    the view matters more than its figures.
+    """
+    metrics = StreamMetrics()
+    if not options.metrics_port:
+        return metrics, lambda: None
+    try:
+        http = metrics.start_http(options.metrics_host, options.metrics_port)
+    except OSError as exc:
+        log.error("metrics endpoint not started (the stream runs without it): cannot listen on %s:%d: %s",
+                  options.metrics_host, options.metrics_port, exc)
+        return metrics, lambda: None
+    log.info("metrics on http://%s:%d/metrics", options.metrics_host, http.server_port)
+    lag = LagRefresher(metrics, lambda: watermarks(settings, timeout=LAG_TIMEOUT_SECONDS)).start()
+
+    def stop() -> None:
+        lag.stop()
+        http.shutdown()
+        http.server_close()
+
+    return metrics, stop
 
 
 def state_partitions_for(checkpoint: Path, requested: int) -> int:
@@ -482,6 +560,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="finish an interrupted batch, process what the topics hold now, then exit 0 with every"
                              " batch committed (Spark's availableNow trigger, instead of --trigger-seconds); what"
                              " `feedctl reshard --finish-pending` runs (docs/streaming.md)")
+    parser.add_argument("--metrics-port", type=_port, metavar="PORT",
+                        default=os.environ.get("FEED_STREAM_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
+                        help="Prometheus /metrics of the stream (spark_jobs/stream_metrics.py); 0 = none"
+                             f" (default: FEED_STREAM_METRICS_PORT, else {DEFAULT_METRICS_PORT})")
+    parser.add_argument("--metrics-host", metavar="HOST",
+                        default=os.environ.get("FEED_STREAM_METRICS_HOST", DEFAULT_METRICS_HOST),
+                        help=f"address of the metrics endpoint (default: FEED_STREAM_METRICS_HOST, else"
+                             f" {DEFAULT_METRICS_HOST})")
+
+
+def _port(text: str) -> int:
+    """A TCP port argument, 0 included (the metrics port: 0 = no endpoint). A string default (an
+    environment variable) goes through here too, so a bad FEED_STREAM_METRICS_PORT is refused by name."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r} (--metrics-port or FEED_STREAM_METRICS_PORT)") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value} (--metrics-port or FEED_STREAM_METRICS_PORT)")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -505,6 +603,8 @@ def options_from_args(args: argparse.Namespace) -> StreamOptions:
         bootstrap_from=args.bootstrap_from,
         state_stats_interval=args.state_stats_interval,
         until_caught_up=args.until_caught_up,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         settings_changes={name: value for name, value in (("inbox_cap", args.inbox_cap),
                                                           ("pull_threshold", args.pull_threshold),
                                                           ("state_partitions", args.state_partitions))

@@ -7,7 +7,9 @@ read once and written at most once, as one encoded blob (``shared/design/spark-n
 of Python stateful operators grows with state calls, not bytes).
 
 Output rows are compact (:mod:`spark_jobs.output_rows`): one row per (op, tweet, follower list);
-the sink explodes the lists.
+the sink explodes the lists. Each row carries ``source_ms``, the Kafka timestamp of the input row
+that caused it (:mod:`feed_service.core.change_sources`), computed whether or not a history horizon
+is configured.
 
 Operators (measured side by side in ``bench/bench_stream.py``; the checkpoint records which one
 it was created with): ``transformWithState`` (Row API, the default) hands each key's rows over as
@@ -34,6 +36,7 @@ from feed_service.core.events import (
     TweetUpsert,
     event_to_json,
 )
+from feed_service.core.change_sources import step_sources
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
@@ -116,19 +119,33 @@ def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: It
     events = events_from_rows(rows)
     if not events:
         return None, []
-    times = [r.event_time for r in rows] if config.horizon_ms is not None else None
-    if times is not None and any(t is None or t != t for t in times):
-        times = None  # no Kafka timestamps (hand-made frames): nothing to judge lateness by
+    event_times = [_event_ms(r) for r in rows]
+    known = [t for t in event_times if t is not None]
+    # Lateness is judged only when every change has its Kafka timestamp (hand-made frames have none).
+    times = event_times if config.horizon_ms is not None and len(known) == len(event_times) else None
     retention = config.retention
     done = step_stored(core, load_edges, events, inbox_cap=config.inbox_cap,
                        pull_threshold=config.pull_threshold, clock_start=config.clock_start,
-                       times=None if times is None else [int(t) for t in times], retention=retention, key=key)
-    out = result_rows(done.result)
+                       times=times, retention=retention, key=key)
+    sources = step_sources(done.result, events, event_times) if known and done.result.emitted else None
+    out = result_rows(done.result, sources)
     if done.result.late:
         out += dead_letter_rows(_LateLetter(rows[i].dl_key, _late_value(events[i], rows[i], done.result.state.watermark,
                                                                        retention))
                                 for i in done.result.late)
     return done, out
+
+
+def _event_ms(row: Any) -> int | None:
+    """A routed row's Kafka timestamp (ms), or None: absent (a hand-made row), null, or NaN / NA
+    (pandas frames)."""
+    t = getattr(row, "event_time", None)
+    if t is None:
+        return None
+    try:
+        return int(t)
+    except (TypeError, ValueError):  # float NaN: ValueError; pandas.NA: TypeError
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,11 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
+from feed_service.core.view_changes import ProfileChange
+from feed_service.server.change_feed import ChangeFeed, Consumed
+from feed_service.server.read_cache import ReadCache
 from feed_service.server.service import TimelineServicer
+from feed_service.server.watch_hub import WatchHub
 from feed_service.errors import StoreError
 from feed_service.store.cassandra_reader import CassandraReader
 from feed_service.store.ports import TimelineStore
@@ -42,6 +46,9 @@ from feed_service.store.ports import TimelineStore
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TimelineService"].full_name  # feed.v1.TimelineService
 RECONNECT_MIN_S = 0.5
 RECONNECT_MAX_S = 10.0
+#: ``feed_view_changes_total`` label of each change type (the message's ``kind``).
+_KIND_LABELS = {"TimelineChange": "timeline", "AuthorChange": "author", "PullFollowChange": "pull_follow",
+                "ProfileChange": "profile", "BlockRowChange": "block"}
 
 log = logging.getLogger("feed_service.server")
 
@@ -83,6 +90,10 @@ class TimelineServer:
         self._servicer: TimelineServicer | None = None
         self._connect_task: asyncio.Task | None = None
         self._metrics_http = None
+        self._feed_task: asyncio.Task | None = None
+        self._feed: ChangeFeed | None = None
+        self._kind_counts: dict[str, int] = {}
+        self._kind_children: dict[str, object] = {}
 
     @property
     def servicer(self) -> TimelineServicer:
@@ -130,6 +141,8 @@ class TimelineServer:
         else:
             await self._set_serving(False)
             self._connect_task = asyncio.create_task(self._connect_loop(), name="cassandra-connect")
+        if cfg.change_feed:
+            self._feed_task = asyncio.create_task(self._feed_loop(), name="view-changes")
         log.info("serving", extra={"fields": {"port": bound, "metrics_port": self.metrics_port,
                                               "keyspace": cfg.settings.keyspace, "demo": cfg.demo}})
         return bound
@@ -162,6 +175,80 @@ class TimelineServer:
             log.info("cassandra connected", extra={"fields": {"keyspace": settings.keyspace}})
             return
 
+    async def _feed_loop(self) -> None:
+        """Consume the view's change topic (retried with backoff until it can be read); until then
+        watches poll and reads bypass the read cache (docs/api.md#watch)."""
+        delay = RECONNECT_MIN_S
+        cfg = self.config
+        while self.state is ServerState.SERVING:
+            feed = ChangeFeed(cfg.settings, on_batch=self._apply_changes, on_gap=self._changes_lost,
+                              on_undecodable=self.metrics.view_change_errors.inc)
+            try:
+                await feed.start()
+            except Exception as exc:  # noqa: BLE001 - Kafka down or topic missing: serve without it, retry
+                feed.close()
+                log.warning("view changes not consumed", extra={"fields": {"error": str(exc), "retry_in_s": delay}})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_S)
+                continue
+            if self.state is not ServerState.SERVING:
+                feed.close()
+                return
+            self._feed = feed
+            cache = (ReadCache(feed, depth=cfg.read_cache_depth, max_keys=cfg.read_cache_keys)
+                     if cfg.read_cache_keys > 0 else None)
+            if cache is not None:
+                self.metrics.watch_read_cache(cache)
+            self.servicer.attach_changes(feed, cache, WatchHub())
+            return
+
+    async def changes_applied(self, timeout: float = 30.0) -> bool:
+        """Wait until every view change published so far has been applied here (True), or
+        ``timeout`` (False); True at once when the change topic is not consumed. For tests and
+        benchmarks that compare reads with Cassandra right after the stream caught up."""
+        feed = self._feed
+        if feed is None or not feed.live:
+            return True
+        highs = await feed.high_watermarks_after(time.monotonic())
+        return await feed.wait_reached(highs, timeout)
+
+    def _apply_changes(self, batch: list[Consumed]) -> None:
+        """One polled batch of view changes, on the loop: cache, watchers, metrics."""
+        servicer = self.servicer
+        if servicer.read_cache is not None:
+            servicer.read_cache.apply(batch)
+        if servicer.hub is not None:
+            servicer.hub.route(batch)
+        now_ms = time.time() * 1000
+        observe, counts = self.metrics.freshness.observe, self._kind_counts
+        forget_missing = getattr(servicer.cache, "forget_missing", None)
+        for consumed in batch:
+            change = consumed.change
+            kind = type(change).__name__
+            counts[kind] = counts.get(kind, 0) + 1
+            if change.source_ms is not None:
+                observe(max(0.0, (now_ms - change.source_ms) / 1000))
+            if forget_missing is not None and isinstance(change, ProfileChange):
+                forget_missing((change.user_id, change.version))
+        for kind, n in counts.items():
+            if n:
+                self._kind_child(kind).inc(n)
+                counts[kind] = 0
+
+    def _kind_child(self, kind: str):
+        child = self._kind_children.get(kind)
+        if child is None:
+            child = self._kind_children[kind] = self.metrics.view_changes.labels(_KIND_LABELS.get(kind, kind))
+        return child
+
+    def _changes_lost(self, reason: str) -> None:
+        self.metrics.view_change_gaps.inc()
+        servicer = self.servicer
+        if servicer.read_cache is not None:
+            servicer.read_cache.drop_all(reason)
+        if servicer.hub is not None:
+            servicer.hub.gap()
+
     async def stop(self, grace: float | None = None) -> None:
         """Drain and stop (idempotent): NOT_SERVING, end watch streams, wait ``grace`` s for calls."""
         if self.state in (ServerState.STOPPING, ServerState.STOPPED) or self._server is None:
@@ -171,12 +258,16 @@ class TimelineServer:
         self.state = ServerState.STOPPING
         log.info("stopping", extra={"fields": {"grace_s": grace}})
         await self._health.enter_graceful_shutdown()
-        self._servicer.stopping.set()
-        if self._connect_task is not None:
-            self._connect_task.cancel()
+        self._servicer.stop_watches()
+        for task in (self._connect_task, self._feed_task):
+            if task is not None:
+                task.cancel()
         await self._server.stop(grace)
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
+        if self._feed is not None:
+            feed, self._feed = self._feed, None
+            await asyncio.to_thread(feed.close)
         if self._owns_store and self._store is not None:
             store, self._store = self._store, None
             await asyncio.to_thread(store.close)

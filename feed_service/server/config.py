@@ -57,6 +57,13 @@ class ServerConfig:
     profile_cache_size: int = 100_000
     #: seconds a pull author's newest entries and a user's pull authors are reused (0: read every time)
     pull_cache_ttl_s: float = 1.0
+    #: consume the view's change topic: watches are pushed, the read cache is kept exact
+    #: (docs/api.md#watch); off: watches poll every ``watch_poll_s`` and nothing but pull sources is cached
+    change_feed: bool = True
+    #: timelines, pull authors and pull-author lists the read cache keeps (0: no read cache)
+    read_cache_keys: int = 20_000
+    #: rows cached per timeline (a first page of n rows needs n + 1)
+    read_cache_depth: int = 41
     shutdown_grace_s: float = 10.0
     max_concurrent_rpcs: int | None = None
     access_log: bool = False
@@ -77,6 +84,8 @@ class ServerConfig:
                 raise ConfigError(f"{name} must be > 0")
         if self.pull_cache_ttl_s < 0:
             raise ConfigError("pull_cache_ttl_s must be >= 0")
+        if self.read_cache_keys < 0 or self.read_cache_depth < 2:
+            raise ConfigError("read_cache_keys must be >= 0 and read_cache_depth >= 2")
         if not 0 <= self.port <= 65535 or (self.metrics_port is not None and not 0 <= self.metrics_port <= 65535):
             raise ConfigError("ports must be within 0..65535")
         return self
@@ -121,13 +130,13 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
         elif key == "metrics_port":
             port = _number(int, value, name)
             values[key] = None if port == 0 else port
-        elif key in ("profile_cache_size",):
+        elif key in ("profile_cache_size", "read_cache_keys", "read_cache_depth"):
             values[key] = _number(int, value, name)
         elif key == "max_concurrent_rpcs":
             values[key] = None if value in ("", None, 0, "0") else _number(int, value, name)
         elif key in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s", "pull_cache_ttl_s"):
             values[key] = _number(float, value, name)
-        elif key in ("demo", "access_log"):
+        elif key in ("demo", "access_log", "change_feed"):
             values[key] = _bool(value, name)
         elif key == "auth_secret":
             values[key] = str(value).encode() if value not in ("", None) else None
@@ -143,7 +152,8 @@ _ENV_KEYS = {
     "FEED_METRICS_PORT": "metrics_port", "FEED_AUTH_SECRET_FILE": "auth_secret_file",
     "FEED_AUTH_SECRET": "auth_secret", "FEED_DEMO_MODE": "demo", "FEED_REQUEST_TIMEOUT_S": "request_timeout_s",
     "FEED_WATCH_POLL_S": "watch_poll_s", "FEED_PROFILE_CACHE_SIZE": "profile_cache_size",
-    "FEED_PULL_CACHE_TTL_S": "pull_cache_ttl_s",
+    "FEED_PULL_CACHE_TTL_S": "pull_cache_ttl_s", "FEED_CHANGE_FEED": "change_feed",
+    "FEED_READ_CACHE_KEYS": "read_cache_keys", "FEED_READ_CACHE_DEPTH": "read_cache_depth",
     "FEED_SHUTDOWN_GRACE_S": "shutdown_grace_s", "FEED_MAX_CONCURRENT_RPCS": "max_concurrent_rpcs",
     "FEED_ACCESS_LOG": "access_log", "FEED_LOG_LEVEL": "log_level",
 }

@@ -1,47 +1,105 @@
 """Display names for timeline entries: profile versions by ``(user_id, version)``, cached.
 
-A version's content never changes (the writer only replays identical cells), so a cached entry
-never goes stale. A missing version is not cached, so a late-arriving profile version fills in on
-the next read.
+A version's content never changes (the writer only replays identical cells), so a cached row never
+goes stale. A version that is not stored (yet) is remembered as missing for ``missing_ttl_s``
+seconds, so a page whose authors' profile versions never arrived costs no Cassandra read on every
+read; a late-arriving version shows up once that entry expires, or at once when the view's change
+topic announces it (:meth:`ProfileCache.forget_missing`).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from typing import Iterable
+from typing import Callable, Iterable
+
+from cachetools import TTLCache
 
 from feed_service.core.rows import ProfileKey, ProfileRow
 from feed_service.store.ports import TimelineStore
 
 #: Bounded so that a flood of distinct authors cannot grow memory without limit.
 DEFAULT_PROFILE_CACHE_SIZE = 100_000
+#: Seconds a profile version found missing is not read again (unless forgotten explicitly).
+DEFAULT_MISSING_TTL_S = 5.0
+#: Missing versions remembered at most (least recently used dropped first).
+DEFAULT_MISSING_SIZE = 10_000
+
+
+class _NotStored:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_STORED"
+
+
+#: What :meth:`ProfileCache.lookup` returns for a version read recently and not found.
+NOT_STORED = _NotStored()
 
 
 class ProfileCache:
-    """LRU of immutable profile versions by ``(user_id, version)``; hits and misses are counted."""
+    """LRU of immutable profile versions by ``(user_id, version)``, plus a bounded TTL set of versions
+    known not to be stored. ``hits`` counts lookups answered without Cassandra (a cached row or a
+    known-missing version), ``misses`` those that need a read. Used from one event loop only."""
 
-    def __init__(self, capacity: int = DEFAULT_PROFILE_CACHE_SIZE) -> None:
+    def __init__(self, capacity: int = DEFAULT_PROFILE_CACHE_SIZE, *, missing_ttl_s: float = DEFAULT_MISSING_TTL_S,
+                 missing_size: int = DEFAULT_MISSING_SIZE, timer: Callable[[], float] = time.monotonic) -> None:
         self.capacity = capacity
         self._data: OrderedDict[ProfileKey, ProfileRow] = OrderedDict()
+        #: versions read and not found, until they expire or are forgotten (none when caching is off)
+        self._missing: TTLCache | None = (
+            TTLCache(min(missing_size, capacity), missing_ttl_s, timer=timer)
+            if capacity > 0 and missing_size > 0 and missing_ttl_s > 0 else None)
+        #: bumped by every forget_missing: a read that started before cannot mark anything missing
+        self._forgets = 0
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: ProfileKey) -> ProfileRow | None:
+    def lookup(self, key: ProfileKey) -> ProfileRow | _NotStored | None:
+        """The cached row of ``key``; :data:`NOT_STORED` when it was read recently and not found;
+        None when it must be read from the store."""
         row = self._data.get(key)
-        if row is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._data.move_to_end(key)
-        return row
+        if row is not None:
+            self.hits += 1
+            self._data.move_to_end(key)
+            return row
+        missing = self._missing
+        if missing is not None and key in missing:
+            self.hits += 1
+            return NOT_STORED
+        self.misses += 1
+        return None
 
     def put(self, row: ProfileRow) -> None:
         if self.capacity <= 0:
             return
-        self._data[(row.user_id, row.version)] = row
-        self._data.move_to_end((row.user_id, row.version))
+        key = (row.user_id, row.version)
+        if self._missing is not None:
+            self._missing.pop(key, None)
+        self._data[key] = row
+        self._data.move_to_end(key)
         while len(self._data) > self.capacity:
             self._data.popitem(last=False)
+
+    def read_started(self) -> int:
+        """A token for :meth:`put_missing`: take it before reading the store."""
+        return self._forgets
+
+    def put_missing(self, key: ProfileKey, since: int) -> None:
+        """Remember that ``key`` was read and not found, unless a version was forgotten since the
+        read began (``since``: :meth:`read_started`), which may then be this one arriving."""
+        if self._missing is not None and since == self._forgets:
+            self._missing[key] = True
+
+    def forget_missing(self, key: ProfileKey) -> None:
+        """``key`` has been written (the view's change topic said so): read it again next time."""
+        self._forgets += 1
+        if self._missing is not None:
+            self._missing.pop(key, None)
+
+    def missing_count(self) -> int:
+        """Versions currently remembered as missing (expired ones may still count until touched)."""
+        return len(self._missing) if self._missing is not None else 0
 
     def __len__(self) -> int:
         return len(self._data)
@@ -50,18 +108,26 @@ class ProfileCache:
 async def hydrate_profiles(
     store: TimelineStore, cache: ProfileCache, keys: Iterable[ProfileKey], *, timeout: float
 ) -> dict[ProfileKey, ProfileRow]:
-    """Cached profiles for ``keys``, fetching the misses from ``store`` concurrently (and caching them)."""
+    """Profiles for ``keys`` (absent: not stored): from the cache, reading only keys neither cached
+    nor known to be missing from ``store``, concurrently; what the read returns is cached, what it
+    does not is remembered as missing."""
     found: dict[ProfileKey, ProfileRow] = {}
-    missing: list[ProfileKey] = []
+    unknown: list[ProfileKey] = []
+    lookup = cache.lookup
     for key in dict.fromkeys(keys):
-        row = cache.get(key)
+        row = lookup(key)
         if row is None:
-            missing.append(key)
-        else:
+            unknown.append(key)
+        elif row is not NOT_STORED:
             found[key] = row
-    if missing:
-        fetched = await store.profiles(missing, timeout=timeout)
-        for key, row in fetched.items():
-            cache.put(row)
-            found[key] = row
+    if unknown:
+        since = cache.read_started()
+        fetched = await store.profiles(unknown, timeout=timeout)
+        for key in unknown:
+            row = fetched.get(key)
+            if row is None:
+                cache.put_missing(key, since)
+            else:
+                cache.put(row)
+                found[key] = row
     return found

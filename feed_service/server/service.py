@@ -28,7 +28,7 @@ import asyncio
 import functools
 import logging
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -39,10 +39,14 @@ from feed_service.server.metrics import ServerMetrics
 from feed_service.errors import AuthError, FeedError, PageTokenError
 from feed_service.settings import check_inbox_cap
 from feed_service.server.page_token import KIND_AUTHOR_PAGE, KIND_PAGE, KIND_WATCH, PageCursor, PageTokenCodec
+from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.pull_sources import PullSources
+from feed_service.server.read_cache import ReadCache
+from feed_service.server.watch_hub import RESYNC, Subscription, WatchHub
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.core.rows import Cursor, Entry, ProfileRow
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
+from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
 from feed_service.errors import StoreError, StoreTimeout
 from feed_service.server.hydration import ProfileCache, hydrate_profiles
 from feed_service.store.ports import TimelineStore
@@ -159,13 +163,16 @@ def _page_size(requested: int) -> int:
     return page_size
 
 
-def _entry(row: Entry, profile: ProfileRow | None) -> pb.TimelineEntry:
-    return pb.TimelineEntry(
-        tweet_id=row.tweet_id, author_id=row.author_id, created_at_ms=row.created_at, version=row.version,
-        text=row.text or "", profile_version=row.profile_version,
-        author_display_name=(profile.display_name or "") if profile else "",
-        author_avatar_url=(profile.avatar_url or "") if profile else "",
-    )
+def _entry(row: Entry, profile: ProfileRow | None) -> dict[str, Any]:
+    """The fields of one ``TimelineEntry``, for a response's constructor (``entries=[...]``): protobuf
+    builds the entry in place from them, where a ready message would be built, then copied (about
+    twice the cost of a 20-entry page's entries)."""
+    return {
+        "tweet_id": row.tweet_id, "author_id": row.author_id, "created_at_ms": row.created_at,
+        "version": row.version, "text": row.text or "", "profile_version": row.profile_version,
+        "author_display_name": (profile.display_name or "") if profile else "",
+        "author_avatar_url": (profile.avatar_url or "") if profile else "",
+    }
 
 
 class TimelineServicer(pb_grpc.TimelineServiceServicer):
@@ -202,6 +209,32 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         self._verified: dict[str, auth.Claims] = {}
         #: set when the server begins to shut down: open watch streams end cleanly
         self.stopping = asyncio.Event()
+        #: the view's change topic, once consumed (:meth:`attach_changes`): pushed watches, exact cache
+        self.feed: ChangeFeed | None = None
+        self.read_cache: ReadCache | None = None
+        self.hub: WatchHub | None = None
+
+    def attach_changes(self, feed: ChangeFeed, read_cache: ReadCache | None, hub: WatchHub) -> None:
+        """Serve from the change topic from now on: watches subscribe to ``hub``, reads use ``read_cache``
+        (None: no read cache) while ``feed`` is live."""
+        self.feed, self.read_cache, self.hub = feed, read_cache, hub
+
+    def stop_watches(self) -> None:
+        """End every open watch stream (server shutdown)."""
+        self.stopping.set()
+        if self.hub is not None:
+            self.hub.wake_all()
+
+    def _live_cache(self) -> ReadCache | None:
+        cache = self.read_cache
+        return cache if cache is not None and cache.usable else None
+
+    async def _pull_authors(self, store: TimelineStore, user_id: str, budget: float) -> list[str]:
+        """The pull authors ``user_id`` merges in: from the exact cache, else the TTL'd pull sources."""
+        cache = self._live_cache()
+        if cache is not None:
+            return await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
+        return await self.pull.authors(store, user_id, timeout=budget)
 
     # -- steps -----------------------------------------------------------------------------
     def _authenticate(self, context: grpc.aio.ServicerContext) -> auth.Claims:
@@ -268,7 +301,8 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
                 return RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline exceeded: {exc}")
         return RpcFailure(grpc.StatusCode.UNAVAILABLE, str(exc))
 
-    async def _hydrate(self, store: TimelineStore, rows: list[Entry], budget: float) -> list[pb.TimelineEntry]:
+    async def _hydrate(self, store: TimelineStore, rows: list[Entry], budget: float) -> list[dict[str, Any]]:
+        """``rows`` with their authors' display names, as entry fields for a response (:func:`_entry`)."""
         cache = self.cache
         hits, misses = cache.hits, cache.misses
         profiles = await hydrate_profiles(store, cache, ((r.author_id, r.profile_version) for r in rows),
@@ -310,14 +344,25 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
 
     async def _home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
                          budget: float) -> list[Entry]:
-        """The inbox slice merged with the pull authors the user follows (docs/fan-out.md)."""
-        authors = await self.pull.authors(store, user_id, timeout=budget)
-        inbox = store.page(user_id, before=before, limit=limit, timeout=budget)
+        """The inbox slice merged with the pull authors the user follows (docs/fan-out.md); from the
+        read cache where it holds them (docs/api.md#read-cache)."""
+        authors = await self._pull_authors(store, user_id, budget)
+        cache = self._live_cache()
+        if cache is None:
+            inbox = store.page(user_id, before=before, limit=limit, timeout=budget)
+            if not authors:
+                return await inbox
+            sources = await asyncio.gather(inbox, self.pull.pages(store, authors, before=before, limit=limit,
+                                                                  timeout=budget))
+            return merge_newest([sources[0], *sources[1]], limit)
+        inbox = cache.rows("home", user_id, limit, before,
+                           lambda n: store.page(user_id, before=before, limit=n, timeout=budget))
         if not authors:
             return await inbox
-        sources = await asyncio.gather(inbox, self.pull.pages(store, authors, before=before, limit=limit,
-                                                              timeout=budget))
-        return merge_newest([sources[0], *sources[1]], limit)
+        pulled = (cache.rows("author", a, limit, before,
+                             lambda n, a=a: store.author_page(a, before=before, limit=n, timeout=budget))
+                  for a in authors)
+        return merge_newest(list(await asyncio.gather(inbox, *pulled)), limit)
 
     def _page_start(self, token: str, timeline_id: str, kind: int, page_size: int) -> tuple[Cursor | None, int, int]:
         """(cursor, entries served so far, rows to serve now) of a paged call; the cap bounds the last."""
@@ -331,7 +376,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         return before, served, min(page_size, self.inbox_cap - served)
 
     async def _page_of(self, store: TimelineStore, rows: list[Entry], limit: int, served: int,
-                       budget: float) -> tuple[list[pb.TimelineEntry], Cursor | None]:
+                       budget: float) -> tuple[list[dict[str, Any]], Cursor | None]:
         """Hydrated entries of a page read with one row beyond ``limit``, and the next page's cursor
         (None at the end or at the inbox cap)."""
         more = len(rows) > limit
@@ -340,10 +385,19 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         more = more and served + len(rows) < self.inbox_cap
         return entries, rows[-1].cursor if more else None
 
+    def _author_page(self, store: TimelineStore, author_id: str, before: Cursor | None, limit: int,
+                     budget: float) -> Awaitable[list[Entry]]:
+        """An author's own timeline, newest first: from the read cache or the TTL'd pull sources."""
+        cache = self._live_cache()
+        if cache is not None:
+            return cache.rows("author", author_id, limit, before,
+                              lambda n: store.author_page(author_id, before=before, limit=n, timeout=budget))
+        return self.pull.page(store, author_id, before=before, limit=limit, timeout=budget)
+
     async def _home_newer(self, store: TimelineStore, user_id: str, after: Cursor | None, budget: float) -> list[Entry]:
         """Entries of the home timeline newer than ``after``, oldest first: the inbox and the pull
         authors the user follows now."""
-        authors = await self.pull.authors(store, user_id, timeout=budget)
+        authors = await self._pull_authors(store, user_id, budget)
         sources = await asyncio.gather(
             store.newer(user_id, after=after, limit=WATCH_BATCH, timeout=budget),
             *(self.pull.newer(store, a, after=after, limit=WATCH_BATCH, timeout=budget) for a in authors))
@@ -393,7 +447,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             return pb.GetUserTimelineResponse()
         store = self._store()
         budget = self._budget(context)
-        page = self.pull.page(store, author_id, before=before, limit=limit + 1, timeout=budget)
+        page = self._author_page(store, author_id, before, limit + 1, budget)
         if auth.blockable_reader(claims, author_id) is None:  # a service, or the author itself: no block read
             rows = await page
         else:  # the block check runs beside the page read
@@ -411,29 +465,157 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         user_id = _check_id(request.user_id, "user_id")
         self._authorize_timeline(claims, user_id)
         store = self._store()
+        position: Cursor | None = None
         if request.resume_token:
             try:
                 position = self._pages.decode(request.resume_token, timeline_id=user_id, kind=KIND_WATCH).position
             except PageTokenError as exc:
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc).replace("page token", "resume token"))
-        else:  # start at the current head: only entries materialized from now on are sent
-            head = await self._home_page(store, user_id, None, 1, self._budget(context))
-            position = head[0].cursor if head else None
+        hub = self.hub if self.feed is not None and self.feed.live else None
+        # subscribe before reading anything: a change published meanwhile waits in the subscription
+        sub = hub.subscribe(user_id) if hub is not None else None
         self.metrics.watch_streams.inc()
         try:
-            while not self.stopping.is_set():
-                try:
-                    await asyncio.wait_for(self.stopping.wait(), self._watch_wait(context))
-                    break  # server shutting down: end the stream cleanly (OK)
-                except asyncio.TimeoutError:
-                    pass
-                store = self._store()
-                budget = self._budget(context)  # every read within the call's deadline
-                rows = await self._home_newer(store, user_id, position, budget)
-                if rows:
-                    position = rows[-1].cursor
-                    entries = await self._hydrate(store, rows, budget)
-                    token = self._pages.encode(PageCursor(user_id, position, 0, KIND_WATCH))
-                    yield pb.WatchHomeTimelineResponse(entries=entries, resume_token=token)
+            if not request.resume_token:  # start at the current head: only entries materialized from now on
+                head = await self._home_page(store, user_id, None, 1, self._budget(context))
+                position = head[0].cursor if head else None
+            if sub is None:
+                async for message in self._watch_polling(store, user_id, position, context):
+                    yield message
+                return
+            async for message in self._watch_pushed(sub, store, user_id, position, bool(request.resume_token),
+                                                    context):
+                yield message
         finally:
+            if sub is not None:
+                hub.unsubscribe(sub)
             self.metrics.watch_streams.dec()
+
+    async def _watch_polling(self, store: TimelineStore, user_id: str, position: Cursor | None, context):
+        """Without the change topic: read entries newer than ``position`` every ``watch_poll_s``."""
+        while not self.stopping.is_set():
+            try:
+                await asyncio.wait_for(self.stopping.wait(), self._watch_wait(context))
+                break  # server shutting down: end the stream cleanly (OK)
+            except asyncio.TimeoutError:
+                pass
+            store = self._store()
+            budget = self._budget(context)  # every read within the call's deadline
+            rows = await self._home_newer(store, user_id, position, budget)
+            if rows:
+                position = rows[-1].cursor
+                yield await self._watch_message(store, user_id, position, rows, budget)
+
+    async def _watch_message(self, store: TimelineStore, user_id: str, position: Cursor | None,
+                             new: list[Entry], budget: float, changed: list[Entry] = (),
+                             removed: list[str] = ()) -> pb.WatchHomeTimelineResponse:
+        hydrated = await self._hydrate(store, [*new, *changed], budget) if new or changed else []
+        token = self._pages.encode(PageCursor(user_id, position, 0, KIND_WATCH)) if position is not None else ""
+        self.metrics.watch_messages.inc()
+        return pb.WatchHomeTimelineResponse(entries=hydrated[:len(new)], changed=hydrated[len(new):],
+                                            removed_tweet_ids=removed, resume_token=token)
+
+    async def _watch_catch_up(self, store: TimelineStore, user_id: str, position: Cursor | None, context,
+                              state: "_WatchState"):
+        """Entries newer than ``position`` from Cassandra, in WATCH_BATCH chunks (after a resume or a gap)."""
+        while True:
+            budget = self._budget(context)
+            rows = await self._home_newer(self._store(), user_id, state.position, budget)
+            if not rows:
+                return
+            state.position = rows[-1].cursor
+            for r in rows:
+                state.read[r.tweet_id] = r.version
+            yield await self._watch_message(store, user_id, state.position, rows, budget)
+            if len(rows) < WATCH_BATCH:
+                return
+
+    async def _watch_pushed(self, sub: Subscription, store: TimelineStore, user_id: str, position: Cursor | None,
+                            resumed: bool, context):
+        """With the change topic: catch up from Cassandra if resuming, then send what the subscription
+        receives, reading nothing while nothing changes (docs/api.md#watch)."""
+        state = _WatchState(position)
+        self.hub.start(sub, await self._pull_authors(store, user_id, self._budget(context)))
+        if resumed:
+            async for message in self._watch_catch_up(store, user_id, position, context, state):
+                yield message
+        while not self.stopping.is_set():
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0:
+                raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+            try:
+                await asyncio.wait_for(sub.ready.wait(), remaining)
+            except asyncio.TimeoutError:
+                continue
+            if self.stopping.is_set():
+                break
+            items = sub.drain()
+            if any(item is RESYNC for item in items):
+                async for message in self._watch_catch_up(store, user_id, state.position, context, state):
+                    yield message
+                continue
+            if items:
+                message = await self._watch_changes(store, user_id, items, state, self._budget(context))
+                if message is not None:
+                    yield message
+
+    async def _watch_changes(self, store: TimelineStore, user_id: str, items: list, state: "_WatchState",
+                             budget: float) -> pb.WatchHomeTimelineResponse | None:
+        """One message of the changes ``items``: new entries above the position, others changed or removed."""
+        upserts: dict[str, Entry] = {}
+        removed: dict[str, None] = {}
+        for change in items:
+            if isinstance(change, PullFollowChange):  # the user starts or stops merging an author in
+                op = "insert" if change.op == "insert" else "delete"
+                for entry in await self._author_page(self._store(), change.author_id, None, self.inbox_cap, budget):
+                    _note(upserts, removed, op, entry)
+                continue
+            if not state.fresh(change):
+                continue
+            entry = change.entry
+            if change.op != "delete" and state.read.get(entry.tweet_id) == entry.version:
+                continue  # already sent by the catch-up read
+            _note(upserts, removed, change.op, entry)
+        if not upserts and not removed:
+            return None
+        position = state.position
+        new = sorted((e for e in upserts.values() if position is None or e.cursor > position), key=lambda e: e.cursor)
+        changed = [e for e in upserts.values() if not (position is None or e.cursor > position)]
+        if new:
+            state.position = new[-1].cursor
+        return await self._watch_message(self._store(), user_id, state.position, new, budget, changed, list(removed))
+
+
+class _WatchState:
+    """What one pushed watch has sent: its position, the row write timestamps seen (duplicates of an
+    at-least-once topic are dropped) and the versions its catch-up reads sent."""
+
+    __slots__ = ("position", "seen", "read")
+
+    #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first).
+    SEEN_LIMIT = 10_000
+
+    def __init__(self, position: Cursor | None) -> None:
+        self.position = position
+        self.seen: dict[str, int] = {}
+        self.read: dict[str, int] = {}
+
+    def fresh(self, change: TimelineChange | AuthorChange) -> bool:
+        """False for a change at or below a write timestamp already applied to its row (a replay)."""
+        key = change.entry.tweet_id
+        last = self.seen.get(key)
+        if last is not None and change.ts <= last:
+            return False
+        self.seen[key] = change.ts
+        if len(self.seen) > self.SEEN_LIMIT:
+            del self.seen[next(iter(self.seen))]
+        return True
+
+
+def _note(upserts: dict[str, Entry], removed: dict[str, None], op: str, entry: Entry) -> None:
+    if op == "delete":
+        upserts.pop(entry.tweet_id, None)
+        removed[entry.tweet_id] = None
+    else:
+        removed.pop(entry.tweet_id, None)
+        upserts[entry.tweet_id] = entry

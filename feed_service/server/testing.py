@@ -60,6 +60,20 @@ class ServerThread:
         self._thread.join(10)
         self.loop.close()
 
+    def changes_applied(self, timeout: float = 30.0) -> None:
+        """Block until the server has applied every view change published so far (its watches and
+        read cache are then as current as the stream's last committed batch)."""
+        assert self.run(self.server.changes_applied(timeout), timeout + 5), "view changes not applied in time"
+
+    def feed_live(self, timeout: float = 30.0) -> None:
+        """Block until the server consumes the view's change topic."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.server.servicer.feed is None or not self.server.servicer.feed.live:
+            assert time.monotonic() < deadline, "the server did not start consuming the view changes"
+            time.sleep(0.05)
+
     def __enter__(self) -> "ServerThread":
         return self.start()
 

@@ -20,6 +20,10 @@ from feed_service.kafka.offsets import Offsets, watermarks
 from feed_service.settings import Settings
 
 
+#: The address a stream started here serves its metrics on (when given a port).
+METRICS_HOST = "127.0.0.1"
+
+
 def high_watermarks(settings: Settings) -> Offsets:
     """The end offsets of the changelog topics now: what "caught up" is measured against."""
     return watermarks(settings)[1]
@@ -35,24 +39,37 @@ class StreamProcess:
     """``python -m spark_jobs.stream`` in its own process group, against ``settings``."""
 
     def __init__(self, settings: Settings, checkpoint: Path, *, log_file: Path, extra_args: list[str] = (),
-                 status_file: Path | None = None) -> None:
+                 status_file: Path | None = None, metrics_port: int = 0) -> None:
+        """``metrics_port``: where the job serves Prometheus ``/metrics`` on 127.0.0.1; 0 (the default)
+        none, so that streams of tests and benchmarks never compete for the job's default port."""
         self.settings = settings
         self.checkpoint = checkpoint
         self.status_file = status_file or checkpoint.parent / f"{checkpoint.name}.progress.json"
         self.log_file = log_file
         self.extra_args = list(extra_args)
+        self.metrics_port = metrics_port
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "StreamProcess":
         env = {**os.environ, **self.settings.to_env()}
         cmd = [sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(self.checkpoint),
-               "--status-file", str(self.status_file), *self.extra_args]
+               "--status-file", str(self.status_file), "--metrics-port", str(self.metrics_port),
+               "--metrics-host", METRICS_HOST, *self.extra_args]
         self.status_file.unlink(missing_ok=True)
         with self.log_file.open("ab") as log:
             # the installed package's module from our own working directory: no source tree needed
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         return self
+
+    def metrics_text(self, timeout: float = 10.0) -> str:
+        """The job's ``/metrics`` page now (Prometheus text format); needs ``metrics_port``."""
+        from urllib.request import urlopen
+
+        if not self.metrics_port:
+            raise ValueError("this stream was started without a metrics port")
+        with urlopen(f"http://{METRICS_HOST}:{self.metrics_port}/metrics", timeout=timeout) as response:
+            return response.read().decode()
 
     def progress(self) -> dict[str, Any] | None:
         try:

@@ -2,7 +2,10 @@
 :class:`~feed_service.store.ports.TimelineStore`.
 
 Every query is one prepared, single-partition statement, run with the driver's ``execute_async``
-and awaited through a future bridge, so the event loop never blocks on Cassandra.
+and awaited through a future bridge, so the event loop never blocks on Cassandra. The driver calls
+back on its own I/O thread; the bridge (:class:`_Completions`) queues those results and hands them
+to the loop in bursts: one ``call_soon_threadsafe`` (one wake-up of the loop) for every completion
+that arrives before the loop gets to them, instead of one per query.
 
 Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
 
@@ -23,6 +26,7 @@ bug and propagates unchanged.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
@@ -72,6 +76,56 @@ class _Slices:
         self.after = p(f"{select} AND (created_at, tweet_id) > (?, ?) {asc} LIMIT ?")
 
 
+class _Completions:
+    """Results of driver callbacks on their way to one event loop.
+
+    The driver runs callbacks on its I/O thread (or on the calling thread when the result came
+    first); asyncio futures may be resolved only on their loop. :meth:`post` queues a result under
+    a lock and, for the first result of a burst only, schedules :meth:`_drain` on the loop; results
+    posted before the drain runs go with it. So a busy loop is woken once per burst, not once per
+    query (each wake-up is a write to the loop's self-pipe, a read and a callback handle). A closed
+    loop drops what is posted: nobody awaits it any more, and the driver's thread must not fail.
+    """
+
+    __slots__ = ("loop", "_lock", "_pending")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Future, Any, bool]] = []
+
+    def post(self, future: asyncio.Future, value: Any, ok: bool) -> None:
+        with self._lock:
+            pending = self._pending
+            pending.append((future, value, ok))
+            if len(pending) > 1:
+                return  # a drain is scheduled and has not run yet: it takes this one too
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed
+            with self._lock:
+                self._pending = []
+
+    def rows(self, rows: Any, future: asyncio.Future) -> None:
+        """Driver callback: one page of rows (a list with ``tuple_factory``, passed on uncopied)."""
+        self.post(future, rows if type(rows) is list else ([] if rows is None else list(rows)), True)
+
+    def error(self, exc: BaseException, future: asyncio.Future) -> None:
+        """Driver errback."""
+        self.post(future, exc, False)
+
+    def _drain(self) -> None:  # on the loop
+        with self._lock:
+            batch, self._pending = self._pending, []
+        for future, value, ok in batch:
+            if future.done():  # cancelled: the caller gave up (deadline, client gone)
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(translate_driver_error(value))
+
+
 class CassandraReader:
     """:class:`TimelineStore` on a cassandra-driver session (prepared statements, async execution).
 
@@ -99,6 +153,7 @@ class CassandraReader:
         self._profile_latest = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? LIMIT 1")
         self._block = p(f"SELECT blocked_id FROM {ks}.blocks WHERE blocker_id = ? AND blocked_id = ?")
         self._closed = False
+        self._completions: _Completions | None = None  # of the loop that calls (one per server process)
 
     @classmethod
     def connect(cls, settings: "Settings") -> "CassandraReader":
@@ -123,22 +178,10 @@ class CassandraReader:
         except Exception as exc:  # session shut down, no connection pool...
             future.set_exception(translate_driver_error(exc))
             return future
-
-        def resolve(rows: Any) -> None:
-            if not future.done():
-                future.set_result(list(rows) if rows is not None else [])
-
-        def fail(exc: BaseException) -> None:
-            if not future.done():
-                future.set_exception(translate_driver_error(exc))
-
-        def hand_over(fn: Any, value: Any) -> None:  # runs on the driver's I/O thread
-            try:
-                loop.call_soon_threadsafe(fn, value)
-            except RuntimeError:  # the loop closed while the query was in flight: nobody awaits it
-                pass
-
-        response.add_callbacks(lambda rows: hand_over(resolve, rows), lambda exc: hand_over(fail, exc))
+        completions = self._completions
+        if completions is None or completions.loop is not loop:
+            completions = self._completions = _Completions(loop)
+        response.add_callbacks(completions.rows, completions.error, callback_args=(future,), errback_args=(future,))
         return future
 
     # -- TimelineStore ---------------------------------------------------------------------
@@ -185,7 +228,10 @@ class CassandraReader:
 
     async def profiles(self, keys: Iterable[ProfileKey], *, timeout: float) -> dict[ProfileKey, ProfileRow]:
         keys = list(keys)
-        results = await asyncio.gather(*(self._execute(self._profile_at, key, timeout) for key in keys))
+        if len(keys) == 1:  # the common miss: no gather
+            rows = await self._execute(self._profile_at, keys[0], timeout)
+            return {keys[0]: ProfileRow(*rows[0])} if rows else {}
+        results = await asyncio.gather(*[self._execute(self._profile_at, key, timeout) for key in keys])
         return {key: ProfileRow(*rows[0]) for key, rows in zip(keys, results) if rows}
 
     async def blocks(self, blocker_id: str, blocked_id: str, *, timeout: float) -> bool:

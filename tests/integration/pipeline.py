@@ -161,7 +161,9 @@ def _entries(response: Any) -> list[dict[str, Any]]:
 
 
 def read_all_home_timelines(server: ServerThread, users: list[str], page_size: int = 7) -> dict[str, list]:
-    """Every user's home timeline through GetHomeTimeline, page by page (a service token)."""
+    """Every user's home timeline through GetHomeTimeline, page by page (a service token), once the
+    server has applied the view changes published so far (its read cache is then current)."""
+    server.changes_applied()
     stub, out = server.stub(), {}
     for user in users:
         entries, token = [], ""
@@ -179,7 +181,8 @@ def read_all_home_timelines(server: ServerThread, users: list[str], page_size: i
 
 @contextmanager
 def grpc_server(pipeline: Settings) -> Iterator[ServerThread]:
-    """A read server on Cassandra, serving once connected (no read-path cache: reads see the store)."""
+    """A read server on Cassandra, serving once connected and consuming the view changes (the read
+    cache on, the TTL'd pull cache off)."""
     config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0)
     with ServerThread(config) as server:
         health = health_pb2_grpc.HealthStub(server.channel())
@@ -188,4 +191,5 @@ def grpc_server(pipeline: Settings) -> Iterator[ServerThread]:
                 health_pb2.HealthCheckResponse.SERVING:
             assert time.monotonic() < deadline, "the server did not connect to Cassandra"
             time.sleep(0.2)
+        server.feed_live()
         yield server

@@ -6,6 +6,7 @@ Every test compares Cassandra with the engine's batch reference over the same hi
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,14 @@ import pytest
 from feed_service.core.reference import reference_tables, reference_timelines
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
+from feed_service.stack.config import free_ports
 from feed_service.workload.generator import generate
 from spark_jobs.timeline_join import OPERATORS
 
 from .pipeline import (
     GARBAGE, GARBAGE_CODES, Delivered, StreamProcess, consume_all, publish, read_table, read_timelines, running,
 )
+from ..dashboard import dashboard_metric_names, exported_names
 
 
 def _isolated(settings: Settings, unique: str) -> Settings:
@@ -54,6 +57,30 @@ def _dead_letters(pipeline: Settings, expect: int) -> list[tuple[str, str, int, 
     return sorted(out)
 
 
+def _check_metrics(stream: StreamProcess, *, records: int, dead_letters: int, timeout: float = 30) -> None:
+    """The running stream's /metrics page (spark_jobs/stream_metrics.py), once it has caught up: every
+    stream series the Grafana dashboard charts is there, the batches' records and writes are counted,
+    and the consumer lag has come down to 0 (it is refreshed every few seconds, hence the wait)."""
+    wanted = {name for name in dashboard_metric_names() if name.startswith("feed_stream_")}
+    deadline = time.monotonic() + timeout
+    while True:
+        series = exported_names(stream.metrics_text())
+        replayed = series.get("feed_stream_restarts_total", 0) > 0  # a replayed batch counts twice
+        done = (wanted <= series.keys() and series["feed_stream_consumer_lag"] == 0
+                and series["feed_stream_input_rows_total"] >= records
+                and series["feed_stream_dead_letters_total"] >= dead_letters)
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert wanted <= series.keys(), f"missing: {sorted(wanted - series.keys())}"
+    assert series["feed_stream_batches_total"] > 0 and series["feed_stream_rows_written_total"] > 0
+    rows_in = series["feed_stream_input_rows_total"]
+    assert rows_in == records or (replayed and rows_in > records)
+    assert series["feed_stream_dead_letters_total"] == dead_letters or replayed
+    assert series["feed_stream_consumer_lag"] == 0
+    assert series["feed_stream_state_keys"] > 0 and series["feed_stream_state_bytes"] > 0
+
+
 def test_stream_matches_reference_and_dead_letters_bad_records(settings: Settings, unique: str, tmp_path: Path) -> None:
     pipeline = _isolated(settings, unique)
     events = _history(seed=1)
@@ -63,9 +90,11 @@ def test_stream_matches_reference_and_dead_letters_bad_records(settings: Setting
     delivered: list[Delivered] = []
     publish(pipeline, events, GARBAGE, delivered=delivered)
 
-    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
+    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log",
+                               metrics_port=free_ports(1)[0])) as stream:
         stream.wait_caught_up()
         assert read_timelines(pipeline) == _reference_below_the_cap(pipeline, events)
+        _check_metrics(stream, records=len(events) + len(GARBAGE), dead_letters=len(GARBAGE))
 
         # The job keeps running after bad input: more garbage and more events are processed too.
         publish(pipeline, [], GARBAGE[:2], delivered=delivered)

@@ -53,7 +53,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("api", ("feed_service.api",), libraries=("grpc", "google", "grpc_tools")),  # generated gRPC stubs
     Layer("kafka", ("feed_service.kafka",), ("core", "errors", "settings"), ("confluent_kafka", "fastjsonschema")),
     Layer("store", ("feed_service.store",), ("core", "errors", "settings", "distribution"), ("cassandra",)),
-    Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api"),
+    Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api", "kafka"),
           ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
     Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings")),
@@ -62,7 +62,7 @@ LAYERS: tuple[Layer, ...] = (
           ("confluent_kafka", "cassandra", "pyspark")),
     Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
                                           "feed_service.stack.spark"),
-          ("pyspark", "pandas", "pyarrow")),
+          ("pyspark", "pandas", "pyarrow", "prometheus_client")),  # prometheus_client: the stream's /metrics
     Layer("cli", ("feed_service.cli", "feed_service.__main__"), (ANY,), (ANY,)),
 )
 BY_NAME = {layer.name: layer for layer in LAYERS}

@@ -21,7 +21,7 @@ Code = grpc.StatusCode
 
 
 def config(**kw) -> ServerConfig:
-    base = dict(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.05, shutdown_grace_s=1.0,
+    base = dict(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.05, shutdown_grace_s=1.0, change_feed=False,
                 pull_cache_ttl_s=0.0)
     return ServerConfig(**{**base, **kw})
 

@@ -254,7 +254,7 @@ def test_finish_pending_runs_the_stream_until_caught_up_then_repartitions(
     assert feedctl(["reshard", "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending"]) == 0
     (cmd, env), = child.calls
     assert cmd[1:] == ["-m", "spark_jobs.stream", "--checkpoint", str(checkpoint), "--until-caught-up",
-                       "--state-stats-interval", "0", "--status-file", str(checkpoint / reshard.FINISH_STATUS_NAME)]
+                       "--state-stats-interval", "0", "--metrics-port", "0", "--status-file", str(checkpoint / reshard.FINISH_STATUS_NAME)]
     assert env["FEED_INBOX_CAP"] == "7"  # the reshard's settings, handed to the stream
     assert fake_repartition == [3]  # after batch 1 re-run and batch 2 caught up
     info = inspect_checkpoint(checkpoint)

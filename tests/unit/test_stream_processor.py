@@ -207,24 +207,24 @@ def tweet(tid: str, created_at: int, text: str, version: int = 1, author: str = 
     return TweetUpsert(tid, author, version, created_at, text, pv)
 
 
-def timeline_row(op: str, e: Entry, followers: list[str], ts: int) -> Row:
+def timeline_row(op: str, e: Entry, followers: list[str], ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("timeline", op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-                     followers, None, None, None, None, ts, None, None)
+                     followers, None, None, None, None, ts, None, None, source_ms)
 
 
-def author_row(op: str, e: Entry, ts: int) -> Row:
+def author_row(op: str, e: Entry, ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("author", op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-                     None, None, None, None, None, ts, None, None)
+                     None, None, None, None, None, ts, None, None, source_ms)
 
 
-def tweet_row(e: Entry, ts: int) -> Row:
+def tweet_row(e: Entry, ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-                     None, None, None, None, None, ts, None, None)
+                     None, None, None, None, None, ts, None, None, source_ms)
 
 
-def block_row(op: str, blocker: str, blocked: str, ts: int) -> Row:
+def block_row(op: str, blocker: str, blocked: str, ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("block", op, None, blocker, None, None, None, None, None, blocked, None, None, None, ts,
-                     None, None)
+                     None, None, source_ms)
 
 
 def entry(t: TweetUpsert) -> Entry:
@@ -307,7 +307,7 @@ def test_seeded_state_rows_fed_one_batch_at_a_time() -> None:
         timeline_row("update", entry(edit), ["ann"], 103),
         timeline_row("delete", T2, ["ann"], 103),
         tweet_row(entry(edit), 103),
-        OutputRow("tweet", "delete", "t2", "bob", None, None, None, None, None, None, None, None, None, 103, None, None),
+        OutputRow("tweet", "delete", "t2", "bob", None, None, None, None, None, None, None, None, None, 103, None, None, None),
         author_row("update", entry(edit), 103),
         author_row("delete", T2, 103),
     ]
@@ -321,7 +321,7 @@ def test_profile_version_is_a_profile_row_and_state() -> None:
     harness = Harness(clock_start=7)
     out = harness.feed(BOB, [routed(ProfileVersion("bob", 3, "Bob", None, "hi"))])
     assert out == [OutputRow("profile", "upsert", None, None, None, 3, None, None, None,
-                             "bob", "Bob", None, "hi", 8, None, None)]
+                             "bob", "Bob", None, "hi", 8, None, None, None)]
     state = harness.peek(BOB)
     assert state is not None and dict(state.profiles) == {3: ("Bob", None, "hi")} and state.clock == 8
 
@@ -373,7 +373,7 @@ def test_dead_letters_pass_through_without_touching_state() -> None:
     harness.seed(BOB, seeded_state())
     letters = [rejected(4, "bad_json", "{"), rejected(9, "not_object", "[1]")]
     out = harness.feed((ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters)
-    assert out == [OutputRow("dead_letter", *([None] * 12), None, r.dl_key, r.dl_value) for r in letters]
+    assert out == [OutputRow("dead_letter", *([None] * 12), None, r.dl_key, r.dl_value, None) for r in letters]
     assert writes_of(out).dead_letters == [(f"{TWEETS_TOPIC}/0/4", letters[0].dl_value),
                                            (f"{TWEETS_TOPIC}/0/9", letters[1].dl_value)]
     assert harness.handle.calls == []  # no state round trip for dead letters
@@ -480,7 +480,7 @@ def test_block_rows_are_written_to_the_blocks_table(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
     monkeypatch.setattr(sink, "writer_for", lambda settings: CassandraWriter(Prepared(), "ks", batch_rows=1))
     rows = [r.asDict() for r in (block_row("insert", "bob", "ann", 7), block_row("delete", "bob", "cat", 7))]
-    sink.write_partition(Settings(), iter(rows))
+    sink.write_partition(Settings(view_changes=False), iter(rows))
     assert executed == [
         ("INSERT INTO ks.blocks (blocker_id, blocked_id) VALUES (?, ?) USING TIMESTAMP ?", ("bob", "ann", 7)),
         ("DELETE FROM ks.blocks USING TIMESTAMP ? WHERE blocker_id = ? AND blocked_id = ?", (7, "bob", "cat")),
@@ -523,7 +523,7 @@ def test_integers_beyond_float_precision_stay_exact(rows_api: bool) -> None:
     assert timeline_row("insert", entry(big), ["ann", "cat"], 101) in out
     assert tweet_row(entry(big), 101) in out
     assert OutputRow("profile", "upsert", None, None, None, BIG, None, None, None,
-                     "bob", "Bob", None, None, 101, None, None) in out
+                     "bob", "Bob", None, None, 101, None, None, None) in out
     assert harness.peek(BOB).tweets["t9"] == (BIG, BIG, "big", BIG)
 
 

@@ -323,7 +323,7 @@ def test_stream_trimming_trims_due_timelines_and_counts() -> None:
     assert connects == [1]  # one session for the life of the stream
 
 
-def test_write_partition_returns_upserts_per_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_partition_reports_upserts_per_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     import spark_jobs.cassandra_sink as sink
     from feed_service.settings import Settings
     from feed_service.store.ports import WriteCounts
@@ -346,5 +346,7 @@ def test_write_partition_returns_upserts_per_timeline(monkeypatch: pytest.Monkey
                      ("delete", _entry(3), ("ann", "dan")))
     rows = [dict(zip(OUTPUT_COLUMNS, r)) for r in result_rows(result)]
     counter = Counter()
-    assert sink.write_partition(Settings(), iter(rows), counter) == {"ann": 2, "cat": 1}
+    report = sink.write_partition(Settings(view_changes=False), iter(rows), counter)
+    assert report.upserts == {"ann": 2, "cat": 1}
+    assert report.counts == WriteCounts(3, 2) and report.changes_published == 0 and report.dead_letters == {}
     assert counter.value == 5

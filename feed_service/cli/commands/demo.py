@@ -4,7 +4,9 @@ stack up + provisioning -> streaming join (Spark) -> gRPC server -> a timed demo
 blocks and mutes) -> wait until the stream has caught up -> print one home timeline read through
 the gRPC API, and check every page of it against the engine's batch reference over the same events;
 then that user mutes the author most present in it and unmutes again: the author's entries leave
-the timeline and come back exactly (docs/blocks-and-mutes.md).
+the timeline and come back exactly (docs/blocks-and-mutes.md), and a watch of that timeline is
+pushed both changes through the view's change topic (docs/api.md#watch); last, the server's
+freshness and read cache figures.
 
 The stack is left running (``feedctl stack down`` stops it); the stream and the server are stopped
 at the end unless ``--keep-running``.
@@ -61,9 +63,10 @@ def _recording(events: Iterator[dict[str, Any]], sink: list[dict[str, Any]]) -> 
         yield event
 
 
-def _start_server(settings: Settings, secret: str, port: int, log_file: Path) -> subprocess.Popen[bytes]:
+def _start_server(settings: Settings, secret: str, port: int, metrics_port: int,
+                  log_file: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, **settings.to_env(), "FEED_AUTH_SECRET": secret, "FEED_GRPC_HOST": "127.0.0.1",
-           "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0"}
+           "FEED_GRPC_PORT": str(port), "FEED_METRICS_HOST": "127.0.0.1", "FEED_METRICS_PORT": str(metrics_port)}
     with log_file.open("ab") as log:
         return subprocess.Popen([sys.executable, "-m", "feed_service", "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -165,10 +168,12 @@ def run(args: argparse.Namespace) -> int:
     stream = StreamProcess(settings, checkpoint, log_file=logs / "stream.log",
                            status_file=logs / "stream-progress.json").start()
     secret = secrets.token_hex(32)
-    port = free_ports(1)[0]
+    port, metrics_port = free_ports(2)
     address = f"127.0.0.1:{port}"
-    say(f"3/6 gRPC TimelineService on {address} (log {logs / 'server.log'})")
-    server = _start_server(settings, secret, port, logs / "server.log")
+    say(f"3/6 gRPC TimelineService on {address}, metrics on http://127.0.0.1:{metrics_port}/metrics"
+        f" (log {logs / 'server.log'}); it consumes the view's change topic {settings.topic('timeline_changes')}"
+        " to push watches and keep its read cache exact")
+    server = _start_server(settings, secret, port, metrics_port, logs / "server.log")
     try:
         _wait_serving(address)
         say("    server SERVING (health check)")
@@ -239,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
             f"{'yes' if same else 'NO'}")
         if same:
             same = _mute_and_unmute(settings, stream, address, token, user_id, full, published, pull, say)
+        say("    " + _server_metrics_line(metrics_port))
         if pull:
             star = max(pull, key=lambda a: (followers[a], a))
             own = _read_user_timeline(address, token, star, min(args.page_size, 5))
@@ -260,15 +266,60 @@ def run(args: argparse.Namespace) -> int:
                 server.kill()
 
 
+class _Watch:
+    """A WatchHomeTimeline stream read on a thread: what the server pushes, as it arrives."""
+
+    def __init__(self, address: str, token: str, user_id: str) -> None:
+        import queue
+        import threading
+
+        import grpc
+
+        from feed_service.api import timeline_pb2, timeline_pb2_grpc
+
+        self.messages: queue.Queue = queue.Queue()
+        self._channel = grpc.insecure_channel(address)
+        stub = timeline_pb2_grpc.TimelineServiceStub(self._channel)
+        self._call = stub.WatchHomeTimeline(timeline_pb2.WatchHomeTimelineRequest(user_id=user_id),
+                                            metadata=[("authorization", f"Bearer {token}")])
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        import grpc
+
+        try:
+            for message in self._call:
+                self.messages.put((time.monotonic(), message))
+        except grpc.RpcError:
+            pass
+
+    def until(self, predicate: Any, timeout: float = 30.0) -> tuple[float, list[Any]] | None:
+        """(arrival time of the message that satisfied ``predicate``, the messages until it), or None."""
+        import queue
+
+        taken: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                arrived, message = self.messages.get(timeout=max(0.05, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            taken.append(message)
+            if predicate(taken):
+                return arrived, taken
+
+    def close(self) -> None:
+        self._call.cancel()
+        self._channel.close()
+
+
 def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, user_id: str, full: list[Any],
                      published: list[dict[str, Any]], pull: set[str], say: Any) -> bool:
     """``user_id`` mutes the author with the most entries in its timeline, then unmutes: the entries
-    must leave and come back exactly as they were (the view is its definition in both directions)."""
+    must leave and come back exactly as they were (the view is its definition in both directions),
+    and a watch of that timeline is pushed both changes (docs/api.md#watch)."""
     from feed_service.core.events import event_to_json
     from feed_service.kafka.producer import EventProducer
-    from dataclasses import fields
-
-    from feed_service.server.config import ServerConfig
 
     counts: dict[str, int] = {}
     for e in full:
@@ -276,28 +327,68 @@ def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, 
     if not counts:
         return True
     author = max(counts, key=lambda a: (counts[a], a))
-    # A pull author's entries are merged at read time from a cache that lives this long.
-    ttl = next(f.default for f in fields(ServerConfig) if f.name == "pull_cache_ttl_s")
-    cache_s = float(os.environ.get("FEED_PULL_CACHE_TTL_S", ttl)) + 0.5
+    theirs = {e.tweet_id for e in full if e.author_id == author}
+    watch = _Watch(address, token, user_id)
+    time.sleep(0.5)  # the watch has subscribed
     ok = True
-    for op in ("mute", "unmute"):
-        with EventProducer(settings) as producer:
-            published.append(event_to_json(getattr(producer, op)(user_id, author)))
-        stream.wait_caught_up(timeout=300)
-        time.sleep(cache_s if author in pull else 0)
-        _, now = _read_timeline(address, token, user_id, 200)
-        keys = [(e.tweet_id, e.author_id, e.version) for e in now]
-        if op == "mute":
-            left = sum(1 for e in now if e.author_id == author)
-            good = left == 0 and keys == [(e.tweet_id, e.author_id, e.version) for e in full if e.author_id != author]
-            say(f"    {user_id} mutes {author}{' *' if author in pull else ''}: {counts[author]} entries leave, "
-                f"{len(now)} remain, the rest unchanged: {'yes' if good else 'NO'}")
-        else:
-            good = keys == [(e.tweet_id, e.author_id, e.version) for e in full]
-            say(f"    {user_id} unmutes {author}: the timeline is again exactly the {len(full)} entries it was: "
-                f"{'yes' if good else 'NO'}")
-        ok = ok and good
+    try:
+        for op in ("mute", "unmute"):
+            sent = time.monotonic()
+            with EventProducer(settings) as producer:
+                published.append(event_to_json(getattr(producer, op)(user_id, author)))
+            if op == "mute":
+                pushed = watch.until(lambda ms: theirs <= {i for m in ms for i in m.removed_tweet_ids})
+            else:
+                pushed = watch.until(lambda ms: theirs <= {e.tweet_id for m in ms for e in [*m.entries, *m.changed]})
+            stream.wait_caught_up(timeout=300)
+            if pushed is None:
+                say(f"    the watch of {user_id} was not pushed the {op} within 30 s: NO")
+                ok = False
+            else:
+                arrived, messages = pushed
+                say(f"    watch of {user_id} pushed the {op}: {len(theirs)} entries "
+                    f"{'removed' if op == 'mute' else 'back'} in {len(messages)} message(s),"
+                    f" {1000 * (arrived - sent):.0f} ms after the {op} was published")
+            _, now = _read_timeline(address, token, user_id, 200)  # exact: the read cache has applied it
+            keys = [(e.tweet_id, e.author_id, e.version) for e in now]
+            if op == "mute":
+                left = sum(1 for e in now if e.author_id == author)
+                good = left == 0 and keys == [(e.tweet_id, e.author_id, e.version) for e in full
+                                              if e.author_id != author]
+                say(f"    {user_id} mutes {author}{' *' if author in pull else ''}: {counts[author]} entries leave, "
+                    f"{len(now)} remain, the rest unchanged: {'yes' if good else 'NO'}")
+            else:
+                good = keys == [(e.tweet_id, e.author_id, e.version) for e in full]
+                say(f"    {user_id} unmutes {author}: the timeline is again exactly the {len(full)} entries it was: "
+                    f"{'yes' if good else 'NO'}")
+            ok = ok and good
+    finally:
+        watch.close()
     return ok
+
+
+def _server_metrics_line(metrics_port: int) -> str:
+    """Freshness and read cache figures from the server's /metrics (docs/api.md#read-cache)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    except OSError as exc:
+        return f"server metrics not readable: {exc}"
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    buckets = sorted((float(s.labels["le"]), s.value) for s in samples
+                     if s.name == "feed_publish_to_visible_seconds_bucket")
+    total = buckets[-1][1] if buckets else 0
+
+    def quantile(q: float) -> str:
+        return next((f"{le:g}" for le, n in buckets if n >= q * total), "?") if total else "?"
+
+    hits = sum(s.value for s in samples if s.name == "feed_read_cache_total" and s.labels.get("result") == "hit")
+    misses = sum(s.value for s in samples if s.name == "feed_read_cache_total" and s.labels.get("result") == "miss")
+    return (f"server metrics: {total:.0f} view changes applied, publish-to-visible p50 <= {quantile(0.5)} s,"
+            f" p99 <= {quantile(0.99)} s (histogram buckets); read cache {hits:.0f} hits, {misses:.0f} misses")
 
 
 def _bounds_line(progress: dict, settings: Settings) -> str:

@@ -1,0 +1,230 @@
+"""The view's own changelog: what one micro-batch changed in the rows readers see, as messages.
+
+A materialized view is itself a source of changes (docs/view-changes.md). After a micro-batch's
+Cassandra writes succeed, the stream publishes one message per compact output row to the
+``timeline_changes`` topic; the read service consumes it to push to watchers and to keep its caches
+exact. The types here are that contract, shared by the writer (the stream's sink) and the readers.
+
+What a consumer may assume (docs/view-changes.md has the reasoning):
+
+- **Compact.** A change names one row's content once with all the timelines it touches
+  (``timeline_ids``); a pull author's tweet is one :class:`AuthorChange`, whatever its followers.
+  Lists longer than :data:`MAX_IDS_PER_MESSAGE` are split over several messages.
+- **Ordered per row.** Every row (a timeline's entry, an author-timeline entry, a pull-follow or
+  block pair, a profile version) is written by one join key; the message key is that join key
+  (:func:`message_key`), so one row's changes are in one partition in write order, and a batch's
+  messages are all acknowledged before the next batch starts.
+- **At least once.** A batch replayed after a failure publishes its messages again, with the same
+  contents and the same write timestamp ``ts``; a change with a ``ts`` at or below the last one
+  applied to its row (the row's Cassandra primary key: ``(timeline_id, created_at, tweet_id)`` for a
+  home-timeline entry) is a duplicate (the order Cassandra itself resolves writes by). An edit that
+  moves ``created_at`` is a ``delete`` of the old position then an ``insert`` at the new one with the
+  same ``ts``: a consumer keying entries by ``tweet_id`` alone applies equal ``ts`` in arrival order.
+- ``source_ms`` is the Kafka timestamp (ms) of the source event that caused the change (for a
+  change caused by several events of one batch, the latest of them): what freshness is measured from.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Literal, NamedTuple, TypeAlias
+
+from feed_service.core.rows import DeltaOp, Entry, FollowOp
+
+#: Timeline or follower ids per message; longer lists are split (a message stays well under Kafka's
+#: default 1 MB limit at ids of up to 40 bytes).
+MAX_IDS_PER_MESSAGE = 20_000
+
+
+class TimelineChange(NamedTuple):
+    """``op`` on the row of ``entry.tweet_id`` in each of ``timeline_ids``' home timelines."""
+
+    op: DeltaOp
+    entry: Entry
+    timeline_ids: tuple[str, ...]
+    ts: int
+    source_ms: int | None
+
+
+class AuthorChange(NamedTuple):
+    """``op`` on an author-timeline row: for a pull author, a change of every follower's home timeline
+    that merges it in (``pull_follows``), in one message."""
+
+    op: DeltaOp
+    entry: Entry
+    ts: int
+    source_ms: int | None
+
+
+class PullFollowChange(NamedTuple):
+    """``follower_ids`` start (``insert``) or stop (``delete``) merging ``author_id``'s timeline in."""
+
+    op: FollowOp
+    author_id: str
+    follower_ids: tuple[str, ...]
+    ts: int
+    source_ms: int | None
+
+
+class ProfileChange(NamedTuple):
+    """Profile version ``(user_id, version)`` was written (versions are immutable: no content here)."""
+
+    user_id: str
+    version: int
+    ts: int
+    source_ms: int | None
+
+
+class BlockRowChange(NamedTuple):
+    """``blocker_id`` starts (``insert``) or stops (``delete``) blocking ``blocked_id``."""
+
+    op: FollowOp
+    blocker_id: str
+    blocked_id: str
+    ts: int
+    source_ms: int | None
+
+
+ViewChange: TypeAlias = TimelineChange | AuthorChange | PullFollowChange | ProfileChange | BlockRowChange
+ChangeKind: TypeAlias = Literal["timeline", "author", "pull_follow", "profile", "block"]
+
+
+class ChangeDecodeError(ValueError):
+    """A message that is not a view change of this version (the consumer counts and skips it)."""
+
+
+def message_key(change: ViewChange) -> str:
+    """The join key that wrote the change's rows: its Kafka message key (order per row)."""
+    if isinstance(change, (TimelineChange, AuthorChange)):
+        return change.entry.author_id
+    if isinstance(change, PullFollowChange):
+        return change.author_id
+    if isinstance(change, ProfileChange):
+        return change.user_id
+    return change.blocker_id
+
+
+def split(change: ViewChange, max_ids: int = MAX_IDS_PER_MESSAGE) -> Iterator[ViewChange]:
+    """The change as messages of at most ``max_ids`` ids each (in order; one message if it fits).
+
+    >>> change = PullFollowChange("insert", "bob", ("ann", "cat", "dan"), 7, None)
+    >>> [m.follower_ids for m in split(change, 2)]
+    [('ann', 'cat'), ('dan',)]
+    """
+    if max_ids < 1:
+        raise ValueError(f"split: max_ids must be >= 1, got {max_ids}")
+    if isinstance(change, TimelineChange) and len(change.timeline_ids) > max_ids:
+        ids = change.timeline_ids
+        for i in range(0, len(ids), max_ids):
+            yield change._replace(timeline_ids=ids[i:i + max_ids])
+    elif isinstance(change, PullFollowChange) and len(change.follower_ids) > max_ids:
+        ids = change.follower_ids
+        for i in range(0, len(ids), max_ids):
+            yield change._replace(follower_ids=ids[i:i + max_ids])
+    else:
+        yield change
+
+
+def _entry_json(entry: Entry) -> dict:
+    return {"tweet_id": entry.tweet_id, "author_id": entry.author_id, "created_at": entry.created_at,
+            "version": entry.version, "text": entry.text, "profile_version": entry.profile_version}
+
+
+def to_json(change: ViewChange) -> dict:
+    """The message's JSON object (schemas/view-changes/view-change.schema.json)."""
+    base: dict
+    if isinstance(change, TimelineChange):
+        base = {"kind": "timeline", "op": change.op, "entry": _entry_json(change.entry),
+                "timeline_ids": list(change.timeline_ids)}
+    elif isinstance(change, AuthorChange):
+        base = {"kind": "author", "op": change.op, "entry": _entry_json(change.entry)}
+    elif isinstance(change, PullFollowChange):
+        base = {"kind": "pull_follow", "op": change.op, "author_id": change.author_id,
+                "follower_ids": list(change.follower_ids)}
+    elif isinstance(change, ProfileChange):
+        base = {"kind": "profile", "user_id": change.user_id, "version": change.version}
+    elif isinstance(change, BlockRowChange):
+        base = {"kind": "block", "op": change.op, "blocker_id": change.blocker_id, "blocked_id": change.blocked_id}
+    else:
+        raise TypeError(f"not a view change: {change!r}")
+    base["ts"] = change.ts
+    base["source_ms"] = change.source_ms
+    return base
+
+
+def encode(change: ViewChange) -> bytes:
+    """The message value (compact JSON, UTF-8)."""
+    return json.dumps(to_json(change), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+_DELTA_OPS = ("insert", "update", "delete")
+_FOLLOW_OPS = ("insert", "delete")
+
+
+def _int(obj: dict, name: str) -> int:
+    value = obj[name]
+    if type(value) is not int:  # not a bool, a float or a string that int() would take
+        raise ChangeDecodeError(f"field {name!r} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _str(obj: dict, name: str) -> str:
+    value = obj[name]
+    if type(value) is not str:
+        raise ChangeDecodeError(f"field {name!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _ids(obj: dict, name: str) -> tuple[str, ...]:
+    value = obj[name]
+    if type(value) is not list or not all(type(i) is str for i in value):
+        raise ChangeDecodeError(f"field {name!r} must be a list of strings")
+    return tuple(value)
+
+
+def _entry(obj: Any) -> Entry:
+    if type(obj) is not dict:
+        raise ChangeDecodeError(f"field 'entry' must be an object, got {type(obj).__name__}")
+    return tuple.__new__(Entry, (_str(obj, "tweet_id"), _str(obj, "author_id"), _int(obj, "created_at"),
+                                 _int(obj, "version"), _str(obj, "text"), _int(obj, "profile_version")))
+
+
+def _op(obj: dict, allowed: tuple[str, ...]) -> str:
+    op = obj["op"]
+    if op not in allowed:
+        raise ChangeDecodeError(f"op {op!r} is not one of {allowed}")
+    return op
+
+
+def decode(value: bytes | str) -> ViewChange:
+    """A message value back to its change; :class:`ChangeDecodeError` for anything else (not JSON,
+    not an object, an unknown kind or op, a missing field, a field of the wrong JSON type).
+
+    >>> decode(b'{"kind":"profile","user_id":"ann","version":3,"ts":7,"source_ms":null}')
+    ProfileChange(user_id='ann', version=3, ts=7, source_ms=None)
+    """
+    try:
+        obj = json.loads(value)
+        if type(obj) is not dict:
+            raise ChangeDecodeError(f"a view change is a JSON object, got {type(obj).__name__}")
+        kind = obj["kind"]
+        ts = _int(obj, "ts")
+        source = obj.get("source_ms")
+        if source is not None:
+            source = _int(obj, "source_ms")
+        if kind == "timeline":
+            return TimelineChange(_op(obj, _DELTA_OPS), _entry(obj["entry"]), _ids(obj, "timeline_ids"), ts, source)
+        if kind == "author":
+            return AuthorChange(_op(obj, _DELTA_OPS), _entry(obj["entry"]), ts, source)
+        if kind == "pull_follow":
+            return PullFollowChange(_op(obj, _FOLLOW_OPS), _str(obj, "author_id"), _ids(obj, "follower_ids"), ts,
+                                    source)
+        if kind == "profile":
+            return ProfileChange(_str(obj, "user_id"), _int(obj, "version"), ts, source)
+        if kind == "block":
+            return BlockRowChange(_op(obj, _FOLLOW_OPS), _str(obj, "blocker_id"), _str(obj, "blocked_id"), ts, source)
+    except ChangeDecodeError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise ChangeDecodeError(f"not a view change: {type(exc).__name__}: {exc}") from None
+    raise ChangeDecodeError(f"unknown change kind {kind!r}")

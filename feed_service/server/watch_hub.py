@@ -1,0 +1,145 @@
+"""Routes the view's changes to the open WatchHomeTimeline streams of one server process.
+
+A watch subscribes before it reads anything from Cassandra, so a change published while it catches
+up waits in its subscription instead of being missed; after that it reads nothing while nothing
+changes (docs/api.md#watch). A subscription receives the changes of its user's inbox rows, of the
+pull authors the user merges in (kept current by the user's pull-follow changes) and the user's
+pull-follow changes themselves; a gap in the changes (:meth:`WatchHub.gap`) tells every
+subscription to catch up from Cassandra again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange, ViewChange
+from feed_service.server.change_feed import Consumed
+
+#: Marker queued to every subscription on a gap in the changes.
+RESYNC = object()
+
+
+class Subscription:
+    """One watch's queue of changes (and :data:`RESYNC` markers), and the pull authors it follows."""
+
+    __slots__ = ("user_id", "authors", "items", "ready", "early_follows")
+
+    def __init__(self, user_id: str) -> None:
+        self.user_id = user_id
+        self.authors: set[str] = set()
+        #: pull-follow changes that arrived before the watch read its pull authors (:meth:`WatchHub.start`)
+        self.early_follows: dict[str, str] | None = {}
+        self.items: list[object] = []
+        self.ready = asyncio.Event()
+
+    def put(self, item: object) -> None:
+        self.items.append(item)
+        self.ready.set()
+
+    def drain(self) -> list[object]:
+        items, self.items = self.items, []
+        self.ready.clear()
+        return items
+
+
+class WatchHub:
+    """Subscriptions by user and by pull author; :meth:`route` hands each change to its watchers."""
+
+    def __init__(self) -> None:
+        self._by_user: dict[str, set[Subscription]] = {}
+        self._by_author: dict[str, set[Subscription]] = {}
+        self.delivered = 0
+        """Changes queued to subscriptions (cumulative)."""
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._by_user.values())
+
+    def subscribe(self, user_id: str) -> Subscription:
+        sub = Subscription(user_id)
+        self._by_user.setdefault(user_id, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        _discard(self._by_user, sub.user_id, sub)
+        for author in sub.authors:
+            _discard(self._by_author, author, sub)
+        sub.authors = set()
+
+    def start(self, sub: Subscription, authors: Iterable[str]) -> None:
+        """Set the pull authors ``sub``'s user merges in, as read after subscribing; the pull-follow
+        changes that arrived since the subscription are newer than or equal to that read, so they
+        apply on top of it."""
+        self.follow(sub, authors)
+        early, sub.early_follows = sub.early_follows or {}, None
+        for author, op in early.items():
+            if op == "insert":
+                self.follow(sub, (author,))
+            else:
+                self.unfollow(sub, author)
+
+    def follow(self, sub: Subscription, authors: Iterable[str]) -> None:
+        """``sub``'s user merges these pull authors in: their tweets' changes reach it."""
+        for author in authors:
+            if author not in sub.authors:
+                sub.authors.add(author)
+                self._by_author.setdefault(author, set()).add(sub)
+
+    def unfollow(self, sub: Subscription, author: str) -> None:
+        if author in sub.authors:
+            sub.authors.discard(author)
+            _discard(self._by_author, author, sub)
+
+    def route(self, batch: list[Consumed]) -> None:
+        """Queue every change of ``batch`` to the subscriptions it concerns, in order."""
+        by_user, by_author = self._by_user, self._by_author
+        if not by_user:
+            return
+        for consumed in batch:
+            change = consumed.change
+            if isinstance(change, TimelineChange):
+                for t in change.timeline_ids:
+                    subs = by_user.get(t)
+                    if subs:
+                        self._put(subs, change)
+            elif isinstance(change, AuthorChange):
+                subs = by_author.get(change.entry.author_id)
+                if subs:
+                    self._put(subs, change)
+            elif isinstance(change, PullFollowChange):
+                for f in change.follower_ids:
+                    subs = by_user.get(f)
+                    if subs:
+                        for sub in list(subs):
+                            if sub.early_follows is not None:
+                                sub.early_follows[change.author_id] = change.op
+                            elif change.op == "insert":
+                                self.follow(sub, (change.author_id,))
+                            else:
+                                self.unfollow(sub, change.author_id)
+                        self._put(subs, change)
+
+    def _put(self, subs: set[Subscription], change: ViewChange) -> None:
+        for sub in subs:
+            sub.put(change)
+        self.delivered += len(subs)
+
+    def wake_all(self) -> None:
+        """Wake every subscription (the server is stopping: each watch sees that and ends)."""
+        for subs in self._by_user.values():
+            for sub in subs:
+                sub.ready.set()
+
+    def gap(self) -> None:
+        """Changes were lost: every subscription catches up from Cassandra."""
+        for subs in self._by_user.values():
+            for sub in subs:
+                sub.put(RESYNC)
+
+
+def _discard(index: dict[str, set[Subscription]], key: str, sub: Subscription) -> None:
+    subs = index.get(key)
+    if subs is not None:
+        subs.discard(sub)
+        if not subs:
+            del index[key]

@@ -35,7 +35,8 @@ Every server is the real ``python -m feed_service serve`` in its own process; ev
    exponent ``--zipf`` over its users (ranks shuffled onto user ids), ``ghz`` through bench_grpc's
    ``run_ghz`` / ``measured`` against a server with ``FEED_READ_CACHE_KEYS=0`` and one with the
    default cache (both consume the change topic), the same warm-up and load: at ``--cache-rate``/s
-   (0: skipped) and unthrottled. Prints QPS, p50, p99, server and Cassandra CPU µs per request,
+   (0: skipped) and unthrottled, each run (and the warm-up) with a Zipf draw of its own (ghz reads its
+   data file from the start every run: one file for all would replay the reads that filled the cache). Prints QPS, p50, p99, server and Cassandra CPU µs per request,
    Cassandra reads per request and the cache hit ratio of the run (``feed_read_cache_total``; with
    ``--workers`` > 1 only the first worker serves ``/metrics``).
 
@@ -442,6 +443,10 @@ def latency_part(base: Settings, args: argparse.Namespace, workdir: Path) -> dic
                      "receipt_minus_visible_ms": quantiles(diff)}
     deliveries = [t - published[tid][0] for (user, tid), t in first.items() if tid in published]
     out["all_deliveries_ms"] = quantiles(deliveries)
+    out["per_tweet"] = [{"tweet": t, "kind": k, "published": round(p, 4),
+                         "received": round(first[(probe, t)], 4) if (probe, t) in first else None,
+                         "visible": round(visible[t], 4) if t in visible else None}
+                        for t, (p, k) in published.items()]
     out["server_publish_to_visible"] = histogram_quantiles(before or {}, after, "feed_publish_to_visible_seconds")
     out["watch_messages"] = (metric(after, "feed_watch_messages_total") or 0) - (
         metric(before or {}, "feed_watch_messages_total") or 0)
@@ -582,8 +587,14 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
     order = list(range(n))
     random.Random(17).shuffle(order)
     rng = random.Random(23)
+    # one draw for the warm-up and one per measured run (the same for both servers): ghz reads its data
+    # file from the start in every run, so a run reusing the warm-up's or an earlier run's file would
+    # replay exactly the reads that filled the cache
+    runs = [("@ %d/s" % args.cache_rate, args.cache_rate)] if args.cache_rate else []
+    runs.append(("max", 0))
     warm = zipf_users(n, args.zipf, args.zipf_requests, rng, order)
-    sample = zipf_users(n, args.zipf, args.zipf_requests, rng, order)
+    samples = [zipf_users(n, args.zipf, args.zipf_requests, rng, order) for _ in runs]
+    sample = samples[-1]
     counts = Counter(sample)
     hot = sum(c for _, c in counts.most_common(10_000))
     print(f"[cache] Zipf({args.zipf}) readers over {n:,} users: {args.zipf_requests:,} requests per data file,"
@@ -601,9 +612,7 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
                             workers=args.workers).ready()
             try:
                 load(server.port, warm, token, concurrency=args.concurrency, duration=args.cache_warmup)
-                runs = [("@ %d/s" % args.cache_rate, args.cache_rate)] if args.cache_rate else []
-                runs.append(("max", 0))
-                for label, rate in runs:
+                for (label, rate), sample in zip(runs, samples):
                     m0, r0, l0 = server.scrape(), coordinator_reads(session, settings.keyspace), loadavg()
                     r = measured(lambda: load(server.port, sample, token, concurrency=max(args.concurrency, 64)
                                               if rate else args.concurrency, duration=args.cache_seconds, rate=rate),
@@ -679,8 +688,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the readers")
     g.add_argument("--zipf-requests", type=int, default=50_000, help="requests in each ghz data file (cycled)")
     g.add_argument("--cache-seconds", type=float, default=20.0, help="seconds per measured ghz run")
-    g.add_argument("--cache-warmup", type=float, default=5.0, help="warm-up seconds per server (another sample)")
-    g.add_argument("--cache-rate", type=int, default=800, help="also a fixed-rate run at this rate (0: skip)")
+    g.add_argument("--cache-warmup", type=float, default=10.0, help="warm-up seconds per server (a draw of its own)")
+    g.add_argument("--cache-rate", type=int, default=500,
+               help="also a fixed-rate run at this rate, below the uncached server's capacity (0: skip)")
     g.add_argument("--cache-keys", type=int, default=0, help="FEED_READ_CACHE_KEYS of the cached server (0: default)")
     g.add_argument("--concurrency", type=int, default=32, help="ghz concurrency of the unthrottled runs")
     g.add_argument("--workers", type=int, default=1, help="feedctl serve --workers (metrics: first worker only)")

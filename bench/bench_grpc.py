@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
+import io
 import json
 import multiprocessing
 import os
@@ -279,7 +280,7 @@ def revision_tree(rev: str, dest: Path) -> Path:
 
     tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "feed_service", "spark_jobs", "proto", "schemas"],
                          capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=__import__("io").BytesIO(tar)) as archive:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         archive.extractall(dest, filter="data")
     for tree in ("proto", "schemas"):
         shutil.copytree(dest / tree, dest / "feed_service" / "_data" / tree)

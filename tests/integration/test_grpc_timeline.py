@@ -80,7 +80,11 @@ def writer(cassandra, settings: Settings) -> CassandraWriter:
 
 @pytest.fixture(scope="module")
 def server(settings: Settings):
-    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.1, settings=settings)
+    # These tests write rows straight to Cassandra, with no stream to publish the view's changes: the
+    # server runs without the change topic (polled watches, no read cache), the path it falls back
+    # to when the topic cannot be read. The pushed path: test_push_watch.py.
+    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.1, settings=settings,
+                          change_feed=False)
     with ServerThread(config) as running:  # connects to Cassandra itself, like `feedctl serve`
         wait_serving(running.channel())
         yield running
@@ -258,7 +262,7 @@ def _closed_port() -> int:
 
 def test_cassandra_unreachable_is_unavailable(settings: Settings) -> None:
     unreachable = replace(settings, cassandra_port=_closed_port())
-    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=unreachable)
+    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=unreachable, change_feed=False)
     with ServerThread(config) as server:
         time.sleep(0.5)  # the first connection attempt has failed
         err = rpc_error(page, server.stub(), server, "ann")
@@ -268,7 +272,7 @@ def test_cassandra_unreachable_is_unavailable(settings: Settings) -> None:
 def test_session_lost_is_unavailable(settings: Settings) -> None:
     """A session that was connected and then lost (cluster shut down): UNAVAILABLE, not a crash."""
     reader = CassandraReader.connect(settings)
-    with ServerThread(ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=settings),
+    with ServerThread(ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=settings, change_feed=False),
                       store=reader) as server:
         stub = server.stub()
         assert page(stub, server, "ann").next_page_token == ""
@@ -284,7 +288,7 @@ def test_feedctl_serve_drains_on_sigterm(settings: Settings, unique: str) -> Non
     env = {**os.environ, "FEED_AUTH_SECRET": secret, "FEED_GRPC_HOST": "127.0.0.1", "FEED_GRPC_PORT": str(port),
            "FEED_METRICS_PORT": "0", "FEED_CASSANDRA_PORT": str(settings.cassandra_port),
            "FEED_CASSANDRA_HOSTS": ",".join(settings.cassandra_hosts), "FEED_KEYSPACE": settings.keyspace,
-           "FEED_WATCH_POLL_S": "0.1"}
+           "FEED_WATCH_POLL_S": "0.1", "FEED_CHANGE_FEED": "0"}  # rows written directly: no change topic
     proc = subprocess.Popen([sys.executable, "-m", "feed_service", "serve"], env=env, cwd=REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -32,6 +32,9 @@ log = logging.getLogger("feed_service.server.changes")
 #: Messages per poll: one hop to the loop carries up to this many.
 POLL_BATCH = 1000
 POLL_TIMEOUT_S = 0.05
+#: Reads of the high watermarks for cache fills start at most this often (a fill waits for the
+#: next one: it is the cache that waits, not the read that filled it).
+SNAPSHOT_INTERVAL_S = 0.05
 
 
 class ChangeFeed:
@@ -141,7 +144,9 @@ class ChangeFeed:
 
     async def high_watermarks_after(self, moment: float) -> Positions:
         """High watermarks read after ``moment`` (``time.monotonic()``): every change published
-        before ``moment`` lies below them. Concurrent callers share one read."""
+        before ``moment`` lies below them. Callers share reads: one is in flight at a time, and they
+        start at most every :data:`SNAPSHOT_INTERVAL_S` (each is a request per partition to the
+        brokers; under a stream of cache misses they would otherwise run back to back)."""
         while True:
             snapshot = self._snapshot
             if snapshot is not None and snapshot[0] >= moment:
@@ -151,11 +156,15 @@ class ChangeFeed:
                 if task is not None and not task.done():
                     await asyncio.shield(task)
                     continue
-                self._snapshot_started = time.monotonic()
-                task = self._snapshot_task = asyncio.ensure_future(self._take_snapshot(self._snapshot_started))
+                wait = self._snapshot_started + SNAPSHOT_INTERVAL_S - time.monotonic()
+                self._snapshot_started = time.monotonic() + max(0.0, wait)
+                task = self._snapshot_task = asyncio.ensure_future(
+                    self._take_snapshot(self._snapshot_started, max(0.0, wait)))
             await asyncio.shield(task)
 
-    async def _take_snapshot(self, started: float) -> None:
+    async def _take_snapshot(self, started: float, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
         highs = await asyncio.to_thread(self._consumer.high_watermarks)
         if self._snapshot is None or self._snapshot[0] < started:
             self._snapshot = (started, highs)

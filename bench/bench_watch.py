@@ -1,6 +1,6 @@
 """The view's change topic at the read service: pushed watches and the read cache, measured side by side.
 
-    .venv/bin/python bench/bench_watch.py                     # all three parts (~6-8 min on 2 cores)
+    .venv/bin/python bench/bench_watch.py                     # all three parts (~7 min on 2 cores)
     .venv/bin/python bench/bench_watch.py --only latency      # one part (comma list: latency,idle,cache)
     .venv/bin/python bench/bench_watch.py --only cache --cache-seconds 30 --workers 2
 
@@ -35,8 +35,11 @@ Every server is the real ``python -m feed_service serve`` in its own process; ev
    exponent ``--zipf`` over its users (ranks shuffled onto user ids), ``ghz`` through bench_grpc's
    ``run_ghz`` / ``measured`` against a server with ``FEED_READ_CACHE_KEYS=0`` and one with the
    default cache (both consume the change topic), the same warm-up and load: at ``--cache-rate``/s
-   (0: skipped) and unthrottled, each run (and the warm-up) with a Zipf draw of its own (ghz reads its
-   data file from the start every run: one file for all would replay the reads that filled the cache). Prints QPS, p50, p99, server and Cassandra CPU µs per request,
+   (0: skipped) and unthrottled, each run (and the warm-up, ``--cache-warmup``: long enough to fill the
+   default cache, so that the hit ratio is the steady state's) with a Zipf draw of its own (ghz reads
+   its data file from the start every run: one file for all would replay the reads that filled the
+   cache). ``--zipf 0`` draws uniformly (nearly every read a miss: the cost of the miss path);
+   ``--zipf 0 --readers 2000`` reads 2,000 users only (every read a hit once warm: the hit path). Prints QPS, p50, p99, server and Cassandra CPU µs per request,
    Cassandra reads per request and the cache hit ratio of the run (``feed_read_cache_total``; with
    ``--workers`` > 1 only the first worker serves ``/metrics``).
 
@@ -583,9 +586,9 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
 
     if not ghz_path():
         print("[cache] ghz not found: bench_grpc's Python load generator is used instead", flush=True)
-    n = meta["users"]
-    order = list(range(n))
+    order = list(range(meta["users"]))
     random.Random(17).shuffle(order)
+    n = min(args.readers or meta["users"], meta["users"])
     rng = random.Random(23)
     # one draw for the warm-up and one per measured run (the same for both servers): ghz reads its data
     # file from the start in every run, so a run reusing the warm-up's or an earlier run's file would
@@ -597,7 +600,7 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
     sample = samples[-1]
     counts = Counter(sample)
     hot = sum(c for _, c in counts.most_common(10_000))
-    print(f"[cache] Zipf({args.zipf}) readers over {n:,} users: {args.zipf_requests:,} requests per data file,"
+    print(f"[cache] Zipf({args.zipf}) readers over {n:,} of the {meta['users']:,} users: {args.zipf_requests:,} requests per data file,"
           f" {len(counts):,} distinct users; the 10,000 most read users make {hot / len(sample):.0%} of the requests",
           flush=True)
     token = auth.mint(BENCH_SECRET.encode(), subject="bench-watch", role="service", ttl_s=3600)
@@ -642,7 +645,8 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
 
 
 def print_cache(rows: list[dict], meta: dict, args: argparse.Namespace) -> None:
-    print(f"\n== 3. GetHomeTimeline, 20-entry pages, Zipf({args.zipf}) readers over {meta['users']:,} timelines,"
+    readers = min(args.readers or meta["users"], meta["users"])
+    print(f"\n== 3. GetHomeTimeline, 20-entry pages, Zipf({args.zipf}) readers over {readers:,} of {meta['users']:,} timelines,"
           f" ghz concurrency {args.concurrency} (64 at a fixed rate), {args.cache_seconds:g}s per run,"
           f" {args.workers} server worker(s)")
     print(f"  {'server':<22} {'run':<10} {'QPS':>8} {'p50 ms':>8} {'p99 ms':>8} {'srv us/req':>10}"
@@ -685,10 +689,15 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--client-channels", type=int, default=10, help="connections of the watch client")
     g = parser.add_argument_group("3. cache (and the data set of 2.)")
     g.add_argument("--keyspace", default="feed_bench", help="bench_grpc.py's data set (populated when missing)")
-    g.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the readers")
-    g.add_argument("--zipf-requests", type=int, default=50_000, help="requests in each ghz data file (cycled)")
+    g.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the readers (0: uniform)")
+    g.add_argument("--readers", type=int, default=0,
+                   help="draw the readers among this many users (0: all of the data set; e.g. --zipf 0"
+                        " --readers 2000: every read a hit once warm; --zipf 0 alone: nearly every read a miss)")
+    g.add_argument("--zipf-requests", type=int, default=200_000, help="requests in each ghz data file (cycled)")
     g.add_argument("--cache-seconds", type=float, default=20.0, help="seconds per measured ghz run")
-    g.add_argument("--cache-warmup", type=float, default=10.0, help="warm-up seconds per server (a draw of its own)")
+    g.add_argument("--cache-warmup", type=float, default=60.0,
+               help="warm-up seconds per server, a draw of its own (the default cache is full, 20,000 keys, after"
+                    " about a minute of Zipf(1.1) reads: the hit ratio is then the steady state's)")
     g.add_argument("--cache-rate", type=int, default=500,
                help="also a fixed-rate run at this rate, below the uncached server's capacity (0: skip)")
     g.add_argument("--cache-keys", type=int, default=0, help="FEED_READ_CACHE_KEYS of the cached server (0: default)")

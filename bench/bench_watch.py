@@ -33,15 +33,16 @@ Every server is the real ``python -m feed_service serve`` in its own process; ev
 3. **cache** — GetHomeTimeline with and without the read cache: ``bench/bench_grpc.py``'s data set
    (its ``populate``, keyspace ``--keyspace``, reused when present), readers drawn from a Zipf law of
    exponent ``--zipf`` over its users (ranks shuffled onto user ids), ``ghz`` through bench_grpc's
-   ``run_ghz`` / ``measured`` against a server with ``FEED_READ_CACHE_KEYS=0`` and one with the
+   ``load`` (its ``run_ghz``) and ``measured`` against a server with ``FEED_READ_CACHE_KEYS=0`` and one with the
    default cache (both consume the change topic), the same warm-up and load: at ``--cache-rate``/s
    (0: skipped) and unthrottled, each run (and the warm-up, ``--cache-warmup``: long enough to fill the
    default cache, so that the hit ratio is the steady state's) with a Zipf draw of its own (ghz reads
    its data file from the start every run: one file for all would replay the reads that filled the
    cache). ``--zipf 0`` draws uniformly (nearly every read a miss: the cost of the miss path);
-   ``--zipf 0 --readers 2000`` reads 2,000 users only (every read a hit once warm: the hit path). Prints QPS, p50, p99, server and Cassandra CPU µs per request,
-   Cassandra reads per request and the cache hit ratio of the run (``feed_read_cache_total``; with
-   ``--workers`` > 1 only the first worker serves ``/metrics``).
+   ``--zipf 0 --readers 2000`` reads 2,000 users only (every read a hit once warm: the hit path).
+   Prints QPS, p50, p99, server and Cassandra CPU µs per request, Cassandra reads per request and the
+   cache hit ratio of the run (``feed_read_cache_total``; with ``--workers`` > 1 only the first
+   worker serves ``/metrics``).
 
 ``--out FILE`` also writes every figure as JSON. Logs (stream, servers, clients) stay in a temporary
 directory named at the start.
@@ -464,7 +465,8 @@ def latency_part(base: Settings, args: argparse.Namespace, workdir: Path) -> dic
 def print_latency(r: dict, args: argparse.Namespace) -> None:
     print(f"\n== 1. watch delivery vs Cassandra-visible: {args.rate:g} tweets/s for {args.seconds:g}s"
           f" (after {args.warmup_seconds:g}s warm-up), {r['watchers']} watchers, visibility polled every"
-          f" {args.poll_ms:g} ms\n   loadavg at start: {r['loadavg']['start']}\n   loadavg at end:   {r['loadavg']['end']}")
+          f" {args.poll_ms:g} ms\n   loadavg at start: {r['loadavg']['start']}"
+          f"\n   loadavg at end:   {r['loadavg']['end']}")
     for kind, what in (("push", "push tweets: probe's watch vs probe's home_timeline row"),
                        ("pull", "pull author's tweets: probe's watch vs the author_timeline row")):
         k = r[kind]
@@ -528,9 +530,11 @@ def idle_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir:
                 srv, cli = [server.pid], [client.pid]
                 load_start = loadavg()
                 t0 = time.monotonic()
-                c0 = (cpu_now(srv), cpu_now([cass]) if cass else 0.0, cpu_now(cli), coordinator_reads(session, settings.keyspace))
+                c0 = (cpu_now(srv), cpu_now([cass]) if cass else 0.0, cpu_now(cli),
+                      coordinator_reads(session, settings.keyspace))
                 time.sleep(args.idle_seconds)
-                c1 = (cpu_now(srv), cpu_now([cass]) if cass else 0.0, cpu_now(cli), coordinator_reads(session, settings.keyspace))
+                c1 = (cpu_now(srv), cpu_now([cass]) if cass else 0.0, cpu_now(cli),
+                      coordinator_reads(session, settings.keyspace))
                 elapsed = time.monotonic() - t0
                 streams = metric(server.scrape(), "feed_watch_streams")
                 load_end = loadavg()
@@ -600,7 +604,8 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
     sample = samples[-1]
     counts = Counter(sample)
     hot = sum(c for _, c in counts.most_common(10_000))
-    print(f"[cache] Zipf({args.zipf}) readers over {n:,} of the {meta['users']:,} users: {args.zipf_requests:,} requests per data file,"
+    print(f"[cache] Zipf({args.zipf}) readers over {n:,} of the {meta['users']:,} users:"
+          f" {args.zipf_requests:,} requests per data file,"
           f" {len(counts):,} distinct users; the 10,000 most read users make {hot / len(sample):.0%} of the requests",
           flush=True)
     token = auth.mint(BENCH_SECRET.encode(), subject="bench-watch", role="service", ttl_s=3600)
@@ -635,7 +640,8 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
                     results.append(row)
                     print(f"[cache] {name} {label}: QPS {row['qps']}, p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms,"
                           f" CPU us/request {row.get('cpu_us_per_request')}, hit ratio {row['cache_hit_ratio']},"
-                          f" codes {row.get('codes')}{'; ghz errors ' + str(row['errors_seen']) if row.get('errors_seen') else ''};"
+                          f" codes {row.get('codes')}"
+                          f"{'; ghz errors ' + str(row['errors_seen']) if row.get('errors_seen') else ''};"
                           f" loadavg {l1}", flush=True)
             finally:
                 server.stop()
@@ -646,7 +652,8 @@ def cache_part(settings: Settings, meta: dict, args: argparse.Namespace, workdir
 
 def print_cache(rows: list[dict], meta: dict, args: argparse.Namespace) -> None:
     readers = min(args.readers or meta["users"], meta["users"])
-    print(f"\n== 3. GetHomeTimeline, 20-entry pages, Zipf({args.zipf}) readers over {readers:,} of {meta['users']:,} timelines,"
+    print(f"\n== 3. GetHomeTimeline, 20-entry pages, Zipf({args.zipf}) readers over {readers:,} of"
+          f" {meta['users']:,} timelines,"
           f" ghz concurrency {args.concurrency} (64 at a fixed rate), {args.cache_seconds:g}s per run,"
           f" {args.workers} server worker(s)")
     print(f"  {'server':<22} {'run':<10} {'QPS':>8} {'p50 ms':>8} {'p99 ms':>8} {'srv us/req':>10}"

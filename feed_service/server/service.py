@@ -229,11 +229,14 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         cache = self.read_cache
         return cache if cache is not None and cache.usable else None
 
-    async def _pull_authors(self, store: TimelineStore, user_id: str, budget: float) -> list[str]:
-        """The pull authors ``user_id`` merges in: from the exact cache, else the TTL'd pull sources."""
+    async def _pull_authors(self, store: TimelineStore, user_id: str, budget: float, *, exact: bool = False) -> list[str]:
+        """The pull authors ``user_id`` merges in: from the exact cache, else the TTL'd pull sources
+        (or, ``exact``, the store: what a pushed watch reads must be no older than its subscription)."""
         cache = self._live_cache()
         if cache is not None:
             return await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
+        if exact:
+            return await store.pull_authors(user_id, timeout=budget)
         return await self.pull.authors(store, user_id, timeout=budget)
 
     # -- steps -----------------------------------------------------------------------------
@@ -397,10 +400,13 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
     async def _home_newer(self, store: TimelineStore, user_id: str, after: Cursor | None, budget: float) -> list[Entry]:
         """Entries of the home timeline newer than ``after``, oldest first: the inbox and the pull
         authors the user follows now."""
-        authors = await self._pull_authors(store, user_id, budget)
+        pushed = self.feed is not None and self.feed.live
+        authors = await self._pull_authors(store, user_id, budget, exact=pushed)
+        # A pushed watch catches up from the store itself: the TTL'd heads may predate its subscription.
+        newer = store.author_newer if pushed else functools.partial(self.pull.newer, store)
         sources = await asyncio.gather(
             store.newer(user_id, after=after, limit=WATCH_BATCH, timeout=budget),
-            *(self.pull.newer(store, a, after=after, limit=WATCH_BATCH, timeout=budget) for a in authors))
+            *(newer(a, after=after, limit=WATCH_BATCH, timeout=budget) for a in authors))
         return merge_oldest(sources, WATCH_BATCH)
 
     @_unary("GetTweet")
@@ -535,7 +541,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         """With the change topic: catch up from Cassandra if resuming, then send what the subscription
         receives, reading nothing while nothing changes (docs/api.md#watch)."""
         state = _WatchState(position)
-        self.hub.start(sub, await self._pull_authors(store, user_id, self._budget(context)))
+        self.hub.start(sub, await self._pull_authors(store, user_id, self._budget(context), exact=True))
         if resumed:
             async for message in self._watch_catch_up(store, user_id, position, context, state):
                 yield message

@@ -23,13 +23,15 @@ RESYNC = object()
 class Subscription:
     """One watch's queue of changes (and :data:`RESYNC` markers), and the pull authors it follows."""
 
-    __slots__ = ("user_id", "authors", "items", "ready", "early_follows")
+    __slots__ = ("user_id", "authors", "items", "ready", "early_follows", "early_authors")
 
     def __init__(self, user_id: str) -> None:
         self.user_id = user_id
         self.authors: set[str] = set()
         #: pull-follow changes that arrived before the watch read its pull authors (:meth:`WatchHub.start`)
         self.early_follows: dict[str, str] | None = {}
+        #: every pull author's tweet changes that arrived meanwhile (which authors matter is not known yet)
+        self.early_authors: list[AuthorChange] = []
         self.items: list[object] = []
         self.ready = asyncio.Event()
 
@@ -49,6 +51,7 @@ class WatchHub:
     def __init__(self) -> None:
         self._by_user: dict[str, set[Subscription]] = {}
         self._by_author: dict[str, set[Subscription]] = {}
+        self._starting: set[Subscription] = set()
         self.delivered = 0
         """Changes queued to subscriptions (cumulative)."""
 
@@ -56,11 +59,15 @@ class WatchHub:
         return sum(len(s) for s in self._by_user.values())
 
     def subscribe(self, user_id: str) -> Subscription:
+        """A new subscription: from now on its user's changes are queued to it; until :meth:`start`
+        names its pull authors, every pull author's change is held for it too."""
         sub = Subscription(user_id)
         self._by_user.setdefault(user_id, set()).add(sub)
+        self._starting.add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
+        self._starting.discard(sub)
         _discard(self._by_user, sub.user_id, sub)
         for author in sub.authors:
             _discard(self._by_author, author, sub)
@@ -69,7 +76,8 @@ class WatchHub:
     def start(self, sub: Subscription, authors: Iterable[str]) -> None:
         """Set the pull authors ``sub``'s user merges in, as read after subscribing; the pull-follow
         changes that arrived since the subscription are newer than or equal to that read, so they
-        apply on top of it."""
+        apply on top of it. The pull authors' tweet changes held since the subscription are queued
+        for those authors it merges in."""
         self.follow(sub, authors)
         early, sub.early_follows = sub.early_follows or {}, None
         for author, op in early.items():
@@ -77,6 +85,14 @@ class WatchHub:
                 self.follow(sub, (author,))
             else:
                 self.unfollow(sub, author)
+        self._starting.discard(sub)
+        # the held tweet changes of the authors it merges in go first: they arrived before anything
+        # routed to it through those authors from now on (the queue's other items are other rows)
+        kept = [c for c in sub.early_authors if c.entry.author_id in sub.authors]
+        sub.early_authors = []
+        if kept:
+            sub.items[:0] = kept
+            sub.ready.set()
 
     def follow(self, sub: Subscription, authors: Iterable[str]) -> None:
         """``sub``'s user merges these pull authors in: their tweets' changes reach it."""
@@ -106,6 +122,8 @@ class WatchHub:
                 subs = by_author.get(change.entry.author_id)
                 if subs:
                     self._put(subs, change)
+                for sub in self._starting:
+                    sub.early_authors.append(change)
             elif isinstance(change, PullFollowChange):
                 for f in change.follower_ids:
                     subs = by_user.get(f)

@@ -180,3 +180,16 @@ def test_pull_follow_changes_before_the_first_read_apply_on_top_of_it() -> None:
     assert [type(i).__name__ for i in sub.drain()] == ["PullFollowChange", "PullFollowChange"]
     hub.unsubscribe(sub)
     assert len(hub) == 0 and not isinstance(sub, type(None)) and isinstance(sub, Subscription)
+
+
+def test_a_pull_authors_tweet_arriving_before_the_watch_knows_its_authors_is_not_lost() -> None:
+    hub = WatchHub()
+    sub = hub.subscribe("ann")
+    early = AuthorChange("insert", entry(1, author="star"), 5, None)
+    other = AuthorChange("insert", entry(2, author="moon"), 6, None)
+    hub.route([Consumed(0, 0, early), Consumed(0, 1, other)])  # while the watch reads its head
+    assert sub.drain() == []
+    hub.start(sub, ["star"])
+    assert sub.drain() == [early]  # moon is not followed: dropped
+    hub.route([Consumed(0, 2, other)])
+    assert sub.drain() == []

@@ -30,6 +30,7 @@ from feed_service.kafka.dead_letters import publish_dead_letters
 from feed_service.kafka.view_change_publisher import publish_view_changes
 from feed_service.store.cassandra_writer import CassandraWriter
 from feed_service.store.ports import WriteCounts
+from spark_jobs.trimming import merge_counts
 from spark_jobs.output_rows import view_changes_of, writes_of
 
 #: Compact rows per write call: bounds executor memory, keeps enough requests in flight.
@@ -62,18 +63,11 @@ def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
     >>> m.upserts, m.counts.timeline_upserts, m.dead_letters, m.changes_published
     ({'ann': 3, 'cat': 1}, 4, {'bad_json': 1}, 7)
     """
-    upserts: dict[str, int] = {}
-    counts = WriteCounts()
-    letters: dict[str, int] = {}
-    published = 0
-    for report in reports:
-        for key, n in report.upserts.items():
-            upserts[key] = upserts.get(key, 0) + n
-        counts = counts + report.counts
-        for code, n in report.dead_letters.items():
-            letters[code] = letters.get(code, 0) + n
-        published += report.changes_published
-    return PartitionReport(upserts, counts, letters, published)
+    reports = list(reports)
+    return PartitionReport(merge_counts(r.upserts for r in reports),
+                           sum((r.counts for r in reports), WriteCounts()),
+                           merge_counts(r.dead_letters for r in reports),
+                           sum(r.changes_published for r in reports))
 
 
 def reason_code(dl_value: str | None) -> str:

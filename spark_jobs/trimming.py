@@ -21,7 +21,7 @@ log = logging.getLogger("feed.stream")
 
 
 def merge_counts(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    """Sum per-timeline counts (one small dict per executor partition).
+    """Sum counts per key (one small dict per executor partition: upserts per timeline, dead letters per reason).
 
     >>> merge_counts([{"a": 1, "b": 2}, {"a": 3}])
     {'a': 4, 'b': 2}

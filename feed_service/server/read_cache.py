@@ -214,20 +214,17 @@ class ReadCache:
             return
         for c in fill.changes:
             after_read = c.offset >= highs.get(c.partition, 0)
-            if not self._settle_one(value, c.change, ck, after_read):
+            if not self._settle_one(value, c.change, after_read):
                 return
         self._data[ck] = value
 
     @staticmethod
-    def _settle_one(value: object, change: object, ck: CacheKey, after_read: bool) -> bool:
-        if isinstance(value, TimelineHead):
-            entry_changes = _entry_changes(change, ck)
-            for op, entry in entry_changes:
-                if after_read:
-                    value.apply(op, entry)
-                elif not value.settles(op, entry):
-                    return False
-            return True
+    def _settle_one(value: object, change: object, after_read: bool) -> bool:
+        if isinstance(value, TimelineHead):  # its changes are timeline or author changes (apply routes by kind)
+            if after_read:
+                value.apply(change.op, change.entry)  # type: ignore[union-attr]
+                return True
+            return value.settles(change.op, change.entry)  # type: ignore[union-attr]
         assert isinstance(value, set) and isinstance(change, PullFollowChange)
         if not after_read:
             return False
@@ -267,12 +264,6 @@ class ReadCache:
         self._data.clear()
         for fill in self._pending.values():
             fill.dropped = True
-
-
-def _entry_changes(change: object, ck: CacheKey) -> list[tuple[str, Entry]]:
-    if isinstance(change, (TimelineChange, AuthorChange)):
-        return [(change.op, change.entry)]
-    return []
 
 
 def _apply_follow(authors: set, change: PullFollowChange) -> None:

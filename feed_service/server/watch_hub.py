@@ -52,8 +52,6 @@ class WatchHub:
         self._by_user: dict[str, set[Subscription]] = {}
         self._by_author: dict[str, set[Subscription]] = {}
         self._starting: set[Subscription] = set()
-        self.delivered = 0
-        """Changes queued to subscriptions (cumulative)."""
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._by_user.values())
@@ -140,7 +138,6 @@ class WatchHub:
     def _put(self, subs: set[Subscription], change: ViewChange) -> None:
         for sub in subs:
             sub.put(change)
-        self.delivered += len(subs)
 
     def wake_all(self) -> None:
         """Wake every subscription (the server is stopping: each watch sees that and ends)."""

@@ -29,6 +29,17 @@ Environment variables (defaults: the local stack of ``feedctl stack up``):
   to the ``timeline_changes`` topic once its Cassandra writes succeeded (docs/view-changes.md); 0: it
   publishes nothing (e.g. a benchmark comparing the stream without it). Also ``true``/``false``,
   ``yes``/``no``, ``on``/``off``
+
+Replication and consistency (docs/cluster.md; the defaults suit the single-node local stack):
+
+- ``FEED_CASSANDRA_REPLICATION``  the keyspace's replication when provisioning creates it:
+  ``SimpleStrategy:<rf>`` (default ``SimpleStrategy:1``) or ``NetworkTopologyStrategy:<dc>=<rf>[,<dc>=<rf>]``
+- ``FEED_CASSANDRA_LOCAL_DC``     the data centre the driver routes to (default: the contact points')
+- ``FEED_CASSANDRA_WRITE_CONSISTENCY`` / ``FEED_CASSANDRA_READ_CONSISTENCY``  consistency levels of
+  every write and of the read service's reads (default ``ONE``; a replicated cluster: ``LOCAL_QUORUM``)
+- ``FEED_TOPIC_REPLICATION``      replication factor of every topic provisioning creates (default 0:
+  ``schemas/topics.json``'s, which is 1)
+- ``FEED_TOPIC_MIN_INSYNC_REPLICAS``  ``min.insync.replicas`` of every topic (default 0: the broker's)
 """
 
 from __future__ import annotations
@@ -51,6 +62,57 @@ DEFAULT_STATE_PARTITIONS = 2
 """State partitions of a new stream checkpoint (docs/streaming.md has the measurement behind it)."""
 
 _KEYSPACE_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+CONSISTENCY_LEVELS = frozenset({"ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM",
+                                "LOCAL_ONE"})
+"""Names of cassandra-driver's ``ConsistencyLevel`` members (checked here, without importing the driver)."""
+
+_DATA_CENTRE = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def keyspace_replication(value: str) -> dict[str, str]:
+    """The CQL replication map of a ``FEED_CASSANDRA_REPLICATION`` value, or :class:`ConfigError`.
+
+    >>> keyspace_replication("SimpleStrategy:1")
+    {'class': 'SimpleStrategy', 'replication_factor': '1'}
+    >>> keyspace_replication("NetworkTopologyStrategy:dc1=3,dc2=2")
+    {'class': 'NetworkTopologyStrategy', 'dc1': '3', 'dc2': '2'}
+    """
+    strategy, sep, factors = value.partition(":")
+    problem = f"cassandra replication must be SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>[,...], got {value!r}"
+    if not sep:
+        raise ConfigError(problem)
+    if strategy == "SimpleStrategy":
+        if not factors.isdigit() or int(factors) < 1:
+            raise ConfigError(problem)
+        return {"class": strategy, "replication_factor": str(int(factors))}
+    if strategy != "NetworkTopologyStrategy":
+        raise ConfigError(problem)
+    replication = {"class": strategy}
+    for pair in factors.split(","):
+        dc, eq, rf = (part.strip() for part in pair.partition("="))
+        if not eq or not _DATA_CENTRE.fullmatch(dc) or not rf.isdigit() or int(rf) < 1 or dc in replication:
+            raise ConfigError(problem)
+        replication[dc] = str(int(rf))
+    return replication
+
+
+def check_consistency(value: str, name: str) -> str:
+    """``value`` if it names a Cassandra consistency level (``LOCAL_QUORUM``, ``ONE``...)."""
+    if value not in CONSISTENCY_LEVELS:
+        raise ConfigError(f"{name} must be one of {', '.join(sorted(CONSISTENCY_LEVELS))}, got {value!r}")
+    return value
+
+
+def check_topic_replication(replication: int, min_insync: int) -> None:
+    """Replication factor and ``min.insync.replicas`` overrides: integers >= 0 (0: not overridden), and
+    ``min.insync.replicas`` at most the replication factor it applies to (else no write could succeed)."""
+    for value, what in ((replication, "topic replication"), (min_insync, "topic min.insync.replicas")):
+        if type(value) is not int or value < 0:
+            raise ConfigError(f"{what} must be an integer >= 0 (0: not overridden), got {value!r}")
+    if replication and min_insync > replication:
+        raise ConfigError(f"topic min.insync.replicas {min_insync} exceeds the replication factor {replication}: "
+                          "no write could be acknowledged")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +197,14 @@ def check_view_changes(value: bool) -> bool:
     return value
 
 
+def _with_replication(topics: dict[str, TopicSpec], replication: int, min_insync: int) -> dict[str, TopicSpec]:
+    """Topic specs with the replication overrides applied (0 leaves the spec's value)."""
+    extra = {"min.insync.replicas": str(min_insync)} if min_insync else {}
+    return {role: replace(spec, replication_factor=replication or spec.replication_factor,
+                          config={**spec.config, **extra})
+            for role, spec in topics.items()}
+
+
 def _with_retention(topics: dict[str, TopicSpec], retention: Retention) -> dict[str, TopicSpec]:
     """Topic specs with the configs the history horizon sets on every compacted topic."""
     derived = retention.kafka_changelog_config()
@@ -162,6 +232,18 @@ class Settings:
     """State partitions of a new stream checkpoint."""
     view_changes: bool = True
     """Whether the stream publishes the view's changes to the ``timeline_changes`` topic."""
+    cassandra_replication: str = "SimpleStrategy:1"
+    """The keyspace's replication when provisioning creates it (:func:`keyspace_replication`)."""
+    cassandra_local_dc: str = ""
+    """The data centre the driver routes requests to ("": the one of the contact points)."""
+    write_consistency: str = "ONE"
+    """Consistency level of every write (stream, backfill, trims, provisioning)."""
+    read_consistency: str = "ONE"
+    """Consistency level of the read service's and the tools' reads."""
+    topic_replication: int = 0
+    """Replication factor of every topic (0: the one of ``schemas/topics.json``)."""
+    topic_min_insync_replicas: int = 0
+    """``min.insync.replicas`` of every topic (0: the broker's default)."""
 
     def __post_init__(self) -> None:
         check_inbox_cap(self.inbox_cap)
@@ -170,6 +252,14 @@ class Settings:
         check_history_horizon(self.history_horizon_s)
         check_state_partitions(self.state_partitions)
         check_view_changes(self.view_changes)
+        keyspace_replication(self.cassandra_replication)
+        check_consistency(self.write_consistency, "write consistency")
+        check_consistency(self.read_consistency, "read consistency")
+        check_topic_replication(self.topic_replication, self.topic_min_insync_replicas)
+        if self.cassandra_local_dc and not _DATA_CENTRE.fullmatch(self.cassandra_local_dc):
+            raise ConfigError(f"invalid Cassandra data centre name {self.cassandra_local_dc!r}")
+        object.__setattr__(self, "topics", _with_replication(self.topics, self.topic_replication,
+                                                             self.topic_min_insync_replicas))
         # The changelog topics' delete.retention.ms follows the history horizon (one source of truth).
         object.__setattr__(self, "topics", _with_retention(self.topics, self.retention))
         if not _KEYSPACE_NAME.fullmatch(self.keyspace):
@@ -209,6 +299,12 @@ class Settings:
                 history_horizon_s=int(env.get("FEED_HISTORY_HORIZON_S", str(DEFAULT_HISTORY_HORIZON_S))),
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
                 view_changes=parse_flag(env.get("FEED_VIEW_CHANGES", "1"), "FEED_VIEW_CHANGES"),
+                cassandra_replication=env.get("FEED_CASSANDRA_REPLICATION", "SimpleStrategy:1"),
+                cassandra_local_dc=env.get("FEED_CASSANDRA_LOCAL_DC", ""),
+                write_consistency=env.get("FEED_CASSANDRA_WRITE_CONSISTENCY", "ONE").upper(),
+                read_consistency=env.get("FEED_CASSANDRA_READ_CONSISTENCY", "ONE").upper(),
+                topic_replication=int(env.get("FEED_TOPIC_REPLICATION", "0")),
+                topic_min_insync_replicas=int(env.get("FEED_TOPIC_MIN_INSYNC_REPLICAS", "0")),
             )
         except ValueError as exc:
             if isinstance(exc, ConfigError):
@@ -236,4 +332,10 @@ class Settings:
             "FEED_HISTORY_HORIZON_S": str(self.history_horizon_s),
             "FEED_STATE_PARTITIONS": str(self.state_partitions),
             "FEED_VIEW_CHANGES": "1" if self.view_changes else "0",
+            "FEED_CASSANDRA_REPLICATION": self.cassandra_replication,
+            "FEED_CASSANDRA_LOCAL_DC": self.cassandra_local_dc,
+            "FEED_CASSANDRA_WRITE_CONSISTENCY": self.write_consistency,
+            "FEED_CASSANDRA_READ_CONSISTENCY": self.read_consistency,
+            "FEED_TOPIC_REPLICATION": str(self.topic_replication),
+            "FEED_TOPIC_MIN_INSYNC_REPLICAS": str(self.topic_min_insync_replicas),
         }

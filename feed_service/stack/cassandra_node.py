@@ -1,4 +1,9 @@
-"""A single Cassandra 5.0 node on loopback, run from ``cassandra-all`` with a project-written config.
+"""A Cassandra 5.0 node on loopback, run from ``cassandra-all`` with a project-written config.
+
+A single-node stack runs one (SimpleSnitch); a cluster stack one per address of ``StackConfig.hosts``,
+all of them seeds, in one data centre with a rack each (GossipingPropertyFileSnitch), each owning one
+evenly spaced token given up front: the three can boot at the same time, without bootstrap streaming
+or token allocation waiting for the ring (docs/cluster.md).
 
 The binary tarball of Cassandra 5.0 is not on Maven Central, so the node is started the way
 ``bin/cassandra`` would start it: ``CassandraDaemon`` in the foreground of a detached JVM, with the
@@ -11,7 +16,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from feed_service.stack.config import StackConfig
+from feed_service.stack.config import CLUSTER_DATA_CENTRE, StackConfig
 from feed_service.stack.process import ServiceProcess
 
 NAME = "cassandra"
@@ -61,11 +66,23 @@ LOGBACK_XML = """\
 class CassandraNode:
     """Renders ``cassandra.yaml``, starts the daemon and probes it with a CQL query."""
 
-    def __init__(self, config: StackConfig, lib_dir: Path) -> None:
+    def __init__(self, config: StackConfig, lib_dir: Path, index: int = 0) -> None:
+        """Node ``index`` of ``config.hosts``."""
         self.config = config
         self.lib_dir = lib_dir
-        self.home = config.data_dir / "cassandra"
-        self.process = ServiceProcess(NAME, self.home / "cassandra.pid", self.home / "cassandra.log")
+        self.index = index
+        self.host = config.hosts[index]
+        self.clustered = len(config.hosts) > 1
+        self.name = f"{NAME}-{index + 1}" if self.clustered else NAME
+        self.home = config.data_dir / self.name
+        self.process = ServiceProcess(self.name, self.home / "cassandra.pid", self.home / "cassandra.log")
+
+    def _topology_yaml(self) -> str:
+        """Snitch and tokens: one node alone, or node ``index`` of a ring that boots all at once."""
+        if not self.clustered:
+            return "num_tokens: 16\nallocate_tokens_for_local_replication_factor: 1\nendpoint_snitch: SimpleSnitch\n"
+        token = -(2**63) + self.index * (2**64 // len(self.config.hosts))
+        return f"num_tokens: 1\ninitial_token: {token}\nendpoint_snitch: GossipingPropertyFileSnitch\n"
 
     @property
     def yaml_file(self) -> Path:
@@ -76,11 +93,12 @@ class CassandraNode:
         data = self.home / "data"
         conf = self.home / "conf"
         conf.mkdir(parents=True, exist_ok=True)
+        topology = self._topology_yaml()
+        seeds = '"' + ",".join(f"{host}:{c.cassandra_storage_port}" for host in c.hosts) + '"'
+        memtable = max(64, _mib(self.config.cassandra_heap) // 4)
         yaml = f"""\
 cluster_name: feed-local
-num_tokens: 16
-allocate_tokens_for_local_replication_factor: 1
-partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+{topology}partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 authenticator: AllowAllAuthenticator
 authorizer: AllowAllAuthorizer
 data_file_directories: [{data / 'data'}]
@@ -94,22 +112,21 @@ commitlog_segment_size: 32MiB
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "{c.host}:{c.cassandra_storage_port}"
-listen_address: {c.host}
-rpc_address: {c.host}
+      - seeds: {seeds}
+listen_address: {self.host}
+rpc_address: {self.host}
 storage_port: {c.cassandra_storage_port}
 ssl_storage_port: {c.cassandra_storage_port}
 native_transport_port: {c.cassandra_port}
 start_native_transport: true
-endpoint_snitch: SimpleSnitch
 concurrent_reads: 16
 concurrent_writes: 16
 concurrent_counter_writes: 8
-memtable_heap_space: 256MiB
-memtable_offheap_space: 256MiB
+memtable_heap_space: {memtable}MiB
+memtable_offheap_space: {memtable}MiB
 key_cache_size: 32MiB
 disk_access_mode: mmap_index_only
-# A single node on a small machine: no need to wait for gossip or peers.
+# Nodes of an empty ring on a small machine: no data to stream in, no need to wait for peers.
 auto_bootstrap: false
 # Timeline deletes leave tombstones that a page may scan; warn late, fail later.
 tombstone_warn_threshold: 10000
@@ -124,6 +141,9 @@ user_defined_functions_enabled: false
 """
         self.yaml_file.write_text(yaml)
         (conf / "logback.xml").write_text(LOGBACK_XML)
+        if self.clustered:
+            (conf / "cassandra-rackdc.properties").write_text(
+                f"dc={CLUSTER_DATA_CENTRE}\nrack=rack{self.index + 1}\nprefer_local=true\n")
 
     def _command(self) -> list[str]:
         heap = self.config.cassandra_heap
@@ -148,6 +168,8 @@ user_defined_functions_enabled: false
             f"-Dlogback.configurationFile={self.home / 'conf' / 'logback.xml'}",
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
             "-Dcassandra.ring_delay_ms=1000",
+            # every node of the ring boots at once with its own tokens (see the module docstring)
+            "-Dcassandra.consistent.rangemovement=false",
             "-Dcassandra.superuser_setup_delay_ms=0",
             "-cp",
             f"{self.home / 'conf'}:{self.lib_dir}/*",
@@ -168,12 +190,12 @@ user_defined_functions_enabled: false
 
         logging.getLogger("cassandra").setLevel(logging.CRITICAL)  # refused connections are expected here
         cluster = Cluster(
-            [self.config.host],
+            [self.host],
             port=self.config.cassandra_port,
             connect_timeout=timeout,
             execution_profiles={
                 EXEC_PROFILE_DEFAULT: ExecutionProfile(
-                    load_balancing_policy=WhiteListRoundRobinPolicy([self.config.host]), request_timeout=timeout
+                    load_balancing_policy=WhiteListRoundRobinPolicy([self.host]), request_timeout=timeout
                 )
             },
             protocol_version=5,
@@ -183,7 +205,21 @@ user_defined_functions_enabled: false
             row = session.execute("SELECT release_version FROM system.local").one()
             if row is None:
                 raise RuntimeError("system.local returned no row")
+            if self.clustered:
+                up = len(session.execute("SELECT peer FROM system.peers_v2").all()) + 1
+                if up < len(self.config.hosts):
+                    raise RuntimeError(f"{up} of {len(self.config.hosts)} ring members known")
         finally:
             cluster.shutdown()
             logging.getLogger("cassandra").setLevel(logging.NOTSET)
 
+
+
+def _mib(heap: str) -> int:
+    """MiB of a JVM heap size such as ``768m`` or ``1g``.
+
+    >>> (_mib("768m"), _mib("1g"), _mib("2G"))
+    (768, 1024, 2048)
+    """
+    number, unit = int(heap[:-1]), heap[-1].lower()
+    return number * {"m": 1, "g": 1024}[unit]

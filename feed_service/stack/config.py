@@ -26,6 +26,29 @@ DEFAULT_DATA_DIR = Path(".stack") / "local"
 
 LOOPBACK = "127.0.0.1"
 
+SINGLE = "single"
+"""One Kafka broker, one Cassandra node, Spark in local mode in the job's process (the default)."""
+CLUSTER = "cluster"
+"""Three Kafka brokers, three Cassandra nodes, a Spark standalone master with two workers (docs/cluster.md)."""
+TOPOLOGIES = (SINGLE, CLUSTER)
+#: Heaps of a cluster's nodes: three of each JVM (plus Spark's) must fit beside the jobs on a small machine.
+CLUSTER_HEAPS = {"kafka_heap": "384m", "cassandra_heap": "768m"}
+
+#: The loopback addresses of a cluster's nodes: node i of every service listens on CLUSTER_HOSTS[i]
+#: (all of 127/8 is the loopback interface on Linux), so all nodes of a service share one port number,
+#: as a Cassandra ring's native port must for the driver.
+CLUSTER_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+#: The Cassandra data centre of the cluster topology (GossipingPropertyFileSnitch; one rack per node).
+CLUSTER_DATA_CENTRE = "datacenter1"
+
+
+#: The settings a stack decides (:meth:`StackConfig.environment`).
+STACK_VARIABLES = frozenset({
+    "FEED_KAFKA_BOOTSTRAP", "FEED_CASSANDRA_HOSTS", "FEED_CASSANDRA_PORT", "FEED_CASSANDRA_REPLICATION",
+    "FEED_CASSANDRA_LOCAL_DC", "FEED_CASSANDRA_WRITE_CONSISTENCY", "FEED_CASSANDRA_READ_CONSISTENCY",
+    "FEED_TOPIC_REPLICATION", "FEED_TOPIC_MIN_INSYNC_REPLICAS",
+})
+
 
 def default_cache_dir() -> Path:
     """FEED_CACHE_DIR, else ``.stack/cache`` in the current directory; absolute, as child processes
@@ -40,7 +63,8 @@ def default_data_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class StackConfig:
-    """Ports and folders of one local stack (Kafka broker, Cassandra node, Spark in local mode)."""
+    """Ports and folders of one local stack: :data:`SINGLE` (Kafka broker, Cassandra node, Spark in local
+    mode) or :data:`CLUSTER` (every service's node i on ``CLUSTER_HOSTS[i]``, same ports)."""
 
     data_dir: Path = field(default_factory=DEFAULT_DATA_DIR.absolute)
     cache_dir: Path = field(default_factory=DEFAULT_CACHE_DIR.absolute)
@@ -51,23 +75,56 @@ class StackConfig:
     cassandra_storage_port: int = 7000
     kafka_heap: str = "512m"
     cassandra_heap: str = "1g"
+    topology: str = SINGLE
+    spark_master_port: int = 7077
+    spark_webui_port: int = 8080
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown stack topology {self.topology!r} (one of {', '.join(TOPOLOGIES)})")
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The addresses of the nodes of each service: one per node."""
+        return CLUSTER_HOSTS if self.topology == CLUSTER else (self.host,)
 
     @property
     def kafka_bootstrap(self) -> str:
-        return f"{self.host}:{self.kafka_port}"
+        return ",".join(f"{host}:{self.kafka_port}" for host in self.hosts)
+
+    @property
+    def spark_master_url(self) -> str | None:
+        """The standalone master of a cluster stack; None for a single-node stack (Spark in local mode)."""
+        return f"spark://{self.host}:{self.spark_master_port}" if self.topology == CLUSTER else None
 
     def settings(self, *, keyspace: str = "feed") -> "Settings":
-        """The service settings that point at this stack."""
+        """The service settings that point at this stack (a cluster: replication 3, quorum reads and writes)."""
         from feed_service.settings import Settings
 
-        return Settings(kafka_bootstrap=self.kafka_bootstrap, cassandra_hosts=(self.host,),
-                        cassandra_port=self.cassandra_port, keyspace=keyspace)
+        settings = Settings(kafka_bootstrap=self.kafka_bootstrap, cassandra_hosts=self.hosts,
+                            cassandra_port=self.cassandra_port, keyspace=keyspace)
+        if self.topology == SINGLE:
+            return settings
+        return settings.replace(
+            cassandra_replication=f"NetworkTopologyStrategy:{CLUSTER_DATA_CENTRE}={len(self.hosts)}",
+            cassandra_local_dc=CLUSTER_DATA_CENTRE, write_consistency="LOCAL_QUORUM",
+            read_consistency="LOCAL_QUORUM", topic_replication=len(self.hosts), topic_min_insync_replicas=2)
+
+    def environment(self) -> dict[str, str]:
+        """The environment that points the CLI, the jobs and the server at this stack: where its nodes
+        are and, for a cluster, replication and consistency (other settings are left to the caller)."""
+        env = {name: value for name, value in self.settings().to_env().items() if name in STACK_VARIABLES}
+        if self.spark_master_url:
+            env["FEED_SPARK_MASTER"] = self.spark_master_url
+        return env
 
     @classmethod
-    def from_env(cls) -> "StackConfig":
-        """Defaults overridden by FEED_STACK_DIR, FEED_CACHE_DIR, FEED_KAFKA_PORT, FEED_CASSANDRA_PORT..."""
+    def from_env(cls, *, topology: str | None = None) -> "StackConfig":
+        """Defaults overridden by FEED_STACK_DIR, FEED_CACHE_DIR, FEED_KAFKA_PORT, FEED_CASSANDRA_PORT...;
+        ``topology`` (else FEED_STACK_TOPOLOGY, else single) also picks the heaps' defaults."""
         env = os.environ
-        base = cls()
+        topology = topology or env.get("FEED_STACK_TOPOLOGY", SINGLE)
+        base = cls(topology=topology, **(CLUSTER_HEAPS if topology == CLUSTER else {}))
         return replace(
             base,
             data_dir=default_data_dir(),
@@ -78,12 +135,19 @@ class StackConfig:
             cassandra_storage_port=int(env.get("FEED_CASSANDRA_STORAGE_PORT", base.cassandra_storage_port)),
             cassandra_heap=env.get("FEED_CASSANDRA_HEAP", base.cassandra_heap),
             kafka_heap=env.get("FEED_KAFKA_HEAP", base.kafka_heap),
+            spark_master_port=int(env.get("FEED_SPARK_MASTER_PORT", base.spark_master_port)),
+            spark_webui_port=int(env.get("FEED_SPARK_WEBUI_PORT", base.spark_webui_port)),
         )
 
     @classmethod
-    def with_free_ports(cls, data_dir: Path, cache_dir: Path | None = None) -> "StackConfig":
-        """A stack beside any other: its own folder and ports the kernel reports free right now."""
-        ports = free_ports(4)
+    def with_free_ports(cls, data_dir: Path, cache_dir: Path | None = None, *, topology: str = SINGLE,
+                        **changes: object) -> "StackConfig":
+        """A stack beside any other: its own folder and ports the kernel reports free right now (on
+        every address the topology's nodes use)."""
+        hosts = CLUSTER_HOSTS if topology == CLUSTER else (LOOPBACK,)
+        ports = free_ports(6, hosts=hosts)
+        if topology == CLUSTER:
+            changes = {**CLUSTER_HEAPS, **changes}
         return cls(
             data_dir=data_dir,
             cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
@@ -91,6 +155,10 @@ class StackConfig:
             kafka_controller_port=ports[1],
             cassandra_port=ports[2],
             cassandra_storage_port=ports[3],
+            spark_master_port=ports[4],
+            spark_webui_port=ports[5],
+            topology=topology,
+            **changes,  # type: ignore[arg-type]
         )
 
     # The stack records its config on `up`, so `status`/`down` and other processes find it again.
@@ -114,18 +182,32 @@ class StackConfig:
         return cls(**record)
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct free TCP ports on loopback (held open together so they differ)."""
-    sockets = []
+def free_ports(count: int, *, hosts: tuple[str, ...] = (LOOPBACK,)) -> list[int]:
+    """Distinct TCP ports free on loopback right now, on every address of ``hosts`` (held open together
+    so they differ)."""
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        while len(ports) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
+            s.bind((hosts[0], 0))
             sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
+            port = s.getsockname()[1]
+            if all(_bindable(host, port) for host in hosts[1:]):
+                ports.append(port)
+        return ports
     finally:
         for s in sockets:
             s.close()
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

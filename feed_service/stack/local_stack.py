@@ -15,7 +15,7 @@ from typing import Callable
 from feed_service.errors import StackError
 from feed_service.stack import maven
 from feed_service.stack.cassandra_node import CassandraNode
-from feed_service.stack.config import StackConfig, port_open
+from feed_service.stack.config import CLUSTER, StackConfig, port_open
 from feed_service.stack.kafka_node import KafkaNode
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 #: Seconds to wait for each service to answer after start.
 KAFKA_READY_TIMEOUT = 90.0
 CASSANDRA_READY_TIMEOUT = 240.0
+SPARK_READY_TIMEOUT = 240.0
 
 
 class _Exited(StackError):
@@ -57,12 +58,31 @@ def wait_until(check: Callable[[], None], *, timeout: float, interval: float = 1
 
 
 class LocalStack:
-    """Kafka + Cassandra on loopback for one :class:`StackConfig` (Spark runs in-process, local mode)."""
+    """Kafka + Cassandra on loopback for one :class:`StackConfig`: one node each (Spark runs in the job's
+    process, local mode), or for the cluster topology three of each plus a Spark standalone master and
+    two workers (docs/cluster.md)."""
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.kafka = KafkaNode(config, maven.lib_dir(config.cache_dir, "kafka"))
-        self.cassandra = CassandraNode(config, maven.lib_dir(config.cache_dir, "cassandra"))
+        kafka_lib = maven.lib_dir(config.cache_dir, "kafka")
+        cassandra_lib = maven.lib_dir(config.cache_dir, "cassandra")
+        self.kafka_nodes = [KafkaNode(config, kafka_lib, i) for i in range(len(config.hosts))]
+        self.cassandra_nodes = [CassandraNode(config, cassandra_lib, i) for i in range(len(config.hosts))]
+        self.spark = None
+        if config.topology == CLUSTER:
+            from feed_service.stack.spark_standalone import SparkStandalone
+
+            self.spark = SparkStandalone.for_stack(config)
+
+    @property
+    def kafka(self) -> KafkaNode:
+        """The first broker (the only one of a single-node stack)."""
+        return self.kafka_nodes[0]
+
+    @property
+    def cassandra(self) -> CassandraNode:
+        """The first Cassandra node (the only one of a single-node stack)."""
+        return self.cassandra_nodes[0]
 
     def fetch(self) -> dict[str, float]:
         """Fetch (or find cached) every component's jars; return seconds per component."""
@@ -77,50 +97,65 @@ class LocalStack:
         return timings
 
     def up(self) -> dict[str, float]:
-        """Fetch, start and wait for both services. Returns seconds per step, for the record."""
+        """Fetch, start and wait for every service. Returns seconds per step, for the record."""
         timings = self.fetch()
         self.config.save()
-        nodes = (
-            (self.kafka, self.config.kafka_port, KAFKA_READY_TIMEOUT),
-            (self.cassandra, self.config.cassandra_port, CASSANDRA_READY_TIMEOUT),
-        )
+        nodes = [(node, self.config.kafka_port, KAFKA_READY_TIMEOUT) for node in self.kafka_nodes]
+        nodes += [(node, self.config.cassandra_port, CASSANDRA_READY_TIMEOUT) for node in self.cassandra_nodes]
         started_at = time.monotonic()
         for node, port, _ in nodes:
-            if not node.process.is_running() and port_open(self.config.host, port):
+            if not node.process.is_running() and port_open(node.host, port):
                 raise StackError(
-                    f"{node.process.name}: port {self.config.host}:{port} is taken by another process; "
+                    f"{node.process.name}: port {node.host}:{port} is taken by another process; "
                     f"set another port (see README) or stop that process"
                 )
-            node.start()  # both JVMs boot in parallel
+            node.start()  # all JVMs boot in parallel
+        if self.spark is not None:
+            self.spark.start()
         for node, _, timeout in nodes:
-            def check(node=node) -> None:
-                if not node.process.is_running():
-                    raise _Exited("process exited")
-                node.probe()
-
-            error = wait_until(check, timeout=max(5.0, timeout - (time.monotonic() - started_at)))
-            if error is not None:
-                alive = "running" if node.process.is_running() else "exited"
-                raise StackError(
-                    f"{node.process.name} did not answer within {timeout:.0f}s ({alive}): {error}\n"
-                    f"log file: {node.process.log_file}\n--- last lines ---\n{node.process.log_tail()}"
-                )
+            self._wait(node.process, node.probe, timeout, started_at)
             timings[f"{node.process.name} ready"] = time.monotonic() - started_at
+        if self.spark is not None:
+            self._wait_spark(started_at)
+            timings["spark standalone ready"] = time.monotonic() - started_at
         return timings
+
+    def _wait(self, process, probe: Callable[[], None], timeout: float, started_at: float) -> None:
+        def check() -> None:
+            if not process.is_running():
+                raise _Exited("process exited")
+            probe()
+
+        error = wait_until(check, timeout=max(5.0, timeout - (time.monotonic() - started_at)))
+        if error is not None:
+            alive = "running" if process.is_running() else "exited"
+            raise StackError(
+                f"{process.name} did not answer within {timeout:.0f}s ({alive}): {error}\n"
+                f"log file: {process.log_file}\n--- last lines ---\n{process.log_tail()}"
+            )
+
+    def _wait_spark(self, started_at: float) -> None:
+        assert self.spark is not None
+        try:
+            self.spark.wait_ready(max(5.0, SPARK_READY_TIMEOUT - (time.monotonic() - started_at)))
+        except Exception as exc:  # noqa: BLE001 - reported with the logs' location
+            raise StackError(f"spark standalone did not get ready: {exc}") from exc
 
     def down(self) -> list[str]:
         """Stop the services this stack started; return the names of those that were running."""
-        stopped = []
-        for node in (self.cassandra, self.kafka):
+        stopped = list(self.spark.stop()) if self.spark is not None else []
+        for node in (*self.cassandra_nodes, *self.kafka_nodes):
             if node.process.stop():
                 stopped.append(node.process.name)
         return stopped
 
     def status(self) -> list[ServiceStatus]:
         c = self.config
-        return [
-            ServiceStatus("kafka", self.kafka.process.is_running(), self.kafka.process.pid(),
-                          c.kafka_bootstrap, str(self.kafka.process.log_file)),
-            ServiceStatus("cassandra", self.cassandra.process.is_running(), self.cassandra.process.pid(),
-                          f"{c.host}:{c.cassandra_port}", str(self.cassandra.process.log_file)),
-        ]
+        statuses = [ServiceStatus(node.process.name, node.process.is_running(), node.process.pid(), node.bootstrap,
+                                  str(node.process.log_file)) for node in self.kafka_nodes]
+        statuses += [ServiceStatus(node.process.name, node.process.is_running(), node.process.pid(),
+                                   f"{node.host}:{c.cassandra_port}", str(node.process.log_file))
+                     for node in self.cassandra_nodes]
+        if self.spark is not None:
+            statuses += [ServiceStatus(*status) for status in self.spark.status()]
+        return statuses

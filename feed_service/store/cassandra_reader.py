@@ -135,13 +135,13 @@ class CassandraReader:
     """
 
     def __init__(self, session: "Session", keyspace: str, *, cluster: "Cluster | None" = None) -> None:
-        from cassandra.cluster import EXEC_PROFILE_DEFAULT
+        from feed_service.store.session import read_profile_of
         from cassandra.query import tuple_factory
 
         self.session = session
         self.cluster = cluster
         # the session's default profile with plain tuples: rows are read by position (cheapest factory)
-        self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
+        self._profile = session.execution_profile_clone_update(read_profile_of(session), row_factory=tuple_factory)
         ks = keyspace
         p = session.prepare
         self._inbox = _Slices(session, f"{ks}.home_timeline", "timeline_id")

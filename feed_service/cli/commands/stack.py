@@ -1,20 +1,30 @@
-"""``feedctl stack up|down|status``: the local Kafka + Cassandra (+ Spark jars) on loopback."""
+"""``feedctl stack up|down|status|env``: the local Kafka + Cassandra (+ Spark jars) on loopback.
+
+``--topology cluster`` runs three Kafka brokers, three Cassandra nodes and a Spark standalone master
+with two workers instead (docs/cluster.md); ``env`` prints the ``export`` lines that point the CLI,
+the jobs and the server at the running stack (needed for a cluster: its settings are not the defaults).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 import time
 from dataclasses import asdict
 
 from feed_service.settings import Settings
-from feed_service.stack.config import StackConfig
+from feed_service.stack.config import TOPOLOGIES, StackConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("stack", help="start, stop or inspect the local Kafka + Cassandra stack")
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "env"))
+    parser.add_argument("--topology", choices=TOPOLOGIES, default=None,
+                        help="up: one node per service (single, the default) or a replicated cluster on "
+                             "127.0.0.1-3 (cluster); also FEED_STACK_TOPOLOGY")
     parser.add_argument("--no-provision", action="store_true", help="up: skip topics and schema")
     parser.add_argument("--json", action="store_true", help="status: machine-readable output")
     parser.set_defaults(handler=run)
@@ -23,9 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from feed_service.stack.local_stack import LocalStack, StackError
 
-    config = StackConfig.load(StackConfig.from_env().data_dir) or StackConfig.from_env()
+    recorded = StackConfig.load(StackConfig.from_env().data_dir)
+    config = recorded or StackConfig.from_env()
     if args.action == "up":
-        config = StackConfig.from_env()
+        config = StackConfig.from_env(topology=args.topology)
+        if recorded is not None and recorded.topology != config.topology and any(
+                s.running for s in LocalStack(recorded).status()):
+            print(f"stack up failed: a {recorded.topology} stack is running in {recorded.data_dir}; "
+                  "`feedctl stack down` first", file=sys.stderr)
+            return 1
+    if args.action == "env":
+        for name, value in config.environment().items():
+            print(f"export {name}={shlex.quote(value)}")
+        return 0
     stack = LocalStack(config)
     if args.action == "up":
         try:
@@ -39,10 +59,15 @@ def run(args: argparse.Namespace) -> int:
             from feed_service.ops.provision import provision
 
             started = time.monotonic()
-            for report in provision(Settings.from_env()):
+            settings = Settings.from_env({**os.environ, **config.environment()})
+            for report in provision(settings):
                 print(f"  topic {report}")
             print(f"  {'provision':<22} {time.monotonic() - started:6.1f}s (topics, keyspace, tables)")
-        print(f"stack up: kafka {config.kafka_bootstrap}, cassandra {config.host}:{config.cassandra_port}")
+        print(f"stack up ({config.topology}): kafka {config.kafka_bootstrap}, cassandra "
+              f"{','.join(config.hosts)}:{config.cassandra_port}"
+              + (f", spark {config.spark_master_url}" if config.spark_master_url else ""))
+        if config.topology != "single":
+            print("point the CLI, jobs and server at it with:  eval \"$(feedctl stack env)\"")
         return 0
     if args.action == "down":
         stopped = stack.down()

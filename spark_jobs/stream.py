@@ -139,6 +139,10 @@ def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
     return recorded  # type: ignore[return-value]
 
 
+KAFKA_API_TIMEOUT_MS = 15_000
+KAFKA_REQUEST_TIMEOUT_MS = 10_000
+
+
 def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOptions) -> "DataFrame":
     topics = ",".join(settings.topic(role) for role in SOURCE_ROLES)
     return (
@@ -149,6 +153,10 @@ def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOp
         .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
         # Compacted topics have offset gaps by design; they are not data loss.
         .option("failOnDataLoss", "false")
+        # An offset lookup stuck on a broker that died waits out the client's API timeout (60 s by
+        # default) before Spark retries it with fresh metadata: fail over in seconds (docs/cluster.md).
+        .option("kafka.default.api.timeout.ms", str(KAFKA_API_TIMEOUT_MS))
+        .option("kafka.request.timeout.ms", str(KAFKA_REQUEST_TIMEOUT_MS))
         .load()
     )
 

@@ -86,6 +86,29 @@ def stack_config() -> Iterator[StackConfig]:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def cluster_stack_config() -> Iterator[StackConfig]:
+    """A running cluster stack (three brokers, three Cassandra nodes, Spark standalone with two workers:
+    docs/cluster.md) for one test module; stopped when the module is done, as it holds ~6 GiB."""
+    from feed_service.stack.config import CLUSTER
+    from feed_service.stack.local_stack import LocalStack
+
+    _reap_stale_stacks()
+    run_dir = TEST_STACKS / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-cluster"
+    run_dir.mkdir(parents=True)
+    (run_dir / "owner.pid").write_text(str(os.getpid()))
+    config = StackConfig.with_free_ports(run_dir, topology=CLUSTER)
+    stack = LocalStack(config)
+    try:
+        timings = stack.up()
+        print("\ncluster stack up: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+        yield config
+    finally:
+        stack.down()
+        if os.environ.get("FEED_KEEP_TEST_STACK") != "1":
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def settings(stack_config: StackConfig) -> Settings:
     """Settings of the test stack, provisioned (topics, keyspace ``feed_test`` and tables)."""

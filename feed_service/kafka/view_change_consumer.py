@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, NamedTuple
 
 from feed_service.core.view_changes import ChangeDecodeError, ViewChange, decode
@@ -20,6 +21,10 @@ log = logging.getLogger("feed_service.kafka.view_changes")
 
 Positions = dict[int, int]
 """Partition -> offset (the next one to read or apply, or a high watermark)."""
+
+
+WATERMARK_RETRY_S = 0.2
+"""Pause between watermark reads that failed (a leader moving after a broker crash)."""
 
 
 class Consumed(NamedTuple):
@@ -79,12 +84,21 @@ class ViewChangeConsumer:
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in positions.items()])
 
     def high_watermarks(self, timeout: float = 10.0) -> Positions:
-        """Every partition's high watermark, read now from the brokers."""
-        from confluent_kafka import TopicPartition
+        """Every partition's high watermark, read now from the brokers. A partition whose leader just went
+        away fails until the client learns the new leader: retried until ``timeout`` (docs/cluster.md)."""
+        from confluent_kafka import KafkaException, TopicPartition
 
-        with self._meta_lock:
-            return {p: self._meta.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout)[1]
-                    for p in self._partitions}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with self._meta_lock:
+                    return {p: self._meta.get_watermark_offsets(
+                                TopicPartition(self.topic, p), timeout=max(0.1, deadline - time.monotonic()))[1]
+                            for p in self._partitions}
+            except KafkaException:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(WATERMARK_RETRY_S)
 
     def poll(self, max_messages: int, timeout: float) -> Polled:
         from confluent_kafka import KafkaError

@@ -132,6 +132,10 @@ auto_bootstrap: false
 tombstone_warn_threshold: 10000
 tombstone_failure_threshold: 200000
 # The writers send small UNLOGGED batches of rows (feed_service/store/writer.py).
+# A quorum write waits for a second replica on the same 2 cores as everything else: wait longer than
+# the default 2 s before reporting a timeout the writer would retry anyway.
+write_request_timeout: 5000ms
+read_request_timeout: 5000ms
 batch_size_warn_threshold: 64KiB
 batch_size_fail_threshold: 640KiB
 unlogged_batch_across_partitions_warn_threshold: 100

@@ -120,6 +120,11 @@ class LocalStack:
             timings["spark standalone ready"] = time.monotonic() - started_at
         return timings
 
+    def wait_healthy(self, node: KafkaNode | CassandraNode, timeout: float | None = None) -> None:
+        """Until ``node`` (started again after a crash, say) answers its probe; :class:`StackError` if not."""
+        default = KAFKA_READY_TIMEOUT if isinstance(node, KafkaNode) else CASSANDRA_READY_TIMEOUT
+        self._wait(node.process, node.probe, timeout or default, time.monotonic())
+
     def _wait(self, process, probe: Callable[[], None], timeout: float, started_at: float) -> None:
         def check() -> None:
             if not process.is_running():

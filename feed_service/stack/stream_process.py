@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from feed_service.errors import StreamNotReady
 from feed_service.kafka.offsets import Offsets, watermarks
@@ -39,19 +39,21 @@ class StreamProcess:
     """``python -m spark_jobs.stream`` in its own process group, against ``settings``."""
 
     def __init__(self, settings: Settings, checkpoint: Path, *, log_file: Path, extra_args: list[str] = (),
-                 status_file: Path | None = None, metrics_port: int = 0) -> None:
+                 status_file: Path | None = None, metrics_port: int = 0, env: Mapping[str, str] | None = None) -> None:
         """``metrics_port``: where the job serves Prometheus ``/metrics`` on 127.0.0.1; 0 (the default)
-        none, so that streams of tests and benchmarks never compete for the job's default port."""
+        none, so that streams of tests and benchmarks never compete for the job's default port.
+        ``env``: more environment for the job (``FEED_SPARK_MASTER`` of a cluster stack, ``FEED_SPARK_CONF``)."""
         self.settings = settings
         self.checkpoint = checkpoint
         self.status_file = status_file or checkpoint.parent / f"{checkpoint.name}.progress.json"
         self.log_file = log_file
         self.extra_args = list(extra_args)
         self.metrics_port = metrics_port
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "StreamProcess":
-        env = {**os.environ, **self.settings.to_env()}
+        env = {**os.environ, **self.settings.to_env(), **self.env}
         cmd = [sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(self.checkpoint),
                "--status-file", str(self.status_file), "--metrics-port", str(self.metrics_port),
                "--metrics-host", METRICS_HOST, *self.extra_args]

@@ -1,0 +1,227 @@
+"""The whole path on a replicated cluster on loopback: three KRaft brokers, a three-node Cassandra ring
+(NetworkTopologyStrategy RF 3, LOCAL_QUORUM reads and writes), the stream on a Spark standalone master
+with two workers and the project's code shipped to them (docs/cluster.md).
+
+One stream and one read server for the module (a cluster and a stream on it take a minute to start);
+the phases run in order, each publishing the next slice of one history while it breaks something:
+
+1. no failure: the timelines read through the gRPC API equal the reference, bad records dead-lettered;
+2. kill -9 a Kafka broker mid-stream, then bring it back;
+3. kill -9 a Cassandra node mid-stream while reads run (a quorum of the other two answers them), then
+   bring it back: once hints are replayed, the revived node alone holds exactly the reference;
+4. kill -9 a Spark worker mid-stream: the job goes on with the other worker.
+
+After each phase the timelines equal the reference of everything published so far: nothing lost,
+duplicated or resurrected. Each phase prints what the failure cost (pytest -s shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from feed_service.api import timeline_pb2 as pb
+from feed_service.core.reference import reference_timelines
+from feed_service.ops.provision import provision
+from feed_service.server.config import ServerConfig
+from feed_service.server.testing import TEST_SECRET, ServerThread
+from feed_service.settings import Settings
+from feed_service.stack.config import StackConfig
+from feed_service.stack.local_stack import LocalStack
+from feed_service.workload.generator import generate
+
+from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines
+
+#: Slices of one history: phase 1 publishes the first, each failure phase the next (in chunks, the
+#: failure striking after the first chunk).
+SLICES = (900, 300, 300, 300)
+CHUNKS = 6
+
+
+class ClusterRun:
+    """The module's cluster, its settings, the stream on it, a read server and the history so far."""
+
+    def __init__(self, config: StackConfig, settings: Settings, stream: StreamProcess, server: ServerThread,
+                 history: list[dict[str, Any]]) -> None:
+        self.config = config
+        self.stack = LocalStack(config)
+        self.settings = settings
+        self.stream = stream
+        self.server = server
+        self.history = history
+        self.published = 0
+
+    def next_slice(self, size: int) -> list[dict[str, Any]]:
+        events = self.history[self.published : self.published + size]
+        self.published += size
+        return events
+
+    def published_history(self) -> list[dict[str, Any]]:
+        return self.history[: self.published]
+
+    def users(self) -> list[str]:
+        return sorted({e[k] for e in self.history for k in ("author_id", "follower_id", "followee_id", "user_id")
+                       if k in e})
+
+    def assert_matches_reference(self) -> None:
+        """Every home timeline through the gRPC API equals the reference of what was published."""
+        expected = reference_timelines(self.published_history(), inbox_cap=self.settings.inbox_cap)
+        assert expected and all(len(entries) < self.settings.inbox_cap for entries in expected.values())
+        got = read_all_home_timelines(self.server, self.users(), page_size=50)
+        assert got == {user: entries for user, entries in expected.items() if entries}
+
+    def publish_with_failure(self, events: list[dict[str, Any]], fail: Callable[[], None]) -> float:
+        """Publish ``events`` in chunks, calling ``fail`` after the first; returns seconds from the failure
+        until the stream has caught up with all of them."""
+        chunks = [events[i::CHUNKS] for i in range(CHUNKS)]
+        publish(self.settings, chunks[0])
+        self.stream.wait_caught_up(timeout=240)
+        fail()
+        failed_at = time.monotonic()
+        for chunk in chunks[1:]:
+            publish(self.settings, chunk)
+            time.sleep(1)
+        self.stream.wait_caught_up(timeout=300)
+        return time.monotonic() - failed_at
+
+
+def _kill(pid: int | None) -> None:
+    assert pid is not None, "the process to kill is not running"
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_stack_config: StackConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRun]:
+    config = cluster_stack_config
+    settings = replace(config.settings(keyspace="feed_cluster"))
+    started = time.monotonic()
+    provision(settings)
+    print(f"\ncluster provisioned in {time.monotonic() - started:.1f}s")
+    history = list(generate(users=30, events=sum(SLICES), seed=7, mean_following=6, prefix="c-"))
+    tmp = tmp_path_factory.mktemp("cluster")
+    stream = StreamProcess(settings, tmp / "ckpt", log_file=tmp / "stream.log",
+                           env={"FEED_SPARK_MASTER": config.spark_master_url or ""})
+    # every read goes to Cassandra (no read cache): the reads during the node outage are quorum reads
+    server_config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=settings,
+                                 pull_cache_ttl_s=0, read_cache_keys=0)
+    stream.start()
+    try:
+        with ServerThread(server_config) as server:
+            server.feed_live()
+            yield ClusterRun(config, settings, stream, server, history)
+    finally:
+        code = stream.stop()
+        print(f"stream stopped with {code}; log {stream.log_file}")
+
+
+def test_stream_on_the_cluster_matches_the_reference_through_grpc(cluster: ClusterRun) -> None:
+    events = cluster.next_slice(SLICES[0])
+    started = time.monotonic()
+    publish(cluster.settings, events, GARBAGE)
+    cluster.stream.wait_caught_up(timeout=420)
+    print(f"\nphase 1: {len(events)} events caught up {time.monotonic() - started:.1f}s after publishing "
+          "(includes the stream's start on the cluster)")
+    cluster.assert_matches_reference()
+    letters = consume_all(cluster.settings, cluster.settings.topic("dead_letter"), expect=len(GARBAGE))
+    assert len(letters) == len(GARBAGE)
+
+
+def test_killing_a_kafka_broker_mid_stream_loses_nothing(cluster: ClusterRun) -> None:
+    broker = cluster.stack.kafka_nodes[1]
+    took = cluster.publish_with_failure(cluster.next_slice(SLICES[1]), lambda: _kill(broker.process.pid()))
+    print(f"\nbroker {broker.name} killed: caught up {took:.1f}s after the kill")
+    cluster.assert_matches_reference()
+    started = time.monotonic()
+    broker.start()
+    cluster.stack.wait_healthy(broker)
+    print(f"broker {broker.name} back in {time.monotonic() - started:.1f}s")
+
+
+def test_killing_a_cassandra_node_mid_stream_keeps_reads_answering(cluster: ClusterRun) -> None:
+    node = cluster.stack.cassandra_nodes[2]
+    reads: list[float] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def read_during_outage() -> None:
+        stub = cluster.server.stub()
+        users = cluster.users()
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=users[len(reads) % len(users)], page_size=20),
+                                     metadata=cluster.server.auth("checker", "service"), timeout=10)
+                reads.append(time.monotonic() - started)
+            except Exception as exc:  # noqa: BLE001 - every failed read is reported below
+                errors.append(repr(exc))
+            time.sleep(0.05)
+
+    reader = threading.Thread(target=read_during_outage, daemon=True)
+    reader.start()
+    try:
+        took = cluster.publish_with_failure(cluster.next_slice(SLICES[2]), lambda: _kill(node.process.pid()))
+        cluster.assert_matches_reference()
+    finally:
+        stop.set()
+        reader.join(30)
+    reads.sort()
+    print(f"\ncassandra {node.name} killed: caught up {took:.1f}s after the kill; {len(reads)} reads during the "
+          f"outage, p50 {reads[len(reads) // 2] * 1000:.0f} ms, max {reads[-1] * 1000:.0f} ms, {len(errors)} failed")
+    assert reads and not errors, errors[:5]
+
+    started = time.monotonic()
+    node.start()
+    cluster.stack.wait_healthy(node)
+    print(f"cassandra {node.name} back in {time.monotonic() - started:.1f}s")
+    # The revived node alone: once the others' hints reach it, it holds every change it missed.
+    expected = reference_timelines(cluster.published_history(), inbox_cap=cluster.settings.inbox_cap)
+    alone = _node_timelines(cluster.settings, node.host)
+    deadline = time.monotonic() + 120
+    while alone != expected and time.monotonic() < deadline:
+        time.sleep(2)
+        alone = _node_timelines(cluster.settings, node.host)
+    print(f"revived node converged {time.monotonic() - started:.1f}s after its restart")
+    assert alone == {u: e for u, e in expected.items() if e}
+
+
+def test_killing_a_spark_worker_mid_stream_recovers_on_the_other(cluster: ClusterRun) -> None:
+    spark = cluster.stack.spark
+    assert spark is not None
+    took = cluster.publish_with_failure(cluster.next_slice(SLICES[3]), lambda: spark.kill_worker(0))
+    print(f"\nspark worker 1 killed: caught up {took:.1f}s after the kill")
+    cluster.assert_matches_reference()
+    assert cluster.stream.proc is not None and cluster.stream.proc.poll() is None, "the stream is still running"
+    spark.start_worker(0)
+
+
+def _node_timelines(settings: Settings, host: str) -> dict[str, list[dict[str, Any]]]:
+    """Every home timeline as stored on the node at ``host`` alone (consistency ONE, routed only there)."""
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([host]),
+                               consistency_level=ConsistencyLevel.ONE, request_timeout=30)
+    cluster = Cluster([host], port=settings.cassandra_port, protocol_version=5,
+                      execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+    try:
+        session = cluster.connect(settings.keyspace)
+        profiles = {(r.user_id, r.version): r.display_name
+                    for r in session.execute("SELECT user_id, version, display_name FROM profiles")}
+        rows: dict[str, list[Any]] = {}
+        for r in session.execute("SELECT timeline_id, created_at, tweet_id, author_id, version, text, "
+                                 "profile_version FROM home_timeline"):
+            rows.setdefault(r.timeline_id, []).append(r)
+        return {uid: [{"tweet_id": r.tweet_id, "author_id": r.author_id, "version": r.version, "text": r.text,
+                       "author_display_name": profiles.get((r.author_id, r.profile_version))}
+                      for r in sorted(entries, key=lambda r: (r.created_at, r.tweet_id), reverse=True)]
+                for uid, entries in rows.items()}
+    finally:
+        cluster.shutdown()

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 DEFAULT_CACHE_DIR = Path(".stack") / "cache"
 #: Data, logs and pid files of the developer's stack, relative to the current directory, git-ignored.
 DEFAULT_DATA_DIR = Path(".stack") / "local"
+#: The same for the developer's cluster stack: a folder and ports of its own, so both can run at once.
+DEFAULT_CLUSTER_DATA_DIR = Path(".stack") / "cluster"
+CLUSTER_PORTS = {"kafka_port": 19092, "kafka_controller_port": 19093, "cassandra_port": 19042,
+                 "cassandra_storage_port": 17000, "spark_master_port": 17077, "spark_webui_port": 18080}
 
 LOOPBACK = "127.0.0.1"
 
@@ -56,9 +60,11 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("FEED_CACHE_DIR") or DEFAULT_CACHE_DIR).absolute()
 
 
-def default_data_dir() -> Path:
-    """FEED_STACK_DIR, else ``.stack/local`` in the current directory; absolute."""
-    return Path(os.environ.get("FEED_STACK_DIR") or DEFAULT_DATA_DIR).absolute()
+def default_data_dir(topology: str = "single") -> Path:
+    """FEED_STACK_DIR, else ``.stack/local`` (``.stack/cluster`` for the cluster topology) in the current
+    directory; absolute."""
+    default = DEFAULT_CLUSTER_DATA_DIR if topology == CLUSTER else DEFAULT_DATA_DIR
+    return Path(os.environ.get("FEED_STACK_DIR") or default).absolute()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +127,14 @@ class StackConfig:
     @classmethod
     def from_env(cls, *, topology: str | None = None) -> "StackConfig":
         """Defaults overridden by FEED_STACK_DIR, FEED_CACHE_DIR, FEED_KAFKA_PORT, FEED_CASSANDRA_PORT...;
-        ``topology`` (else FEED_STACK_TOPOLOGY, else single) also picks the heaps' defaults."""
+        ``topology`` (else FEED_STACK_TOPOLOGY, else single) also picks the defaults of folder, ports
+        and heaps (a cluster's differ, so that both stacks can run side by side)."""
         env = os.environ
         topology = topology or env.get("FEED_STACK_TOPOLOGY", SINGLE)
-        base = cls(topology=topology, **(CLUSTER_HEAPS if topology == CLUSTER else {}))
+        base = cls(topology=topology, **({**CLUSTER_HEAPS, **CLUSTER_PORTS} if topology == CLUSTER else {}))
         return replace(
             base,
-            data_dir=default_data_dir(),
+            data_dir=default_data_dir(topology),
             cache_dir=default_cache_dir(),
             kafka_port=int(env.get("FEED_KAFKA_PORT", base.kafka_port)),
             kafka_controller_port=int(env.get("FEED_KAFKA_CONTROLLER_PORT", base.kafka_controller_port)),

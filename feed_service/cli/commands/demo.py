@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 from feed_service.cli.arg_types import pull_threshold
 from feed_service.settings import Settings
-from feed_service.stack.config import StackConfig, free_ports
+from feed_service.stack.config import SINGLE, TOPOLOGIES, StackConfig, free_ports
 
 
 #: Low enough that the demo workload's most followed authors are pull authors (the service's
@@ -46,6 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="active followers from which an author's tweets are merged in at read time (default"
                              f" {DEMO_PULL_THRESHOLD}: the demo's most followed authors; docs/fan-out.md)")
     parser.add_argument("--keep-running", action="store_true", help="leave the stream and the server running")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default=SINGLE,
+                        help="single (default): one node per service, Spark in local mode; cluster: three Kafka "
+                             "brokers, three Cassandra nodes (RF 3, LOCAL_QUORUM) and the stream on a Spark "
+                             "standalone master with two workers (docs/cluster.md)")
     parser.set_defaults(handler=run)
 
 
@@ -143,15 +147,20 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.workload.sinks import publish_workload
 
     say = _Narrator().say
-    stack_config = StackConfig.from_env()
-    settings = Settings.from_env().replace(pull_threshold=args.pull_threshold)
+    stack_config = StackConfig.from_env(topology=args.topology)
+    # the stack's own nodes, replication and consistency; everything else from the environment
+    settings = Settings.from_env({**os.environ, **stack_config.environment()}).replace(
+        pull_threshold=args.pull_threshold)
     run_id = uuid.uuid4().hex[:6]
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     logs = stack_config.data_dir / "demo"
     logs.mkdir(parents=True, exist_ok=True)
 
-    say(f"1/6 local stack: Kafka {stack_config.kafka_bootstrap}, Cassandra {stack_config.host}:"
-        f"{stack_config.cassandra_port} (data in {stack_config.data_dir})")
+    say(f"1/6 local stack ({stack_config.topology}): Kafka {stack_config.kafka_bootstrap}, Cassandra "
+        f"{','.join(stack_config.hosts)}:{stack_config.cassandra_port}"
+        + (f" (replication {settings.cassandra_replication}, {settings.write_consistency} writes and reads), "
+           f"Spark {stack_config.spark_master_url}" if stack_config.spark_master_url else "")
+        + f" (data in {stack_config.data_dir})")
     try:
         timings = LocalStack(stack_config).up()
     except StackError as exc:
@@ -165,8 +174,9 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = stack_config.data_dir / "checkpoints" / "stream"
     say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'}); authors with at least"
         f" {settings.pull_threshold} active followers are merged in at read time instead of fanned out")
+    spark = {"FEED_SPARK_MASTER": stack_config.spark_master_url} if stack_config.spark_master_url else {}
     stream = StreamProcess(settings, checkpoint, log_file=logs / "stream.log",
-                           status_file=logs / "stream-progress.json").start()
+                           status_file=logs / "stream-progress.json", env=spark).start()
     secret = secrets.token_hex(32)
     port, metrics_port = free_ports(2)
     address = f"127.0.0.1:{port}"

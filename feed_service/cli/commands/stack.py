@@ -23,8 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("stack", help="start, stop or inspect the local Kafka + Cassandra stack")
     parser.add_argument("action", choices=("up", "down", "status", "env"))
     parser.add_argument("--topology", choices=TOPOLOGIES, default=None,
-                        help="up: one node per service (single, the default) or a replicated cluster on "
-                             "127.0.0.1-3 (cluster); also FEED_STACK_TOPOLOGY")
+                        help="one node per service (single, the default: .stack/local) or a replicated "
+                             "cluster on 127.0.0.1-3 (cluster: .stack/cluster, its own ports); also "
+                             "FEED_STACK_TOPOLOGY")
     parser.add_argument("--no-provision", action="store_true", help="up: skip topics and schema")
     parser.add_argument("--json", action="store_true", help="status: machine-readable output")
     parser.set_defaults(handler=run)
@@ -33,14 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from feed_service.stack.local_stack import LocalStack, StackError
 
-    recorded = StackConfig.load(StackConfig.from_env().data_dir)
-    config = recorded or StackConfig.from_env()
+    wanted = StackConfig.from_env(topology=args.topology)
+    recorded = StackConfig.load(wanted.data_dir)
+    config = recorded or wanted
     if args.action == "up":
-        config = StackConfig.from_env(topology=args.topology)
+        config = wanted
         if recorded is not None and recorded.topology != config.topology and any(
                 s.running for s in LocalStack(recorded).status()):
             print(f"stack up failed: a {recorded.topology} stack is running in {recorded.data_dir}; "
-                  "`feedctl stack down` first", file=sys.stderr)
+                  f"`feedctl stack down --topology {recorded.topology}` first", file=sys.stderr)
             return 1
     if args.action == "env":
         for name, value in config.environment().items():
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
               f"{','.join(config.hosts)}:{config.cassandra_port}"
               + (f", spark {config.spark_master_url}" if config.spark_master_url else ""))
         if config.topology != "single":
-            print("point the CLI, jobs and server at it with:  eval \"$(feedctl stack env)\"")
+            print("point the CLI, jobs and server at it with:  eval \"$(feedctl stack env --topology cluster)\"")
         return 0
     if args.action == "down":
         stopped = stack.down()

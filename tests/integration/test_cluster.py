@@ -39,9 +39,10 @@ from feed_service.workload.generator import generate
 
 from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines
 
-#: Slices of one history: phase 1 publishes the first, each failure phase the next (in chunks, the
-#: failure striking after the first chunk).
-SLICES = (900, 300, 300, 300)
+#: Slices of one history: phase 1 publishes the first at once, then the second the way the failure
+#: phases publish theirs but with nothing failing (the baseline of what a failure costs); each failure
+#: phase publishes the next slice in chunks, the failure striking after the first chunk.
+SLICES = (900, 300, 300, 300, 300)
 CHUNKS = 6
 
 
@@ -131,11 +132,14 @@ def test_stream_on_the_cluster_matches_the_reference_through_grpc(cluster: Clust
     cluster.assert_matches_reference()
     letters = consume_all(cluster.settings, cluster.settings.topic("dead_letter"), expect=len(GARBAGE))
     assert len(letters) == len(GARBAGE)
+    took = cluster.publish_with_failure(cluster.next_slice(SLICES[1]), lambda: None)
+    print(f"baseline, nothing failing: caught up {took:.1f}s after the point where a failure would strike")
+    cluster.assert_matches_reference()
 
 
 def test_killing_a_kafka_broker_mid_stream_loses_nothing(cluster: ClusterRun) -> None:
     broker = cluster.stack.kafka_nodes[1]
-    took = cluster.publish_with_failure(cluster.next_slice(SLICES[1]), lambda: _kill(broker.process.pid()))
+    took = cluster.publish_with_failure(cluster.next_slice(SLICES[2]), lambda: _kill(broker.process.pid()))
     print(f"\nbroker {broker.name} killed: caught up {took:.1f}s after the kill")
     cluster.assert_matches_reference()
     started = time.monotonic()
@@ -166,7 +170,7 @@ def test_killing_a_cassandra_node_mid_stream_keeps_reads_answering(cluster: Clus
     reader = threading.Thread(target=read_during_outage, daemon=True)
     reader.start()
     try:
-        took = cluster.publish_with_failure(cluster.next_slice(SLICES[2]), lambda: _kill(node.process.pid()))
+        took = cluster.publish_with_failure(cluster.next_slice(SLICES[3]), lambda: _kill(node.process.pid()))
         cluster.assert_matches_reference()
     finally:
         stop.set()
@@ -194,7 +198,7 @@ def test_killing_a_cassandra_node_mid_stream_keeps_reads_answering(cluster: Clus
 def test_killing_a_spark_worker_mid_stream_recovers_on_the_other(cluster: ClusterRun) -> None:
     spark = cluster.stack.spark
     assert spark is not None
-    took = cluster.publish_with_failure(cluster.next_slice(SLICES[3]), lambda: spark.kill_worker(0))
+    took = cluster.publish_with_failure(cluster.next_slice(SLICES[4]), lambda: spark.kill_worker(0))
     print(f"\nspark worker 1 killed: caught up {took:.1f}s after the kill")
     cluster.assert_matches_reference()
     assert cluster.stream.proc is not None and cluster.stream.proc.poll() is None, "the stream is still running"

@@ -102,6 +102,23 @@ def running(stream: StreamProcess) -> Iterator[StreamProcess]:
         errors="replace")[-4000:]
 
 
+def started(stream: StreamProcess) -> StreamProcess:
+    """``stream``, started if it was not yet: for a stream a module's tests share (a fixture), which the
+    first test to use it starts once it has published its history, so that its first batch holds it."""
+    if stream.proc is None:
+        stream.start()
+    return stream
+
+
+def stop_cleanly(stream: StreamProcess) -> None:
+    """Stop ``stream`` if it was started, and check that it exited with code 0 (now or before)."""
+    if stream.proc is None:
+        return
+    code = stream.stop()
+    assert code == 0, f"stream exited with {code}; log {stream.log_file}:\n" + stream.log_file.read_text(
+        errors="replace")[-4000:]
+
+
 def read_timelines(settings: Settings) -> dict[str, list[dict[str, Any]]]:
     """Every timeline in Cassandra, newest first, hydrated like the engine's CLI output."""
     from feed_service.store.session import connect

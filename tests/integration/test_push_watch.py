@@ -1,7 +1,9 @@
-"""The view's change topic at the read service: pushed watches and the exact read cache, on the real stack.
+"""The view's change topic end to end, on the real stack: what the stream publishes to
+``timeline_changes`` (docs/view-changes.md), and the read service's pushed watches and exact read
+cache that consume it (docs/api.md#watch, docs/api.md#read-cache).
 
-One stream process; read servers that consume ``timeline_changes`` (docs/api.md#watch,
-docs/api.md#read-cache). The phases share the stream to keep the suite short:
+One stream process for the module (a stream start is the slow part of these tests); each test has
+users of its own, and reads back only what they caused. The push watch test's phases:
 
 1. a watcher receives a new tweet, an edit, a delete, an unfollow's removals and a pull author's tweet,
    each as the matching part of a message, while 200 idle watchers cause no Cassandra read at all
@@ -11,6 +13,13 @@ docs/api.md#read-cache). The phases share the stream to keep the suite short:
 3. a randomized live history with edits, deletes, unfollows, blocks and mutes, read while it lands
    (fills racing changes): afterwards every page the cache serves equals the reference, and most
    reads were cache hits; the server's /metrics page parses and carries the names the dashboard uses.
+
+The view changes test: the stream publishes every change it wrote; applying the home-timeline changes
+in order, by row and last-writer-wins on ``ts``, rebuilds exactly the ``home_timeline`` rows. Two
+phases, each caught up before the next (so that edits, deletes, unfollows and blocks change rows
+written by an earlier micro-batch instead of being folded into the first one): tweets, follows,
+profiles and a pull author; then an edit in place, an edit that moves a tweet, a delete, a follow that
+brings old tweets, an unfollow, a block, a new profile version and a pull author's tweet.
 """
 
 from __future__ import annotations
@@ -21,9 +30,9 @@ import random
 import threading
 import time
 import urllib.request
+import uuid
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import grpc
 import pytest
@@ -32,16 +41,29 @@ from prometheus_client.parser import text_string_to_metric_families
 from feed_service.api import timeline_pb2 as pb
 from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.core.reference import reference_timelines
+from feed_service.core.rows import Entry
+from feed_service.core.view_changes import (
+    AuthorChange,
+    BlockRowChange,
+    ProfileChange,
+    PullFollowChange,
+    TimelineChange,
+    decode,
+    message_key,
+)
+from feed_service.kafka.offsets import SOURCE_ROLES, watermarks
 from feed_service.ops.provision import provision
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 
-from .pipeline import StreamProcess, publish, read_all_home_timelines, running
+from .pipeline import StreamProcess, publish, read_all_home_timelines, read_table, started, stop_cleanly
 
-#: star has three followers and is merged in at read time (docs/fan-out.md); the others are pushed.
-THRESHOLD = 3
+#: In both tests star has four followers and is merged in at read time (docs/fan-out.md): its changes are
+#: AuthorChange and PullFollowChange, never in inboxes. In the view changes test bob, with three, stays a
+#: push author.
+THRESHOLD = 4
 T0 = 1_767_225_600_000
 IDLE_WATCHERS = 200
 
@@ -179,156 +201,269 @@ def _server(pipeline: Settings) -> tuple[ServerThread, list[CountingStore]]:
     return server, stores
 
 
-@pytest.fixture
-def pipeline(settings: Settings, unique: str) -> Settings:
+@pytest.fixture(scope="module")
+def pipeline(settings: Settings) -> Settings:
+    """Topics and a keyspace of the module's own."""
+    unique = uuid.uuid4().hex[:10]
     isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", pull_threshold=THRESHOLD)
     provision(isolated)
     return isolated
+
+
+@pytest.fixture(scope="module")
+def stream(pipeline: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
+    """The module's stream process, started (:func:`started`) by the first test that uses it; it must
+    exit with code 0 at the end of the module."""
+    folder = tmp_path_factory.mktemp("stream")
+    process = StreamProcess(pipeline, folder / "ckpt", log_file=folder / "stream.log")
+    yield process
+    stop_cleanly(process)
 
 
 def _ids(entries) -> list[str]:
     return [e.tweet_id for e in entries]
 
 
-def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, unique: str, tmp_path: Path) -> None:
+def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: StreamProcess, unique: str) -> None:
     tag = unique[-6:]
-    ann, bob, cat, star, fan1, fan2 = (f"{n}-{tag}" for n in ("ann", "bob", "cat", "star", "fan1", "fan2"))
+    ann, bob, cat, star, fan1, fan2, fan3 = (f"{n}-{tag}"
+                                             for n in ("ann", "bob", "cat", "star", "fan1", "fan2", "fan3"))
     idle = [f"idle{i:03d}-{tag}" for i in range(IDLE_WATCHERS)]
     history = [
         {"type": "profile", "user_id": bob, "version": 1, "display_name": "Bob"},
         _follow(ann, bob), _follow(ann, cat), _follow(ann, star), _follow(fan1, star), _follow(fan2, star),
+        _follow(fan3, star),
         *(_tweet(a, n) for a in (bob, cat, star) for n in range(3)),
         *(_follow(u, bob) for u in idle[:20]),  # some idle users have timelines too
     ]
     publish(pipeline, history)
-    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
+    started(stream).wait_caught_up()
+    server, stores = _server(pipeline)
+    try:
+        # -- 1. pushed changes, and idle watchers that read nothing -------------------------
+        watcher = Watcher(server, ann)
+        loop, tasks = _idle_watchers(server, idle)
+        time.sleep(2.0)  # every watch has read its head and subscribed
+        assert server.server.servicer.hub is not None and len(server.server.servicer.hub) == IDLE_WATCHERS + 1
+        calls = stores[-1].calls
+        time.sleep(3.0)
+        assert stores[-1].calls == calls, "idle watchers read Cassandra"  # polling would be 201 x 2 / s
+
+        step = [_tweet(bob, 10)]
+        publish(pipeline, step)
+        history += step
+        got = watcher.take(lambda m: f"{bob}-t10" in _ids(m.entries))
+        assert [e.author_display_name for m in got for e in m.entries if e.tweet_id == f"{bob}-t10"] == ["Bob"]
+
+        step = [_tweet(bob, 1, version=2, text="edited")]
+        publish(pipeline, step)
+        history += step
+        got = watcher.take(lambda m: any(e.tweet_id == f"{bob}-t1" for e in m.changed))
+        (edited,) = [e for m in got for e in m.changed if e.tweet_id == f"{bob}-t1"]
+        assert (edited.version, edited.text) == (2, "edited")
+
+        step = [_delete(bob, 2, version=2)]
+        publish(pipeline, step)
+        history += step
+        watcher.take(lambda m: f"{bob}-t2" in m.removed_tweet_ids)
+
+        step = [_follow(ann, cat, version=2, op="unfollow")]
+        publish(pipeline, step)
+        history += step
+        got = watcher.take(lambda m: {f"{cat}-t{n}" for n in range(3)} <= set(m.removed_tweet_ids))
+
+        step = [_tweet(star, 11)]  # a pull author: one change for all its followers
+        publish(pipeline, step)
+        history += step
+        watcher.take(lambda m: f"{star}-t11" in _ids(m.entries))
         stream.wait_caught_up()
-        server, stores = _server(pipeline)
-        try:
-            # -- 1. pushed changes, and idle watchers that read nothing -------------------------
-            watcher = Watcher(server, ann)
-            loop, tasks = _idle_watchers(server, idle)
-            time.sleep(2.0)  # every watch has read its head and subscribed
-            assert server.server.servicer.hub is not None and len(server.server.servicer.hub) == IDLE_WATCHERS + 1
-            calls = stores[-1].calls
-            time.sleep(3.0)
-            assert stores[-1].calls == calls, "idle watchers read Cassandra"  # polling would be 201 x 2 / s
+        server.changes_applied()
+        calls = stores[-1].calls  # pushing read only display names and the unfollowed author's tweets
+        time.sleep(2.0)
+        assert stores[-1].calls == calls, "idle watchers read Cassandra"
+        _stop_loop(loop, tasks)
+        token = watcher.last_token
+    finally:
+        server.stop()
+    watcher.cancel()
 
-            step = [_tweet(bob, 10)]
-            publish(pipeline, step)
-            history += step
-            got = watcher.take(lambda m: f"{bob}-t10" in _ids(m.entries))
-            assert [e.author_display_name for m in got for e in m.entries if e.tweet_id == f"{bob}-t10"] == ["Bob"]
+    # -- 2. resume across a server restart: no gap, no duplicate --------------------------
+    away = [_tweet(bob, 20), _tweet(star, 21)]
+    publish(pipeline, away)
+    history += away
+    stream.wait_caught_up()
+    server, stores = _server(pipeline)
+    try:
+        resumed = Watcher(server, ann, resume_token=token)
+        first = resumed.take(lambda m: bool(m.entries))
+        caught_up = [i for m in first for i in _ids(m.entries)]
+        caught_up += [i for m in resumed.drain(1.0) for i in _ids(m.entries)]
+        assert caught_up == [f"{bob}-t20", f"{star}-t21"], caught_up  # exactly the two, oldest first
+        step = [_tweet(cat, 22), _tweet(bob, 23)]
+        publish(pipeline, step)
+        history += step
+        live = resumed.take(lambda m: f"{bob}-t23" in _ids(m.entries))
+        live += resumed.drain(1.0)
+        assert [i for m in live for i in _ids(m.entries)] == [f"{bob}-t23"]  # ann no longer follows cat
+        resumed.cancel()
 
-            step = [_tweet(bob, 1, version=2, text="edited")]
-            publish(pipeline, step)
-            history += step
-            got = watcher.take(lambda m: any(e.tweet_id == f"{bob}-t1" for e in m.changed))
-            (edited,) = [e for m in got for e in m.changed if e.tweet_id == f"{bob}-t1"]
-            assert (edited.version, edited.text) == (2, "edited")
-
-            step = [_delete(bob, 2, version=2)]
-            publish(pipeline, step)
-            history += step
-            watcher.take(lambda m: f"{bob}-t2" in m.removed_tweet_ids)
-
-            step = [_follow(ann, cat, version=2, op="unfollow")]
-            publish(pipeline, step)
-            history += step
-            got = watcher.take(lambda m: {f"{cat}-t{n}" for n in range(3)} <= set(m.removed_tweet_ids))
-
-            step = [_tweet(star, 11)]  # a pull author: one change for all its followers
-            publish(pipeline, step)
-            history += step
-            watcher.take(lambda m: f"{star}-t11" in _ids(m.entries))
-            stream.wait_caught_up()
-            server.changes_applied()
-            calls = stores[-1].calls  # pushing read only display names and the unfollowed author's tweets
-            time.sleep(2.0)
-            assert stores[-1].calls == calls, "idle watchers read Cassandra"
-            _stop_loop(loop, tasks)
-            token = watcher.last_token
-        finally:
-            server.stop()
-        watcher.cancel()
-
-        # -- 2. resume across a server restart: no gap, no duplicate --------------------------
-        away = [_tweet(bob, 20), _tweet(star, 21)]
-        publish(pipeline, away)
-        history += away
+        # -- 3. a randomized live history against the reference, read while it lands -------
+        rng = random.Random(unique)
+        users = [ann, bob, cat, star, fan1, fan2, *idle[:6]]
+        versions: dict[tuple, int] = {}
+        for round_ in range(3):
+            events = []
+            for _ in range(40):
+                a, b = rng.sample(users, 2)
+                kind = rng.random()
+                if kind < 0.35:
+                    key = ("t", a, n := rng.randrange(30, 40))
+                    versions[key] = versions.get(key, 0) + 1
+                    events.append(_tweet(a, n, version=versions[key]))
+                elif kind < 0.5:
+                    key = ("t", a, n := rng.randrange(30, 40))
+                    versions[key] = versions.get(key, 0) + 1
+                    events.append(_delete(a, n, versions[key]))
+                elif kind < 0.8:
+                    key = ("f", a, b)
+                    versions[key] = versions.get(key, 1) + 1
+                    events.append(_follow(a, b, versions[key], rng.choice(("follow", "unfollow"))))
+                else:
+                    key = ("h", a, b)
+                    versions[key] = versions.get(key, 0) + 1
+                    events.append(
+                        {"type": "block", "op": rng.choice(("block", "unblock")), "blocker_id": a, "blocked_id": b,
+                         "version": versions[key]} if rng.random() < 0.5 else
+                        {"type": "mute", "op": rng.choice(("mute", "unmute")), "muter_id": a, "muted_id": b,
+                         "version": versions[key]})
+            publish(pipeline, events)
+            history += events
+            deadline = time.monotonic() + 3  # reads racing the stream's writes and their changes
+            stub = server.stub()
+            while time.monotonic() < deadline:
+                for user in users:
+                    stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=5),
+                                         metadata=server.auth("checker", "service"), timeout=10)
         stream.wait_caught_up()
-        server, stores = _server(pipeline)
-        try:
-            resumed = Watcher(server, ann, resume_token=token)
-            first = resumed.take(lambda m: bool(m.entries))
-            caught_up = [i for m in first for i in _ids(m.entries)]
-            caught_up += [i for m in resumed.drain(1.0) for i in _ids(m.entries)]
-            assert caught_up == [f"{bob}-t20", f"{star}-t21"], caught_up  # exactly the two, oldest first
-            step = [_tweet(cat, 22), _tweet(bob, 23)]
-            publish(pipeline, step)
-            history += step
-            live = resumed.take(lambda m: f"{bob}-t23" in _ids(m.entries))
-            live += resumed.drain(1.0)
-            assert [i for m in live for i in _ids(m.entries)] == [f"{bob}-t23"]  # ann no longer follows cat
-            resumed.cancel()
+        expected = reference_timelines(history, inbox_cap=pipeline.inbox_cap)
+        cache = server.server.servicer.read_cache
+        hits = cache.hits
+        first_pass = read_all_home_timelines(server, users, page_size=5)
+        second_pass = read_all_home_timelines(server, users, page_size=5)
+        assert first_pass == {u: expected[u] for u in users if u in expected}
+        assert second_pass == first_pass
+        assert cache.hits > hits, "the second pass should be served from the cache"
 
-            # -- 3. a randomized live history against the reference, read while it lands -------
-            rng = random.Random(unique)
-            users = [ann, bob, cat, star, fan1, fan2, *idle[:6]]
-            versions: dict[tuple, int] = {}
-            for round_ in range(3):
-                events = []
-                for _ in range(40):
-                    a, b = rng.sample(users, 2)
-                    kind = rng.random()
-                    if kind < 0.35:
-                        key = ("t", a, n := rng.randrange(30, 40))
-                        versions[key] = versions.get(key, 0) + 1
-                        events.append(_tweet(a, n, version=versions[key]))
-                    elif kind < 0.5:
-                        key = ("t", a, n := rng.randrange(30, 40))
-                        versions[key] = versions.get(key, 0) + 1
-                        events.append(_delete(a, n, versions[key]))
-                    elif kind < 0.8:
-                        key = ("f", a, b)
-                        versions[key] = versions.get(key, 1) + 1
-                        events.append(_follow(a, b, versions[key], rng.choice(("follow", "unfollow"))))
-                    else:
-                        key = ("h", a, b)
-                        versions[key] = versions.get(key, 0) + 1
-                        events.append(
-                            {"type": "block", "op": rng.choice(("block", "unblock")), "blocker_id": a, "blocked_id": b,
-                             "version": versions[key]} if rng.random() < 0.5 else
-                            {"type": "mute", "op": rng.choice(("mute", "unmute")), "muter_id": a, "muted_id": b,
-                             "version": versions[key]})
-                publish(pipeline, events)
-                history += events
-                deadline = time.monotonic() + 3  # reads racing the stream's writes and their changes
-                stub = server.stub()
-                while time.monotonic() < deadline:
-                    for user in users:
-                        stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=5),
-                                             metadata=server.auth("checker", "service"), timeout=10)
-            stream.wait_caught_up()
-            expected = reference_timelines(history, inbox_cap=pipeline.inbox_cap)
-            cache = server.server.servicer.read_cache
-            hits = cache.hits
-            first_pass = read_all_home_timelines(server, users, page_size=5)
-            second_pass = read_all_home_timelines(server, users, page_size=5)
-            assert first_pass == {u: expected[u] for u in users if u in expected}
-            assert second_pass == first_pass
-            assert cache.hits > hits, "the second pass should be served from the cache"
+        page = urllib.request.urlopen(f"http://127.0.0.1:{server.server.metrics_port}/metrics", timeout=10)
+        families = {f.name: f for f in text_string_to_metric_families(page.read().decode())}
+        for name in ("feed_publish_to_visible_seconds", "feed_view_changes", "feed_read_cache",
+                     "feed_read_cache_evictions", "feed_read_cache_timelines", "feed_watch_messages",
+                     "feed_watch_streams"):
+            assert name in families, name
+        count = [s.value for s in families["feed_publish_to_visible_seconds"].samples
+                 if s.name.endswith("_count")]
+        assert count and count[0] > 0
+        hit = [s.value for s in families["feed_read_cache"].samples if s.labels.get("result") == "hit"]
+        assert hit and hit[0] > 0
+    finally:
+        server.stop()
 
-            page = urllib.request.urlopen(f"http://127.0.0.1:{server.server.metrics_port}/metrics", timeout=10)
-            families = {f.name: f for f in text_string_to_metric_families(page.read().decode())}
-            for name in ("feed_publish_to_visible_seconds", "feed_view_changes", "feed_read_cache",
-                         "feed_read_cache_evictions", "feed_read_cache_timelines", "feed_watch_messages",
-                         "feed_watch_streams"):
-                assert name in families, name
-            count = [s.value for s in families["feed_publish_to_visible_seconds"].samples
-                     if s.name.endswith("_count")]
-            assert count and count[0] > 0
-            hit = [s.value for s in families["feed_read_cache"].samples if s.labels.get("result") == "hit"]
-            assert hit and hit[0] > 0
-        finally:
-            server.stop()
+
+# -- the view changes test ---------------------------------------------------------------------------
+
+#: The view changes test's users (their names are the module's alone: the push watch test's carry a tag).
+VIEW_USERS = frozenset({"ann", "bob", "cat", "dan", "eve", "star"})
+
+
+def _view_tweet(author: str, n: int, version: int = 1, text: str | None = None, moved: int = 0) -> dict[str, Any]:
+    return {"type": "tweet", "op": "upsert", "tweet_id": f"{author}-t{n}", "author_id": author, "version": version,
+            "created_at": T0 + n * 1000 + moved, "text": text or f"{author} #{n}", "profile_version": 1}
+
+
+BASE = [
+    {"type": "profile", "user_id": "bob", "version": 1, "display_name": "Bob"},
+    _follow("ann", "bob"), _follow("cat", "bob"), _follow("eve", "bob"), _follow("bob", "cat"),
+    _follow("ann", "star"), _follow("cat", "star"), _follow("dan", "star"), _follow("eve", "star"),
+    *(_view_tweet("bob", n) for n in range(4)), _view_tweet("cat", 0), _view_tweet("star", 0),
+]
+CHANGES = [
+    _view_tweet("bob", 0, version=2, text="bob #0, edited"),  # update in place (eve's row: she stays)
+    _view_tweet("bob", 1, version=2, moved=5000),  # a new created_at: delete + insert, one ts
+    {"type": "tweet", "op": "delete", "tweet_id": "bob-t2", "author_id": "bob", "version": 2},
+    _follow("dan", "bob"),  # brings bob's retained tweets
+    _follow("cat", "bob", 2, "unfollow"),  # takes them out of cat's inbox
+    {"type": "block", "op": "block", "blocker_id": "bob", "blocked_id": "ann", "version": 1},
+    {"type": "profile", "user_id": "bob", "version": 2, "display_name": "Bobby"},
+    _view_tweet("star", 1),
+]
+
+
+def _read_to_end(settings: Settings, roles: tuple[str, ...]) -> list[Any]:
+    """Every message of the topics of ``roles``, from the start to their high watermarks now."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    _, high = watermarks(settings, roles)
+    wanted = {(topic, int(p)): end for topic, parts in high.items() for p, end in parts.items() if end > 0}
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "view-changes-test",
+                         "enable.auto.commit": False})
+    out: list[Any] = []
+    try:
+        consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in wanted])
+        done: set[tuple[str, int]] = set()
+        while len(done) < len(wanted):
+            msg = consumer.poll(10)
+            assert msg is not None, f"no message within 10 s; read {len(out)}, done {sorted(done)} of {wanted}"
+            assert msg.error() is None, msg.error()
+            out.append(msg)
+            if msg.offset() + 1 >= wanted[(msg.topic(), msg.partition())]:
+                done.add((msg.topic(), msg.partition()))
+        return out
+    finally:
+        consumer.close()
+
+
+def _home_timeline(settings: Settings) -> dict[tuple[str, str], Entry]:
+    """The view changes test's rows of ``home_timeline``, by (timeline, tweet)."""
+    rows = read_table(settings, "SELECT timeline_id, tweet_id, author_id, created_at, version, text, profile_version"
+                                " FROM home_timeline")
+    return {(r[0], r[1]): Entry(r[1], *r[2:]) for r in rows if r[0] in VIEW_USERS}
+
+
+def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Settings, stream: StreamProcess) -> None:
+    assert pipeline.view_changes  # the default
+    publish(pipeline, BASE)
+    started(stream).wait_caught_up()
+    publish(pipeline, CHANGES)
+    stream.wait_caught_up()
+    stored = _home_timeline(pipeline)
+
+    # The messages of this test's users: each message's key is the join key that wrote it, one of them.
+    messages = [m for m in _read_to_end(pipeline, ("timeline_changes",)) if m.key().decode() in VIEW_USERS]
+    changes = [decode(m.value()) for m in messages]
+    assert [m.key().decode() for m in messages] == [message_key(c) for c in changes]
+
+    # Applied per (timeline, tweet) in the order of each partition, a lower ts never overwriting a higher
+    # one; an equal ts is the same step (the delete of a moved tweet's old position, then its insert).
+    model: dict[tuple[str, str], tuple[int, str, Entry]] = {}
+    for c in changes:
+        if isinstance(c, TimelineChange):
+            for tid in c.timeline_ids:
+                old = model.get((tid, c.entry.tweet_id))
+                if old is None or c.ts >= old[0]:
+                    model[(tid, c.entry.tweet_id)] = (c.ts, c.op, c.entry)
+    assert {k: e for k, (_, op, e) in model.items() if op != "delete"} == stored
+    # The phases did what they were written for: rows changed in place, moved, left and came.
+    ops = {(c.op, c.entry.tweet_id) for c in changes if isinstance(c, TimelineChange)}
+    assert {("update", "bob-t0"), ("delete", "bob-t1"), ("insert", "bob-t1"), ("delete", "bob-t2")} <= ops
+    assert ("dan", "bob-t3") in stored and ("cat", "bob-t3") not in stored and ("ann", "bob-t3") not in stored
+    assert stored[("eve", "bob-t0")].text == "bob #0, edited" and ("eve", "bob-t2") not in stored
+    assert all(e.author_id != "star" for e in stored.values())  # a pull author: merged in at read time
+    # Every kind but the tweets table's rows, each caused by a record that was published.
+    kinds = {type(c) for c in changes}
+    assert kinds == {TimelineChange, AuthorChange, PullFollowChange, ProfileChange, BlockRowChange}
+    assert [(c.op, c.blocker_id, c.blocked_id) for c in changes if isinstance(c, BlockRowChange)] == [
+        ("insert", "bob", "ann")]
+    assert {(c.user_id, c.version) for c in changes if isinstance(c, ProfileChange)} == {("bob", 1), ("bob", 2)}
+    source_times = {m.timestamp()[1] for m in _read_to_end(pipeline, SOURCE_ROLES)}
+    assert all(c.source_ms in source_times for c in changes), sorted(
+        {c.source_ms for c in changes} - source_times, key=str)

@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -65,25 +66,35 @@ def _reap_stale_stacks() -> None:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def stack_config() -> Iterator[StackConfig]:
-    """A running Kafka + Cassandra for this session (started once, stopped at the end)."""
+@contextmanager
+def _test_stack(topology: str) -> Iterator[StackConfig]:
+    """A stack of ``topology`` in its own run folder with free ports, up for the block, then stopped
+    and removed (kept with FEED_KEEP_TEST_STACK=1)."""
     from feed_service.stack.local_stack import LocalStack
 
     _reap_stale_stacks()
-    run_dir = TEST_STACKS / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_dir = TEST_STACKS / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-{topology}"
     run_dir.mkdir(parents=True)
     (run_dir / "owner.pid").write_text(str(os.getpid()))
-    config = StackConfig.with_free_ports(run_dir)
+    config = StackConfig.with_free_ports(run_dir, topology=topology)
     stack = LocalStack(config)
     try:
         timings = stack.up()
-        print("\ntest stack up: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+        print(f"\n{topology} test stack up: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
         yield config
     finally:
         stack.down()
         if os.environ.get("FEED_KEEP_TEST_STACK") != "1":
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stack_config() -> Iterator[StackConfig]:
+    """A running Kafka + Cassandra for this session (started once, stopped at the end)."""
+    from feed_service.stack.config import SINGLE
+
+    with _test_stack(SINGLE) as config:
+        yield config
 
 
 @pytest.fixture(scope="module")
@@ -91,22 +102,9 @@ def cluster_stack_config() -> Iterator[StackConfig]:
     """A running cluster stack (three brokers, three Cassandra nodes, Spark standalone with two workers:
     docs/cluster.md) for one test module; stopped when the module is done, as it holds ~6 GiB."""
     from feed_service.stack.config import CLUSTER
-    from feed_service.stack.local_stack import LocalStack
 
-    _reap_stale_stacks()
-    run_dir = TEST_STACKS / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-cluster"
-    run_dir.mkdir(parents=True)
-    (run_dir / "owner.pid").write_text(str(os.getpid()))
-    config = StackConfig.with_free_ports(run_dir, topology=CLUSTER)
-    stack = LocalStack(config)
-    try:
-        timings = stack.up()
-        print("\ncluster stack up: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+    with _test_stack(CLUSTER) as config:
         yield config
-    finally:
-        stack.down()
-        if os.environ.get("FEED_KEEP_TEST_STACK") != "1":
-            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -125,23 +125,28 @@ def read_timelines(settings: Settings) -> dict[str, list[dict[str, Any]]]:
 
     cluster, session = connect(settings, keyspace=settings.keyspace)
     try:
-        profiles = {(r.user_id, r.version): r.display_name
-                    for r in session.execute("SELECT user_id, version, display_name FROM profiles")}
-        timelines: dict[str, list[tuple]] = {}
-        for r in session.execute("SELECT timeline_id, created_at, tweet_id, author_id, version, text, "
-                                 "profile_version FROM home_timeline"):
-            timelines.setdefault(r.timeline_id, []).append(r)
-        out = {}
-        for uid in sorted(timelines):
-            rows = sorted(timelines[uid], key=lambda r: (r.created_at, r.tweet_id), reverse=True)
-            out[uid] = [
-                {"tweet_id": r.tweet_id, "author_id": r.author_id, "version": r.version, "text": r.text,
-                 "author_display_name": profiles.get((r.author_id, r.profile_version))}
-                for r in rows
-            ]
-        return out
+        return timelines_in(session)
     finally:
         cluster.shutdown()
+
+
+def timelines_in(session: Any) -> dict[str, list[dict[str, Any]]]:
+    """:func:`read_timelines` through a session the caller opened (e.g. one routed to a single node)."""
+    profiles = {(r.user_id, r.version): r.display_name
+                for r in session.execute("SELECT user_id, version, display_name FROM profiles")}
+    timelines: dict[str, list[Any]] = {}
+    for r in session.execute("SELECT timeline_id, created_at, tweet_id, author_id, version, text, "
+                             "profile_version FROM home_timeline"):
+        timelines.setdefault(r.timeline_id, []).append(r)
+    out = {}
+    for uid in sorted(timelines):
+        rows = sorted(timelines[uid], key=lambda r: (r.created_at, r.tweet_id), reverse=True)
+        out[uid] = [
+            {"tweet_id": r.tweet_id, "author_id": r.author_id, "version": r.version, "text": r.text,
+             "author_display_name": profiles.get((r.author_id, r.profile_version))}
+            for r in rows
+        ]
+    return out
 
 
 def read_table(settings: Settings, cql: str) -> list[tuple]:

@@ -22,7 +22,6 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -37,7 +36,7 @@ from feed_service.stack.config import StackConfig
 from feed_service.stack.local_stack import LocalStack
 from feed_service.workload.generator import generate
 
-from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines
+from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines, timelines_in
 
 #: Slices of one history: phase 1 publishes the first at once, then the second the way the failure
 #: phases publish theirs but with nothing failing (the baseline of what a failure costs); each failure
@@ -217,16 +216,6 @@ def _node_timelines(settings: Settings, host: str) -> dict[str, list[dict[str, A
     cluster = Cluster([host], port=settings.cassandra_port, protocol_version=5,
                       execution_profiles={EXEC_PROFILE_DEFAULT: profile})
     try:
-        session = cluster.connect(settings.keyspace)
-        profiles = {(r.user_id, r.version): r.display_name
-                    for r in session.execute("SELECT user_id, version, display_name FROM profiles")}
-        rows: dict[str, list[Any]] = {}
-        for r in session.execute("SELECT timeline_id, created_at, tweet_id, author_id, version, text, "
-                                 "profile_version FROM home_timeline"):
-            rows.setdefault(r.timeline_id, []).append(r)
-        return {uid: [{"tweet_id": r.tweet_id, "author_id": r.author_id, "version": r.version, "text": r.text,
-                       "author_display_name": profiles.get((r.author_id, r.profile_version))}
-                      for r in sorted(entries, key=lambda r: (r.created_at, r.tweet_id), reverse=True)]
-                for uid, entries in rows.items()}
+        return timelines_in(cluster.connect(settings.keyspace))
     finally:
         cluster.shutdown()

@@ -30,6 +30,9 @@ from typing import AbstractSet, Mapping, TypeAlias
 from feed_service.core.events import Profile, TweetContent
 from feed_service.core.retention import NO_WATERMARK
 
+# The values inside the state (Edge, HideEdges, ColdTweet, events.TweetContent) are plain tuples read
+# by position: they are the codec's format (a NamedTuple pickles as a reference to its class, so
+# naming them would change the bytes of every checkpoint), and the engine reads millions of them.
 Edge: TypeAlias = tuple[int, bool]
 """(version, active) of the highest-ranked change of one follow edge."""
 
@@ -158,7 +161,8 @@ class AuthorState:
     @classmethod
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
         """Return the state of a key never seen, its clock starting at ``clock``."""
-        return cls(key, clock, _EMPTY_MAP, (), _EMPTY_MAP, _EMPTY_MAP, _EMPTY_MAP, _EMPTY_MAP)
+        return cls(key=key, clock=clock, followers=_EMPTY_MAP, active=(), tweets=_EMPTY_MAP, cold=_EMPTY_MAP,
+                   deleted=_EMPTY_MAP, profiles=_EMPTY_MAP)
 
     @property
     def edges_loaded(self) -> bool:
@@ -263,7 +267,8 @@ def decode_state(blob: bytes) -> AuthorState:
     fmt = blob[0] if blob else None
     if fmt == _LEGACY_FORMAT:
         key, clock, followers, active, tweets, cold, deleted, profiles = pickle.loads(memoryview(blob)[1:])
-        return _upgraded(AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, False))
+        return _upgraded(AuthorState(key=key, clock=clock, followers=followers, active=active, tweets=tweets,
+                                     cold=cold, deleted=deleted, profiles=profiles, pull=False))
     if fmt not in _PART_FORMATS:
         raise ValueError(f"decode_state: unknown state format {blob[:1]!r}, expected {STATE_FORMAT}")
     core, edges = pickle.loads(memoryview(blob)[1:])
@@ -304,7 +309,8 @@ def encode_edges(state: AuthorState) -> bytes:
 def decode_parts(core_blob: bytes, edges_blob: bytes | None) -> AuthorState:
     """A state from its parts; without ``edges_blob`` its edges are placeholders.
 
-    >>> s = AuthorState("bob", 3, {"ann": (1, True)}, ("ann",), {}, {}, frozenset(), {}, False)
+    >>> s = AuthorState(key="bob", clock=3, followers={"ann": (1, True)}, active=("ann",), tweets={}, cold={},
+    ...                 deleted=frozenset(), profiles={})
     >>> decode_parts(encode_core(s), encode_edges(s)) == s
     True
     >>> t = decode_parts(encode_core(s), None)
@@ -340,6 +346,7 @@ def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
         followers, active, dead_at = edges
     else:
         followers, active, dead_at, hides, hides_dead_at, seen = edges
-    state = AuthorState(key, clock, followers, active, tweets, cold, deleted, profiles, pull, watermark, dead_at,
-                        hides, hides_dead_at, seen)
+    state = AuthorState(key=key, clock=clock, followers=followers, active=active, tweets=tweets, cold=cold,
+                        deleted=deleted, profiles=profiles, pull=pull, watermark=watermark, dead_at=dead_at,
+                        hides=hides, hides_dead_at=hides_dead_at, seen=seen)
     return _upgraded(state) if upgrade else state

@@ -5,17 +5,20 @@ goes stale. A version that is not stored (yet) is remembered as missing for ``mi
 seconds, so a page whose authors' profile versions never arrived costs no Cassandra read on every
 read; a late-arriving version shows up once that entry expires, or at once when the view's change
 topic announces it (:meth:`ProfileCache.forget_missing`).
+
+:class:`EntryHydrator` turns timeline rows into the entry fields of a response, with those names.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from cachetools import TTLCache
+from prometheus_client import Counter
 
-from feed_service.core.rows import ProfileKey, ProfileRow
+from feed_service.core.rows import Entry, ProfileKey, ProfileRow
 from feed_service.store.ports import TimelineStore
 
 #: Bounded so that a flood of distinct authors cannot grow memory without limit.
@@ -131,3 +134,36 @@ async def hydrate_profiles(
                 cache.put(row)
                 found[key] = row
     return found
+
+
+def entry_fields(row: Entry, profile: ProfileRow | None) -> dict[str, Any]:
+    """The fields of one ``TimelineEntry``, for a response's constructor (``entries=[...]``): protobuf
+    builds the entry in place from them, where a ready message would be built, then copied (about
+    twice the cost of a 20-entry page's entries)."""
+    return {
+        "tweet_id": row.tweet_id, "author_id": row.author_id, "created_at_ms": row.created_at,
+        "version": row.version, "text": row.text or "", "profile_version": row.profile_version,
+        "author_display_name": (profile.display_name or "") if profile else "",
+        "author_avatar_url": (profile.avatar_url or "") if profile else "",
+    }
+
+
+class EntryHydrator:
+    """Timeline rows as response entries with their authors' display names, through one server's
+    profile cache; counts the cache's hits and misses in ``lookups`` (``feed_profile_cache_total``)."""
+
+    def __init__(self, cache: ProfileCache, lookups: Counter) -> None:
+        self.cache = cache
+        self._lookups = lookups
+
+    async def entries(self, store: TimelineStore, rows: list[Entry], budget: float) -> list[dict[str, Any]]:
+        """``rows`` as entry fields (:func:`entry_fields`), each with the profile of its version."""
+        cache = self.cache
+        hits, misses = cache.hits, cache.misses
+        profiles = await hydrate_profiles(store, cache, ((r.author_id, r.profile_version) for r in rows),
+                                          timeout=budget)
+        if cache.hits != hits:
+            self._lookups.labels("hit").inc(cache.hits - hits)
+        if cache.misses != misses:
+            self._lookups.labels("miss").inc(cache.misses - misses)
+        return [entry_fields(r, profiles.get((r.author_id, r.profile_version))) for r in rows]

@@ -14,7 +14,7 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.errors import StoreTimeout, StoreUnavailable
 from feed_service.server.hydration import NOT_STORED, ProfileCache, hydrate_profiles
-from feed_service.server.service import _entry
+from feed_service.server.hydration import entry_fields as _entry
 from feed_service.store.cassandra_reader import CassandraReader, _Completions
 from feed_service.store.memory import MemoryStore
 

@@ -1,0 +1,230 @@
+"""WatchHomeTimeline streams (docs/api.md#watch): entries of a home timeline as they arrive.
+
+A stream starts at the timeline's head (or after its resume token) and then either
+
+- is pushed: with the view's change topic live, it subscribes to the :class:`.watch_hub.WatchHub`
+  before reading anything, catches up from Cassandra when resuming or after a gap, and then sends
+  what its subscription receives, reading nothing while nothing changes; or
+- polls: without the topic, it reads entries newer than its position every ``watch_poll_s``.
+
+Every message carries a resume token (:mod:`.page_token`, kind ``KIND_WATCH``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+import grpc
+
+from feed_service.api import timeline_pb2 as pb
+from feed_service.core.rows import Cursor, Entry
+from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
+from feed_service.errors import PageTokenError
+from feed_service.server.calls import CallPlumbing, RpcFailure
+from feed_service.server.hydration import EntryHydrator
+from feed_service.server.metrics import ServerMetrics
+from feed_service.server.page_token import KIND_WATCH, PageCursor, PageTokenCodec
+from feed_service.server.timeline_reads import TimelineReads
+from feed_service.server.watch_hub import RESYNC, Subscription, WatchHub
+from feed_service.store.ports import TimelineStore
+
+#: Entries per WatchHomeTimeline poll; a longer backlog is sent over the following polls.
+WATCH_BATCH = 200
+
+Messages = AsyncIterator[pb.WatchHomeTimelineResponse]
+
+
+class HomeWatch:
+    """The WatchHomeTimeline streams of one server."""
+
+    def __init__(self, *, calls: CallPlumbing, reads: TimelineReads, hydrator: EntryHydrator,
+                 tokens: PageTokenCodec, metrics: ServerMetrics, poll_s: float, inbox_cap: int) -> None:
+        self.calls = calls
+        self.reads = reads
+        self.hydrator = hydrator
+        self.tokens = tokens
+        self.metrics = metrics
+        self.poll_s = poll_s
+        self.inbox_cap = inbox_cap
+        #: set when the server begins to shut down: open streams end cleanly
+        self.stopping = asyncio.Event()
+        #: where pushed streams subscribe, once the change topic is consumed
+        self.hub: WatchHub | None = None
+
+    def stop(self) -> None:
+        """End every open stream (server shutdown)."""
+        self.stopping.set()
+        if self.hub is not None:
+            self.hub.wake_all()
+
+    async def stream(self, store: TimelineStore, user_id: str, resume_token: str,
+                     context: grpc.aio.ServicerContext) -> Messages:
+        """The messages of one stream of ``user_id``'s timeline (already authorized)."""
+        position: Cursor | None = None
+        if resume_token:
+            try:
+                position = self.tokens.decode(resume_token, timeline_id=user_id, kind=KIND_WATCH).position
+            except PageTokenError as exc:
+                raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc).replace("page token", "resume token"))
+        hub = self.hub if self.reads.pushed() else None
+        # subscribe before reading anything: a change published meanwhile waits in the subscription
+        sub = hub.subscribe(user_id) if hub is not None else None
+        self.metrics.watch_streams.inc()
+        try:
+            if not resume_token:  # start at the current head: only entries materialized from now on
+                head = await self.reads.home_page(store, user_id, None, 1, self.calls.budget(context))
+                position = head[0].cursor if head else None
+            if sub is None:
+                async for message in self._polling(store, user_id, position, context):
+                    yield message
+                return
+            async for message in self._pushed(sub, store, user_id, position, bool(resume_token), context):
+                yield message
+        finally:
+            if sub is not None:
+                hub.unsubscribe(sub)
+            self.metrics.watch_streams.dec()
+
+    def _poll_wait(self, context: grpc.aio.ServicerContext) -> float:
+        """Seconds until the next poll: the poll interval, or less if the deadline is nearer."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            return self.poll_s
+        if remaining <= 0:
+            raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+        return min(self.poll_s, remaining)
+
+    async def _polling(self, store: TimelineStore, user_id: str, position: Cursor | None,
+                       context: grpc.aio.ServicerContext) -> Messages:
+        """Without the change topic: read entries newer than ``position`` every ``poll_s``."""
+        calls = self.calls
+        while not self.stopping.is_set():
+            try:
+                await asyncio.wait_for(self.stopping.wait(), self._poll_wait(context))
+                break  # server shutting down: end the stream cleanly (OK)
+            except asyncio.TimeoutError:
+                pass
+            store = calls.store()
+            budget = calls.budget(context)  # every read within the call's deadline
+            rows = await self.reads.home_newer(store, user_id, position, WATCH_BATCH, budget)
+            if rows:
+                position = rows[-1].cursor
+                yield await self._message(store, user_id, position, rows, budget)
+
+    async def _message(self, store: TimelineStore, user_id: str, position: Cursor | None,
+                       new: list[Entry], budget: float, changed: list[Entry] = (),
+                       removed: list[str] = ()) -> pb.WatchHomeTimelineResponse:
+        hydrated = await self.hydrator.entries(store, [*new, *changed], budget) if new or changed else []
+        token = self.tokens.encode(PageCursor(user_id, position, 0, KIND_WATCH)) if position is not None else ""
+        self.metrics.watch_messages.inc()
+        return pb.WatchHomeTimelineResponse(entries=hydrated[:len(new)], changed=hydrated[len(new):],
+                                            removed_tweet_ids=removed, resume_token=token)
+
+    async def _catch_up(self, store: TimelineStore, user_id: str, context: grpc.aio.ServicerContext,
+                        state: "_WatchState") -> Messages:
+        """Entries newer than the stream's position from Cassandra, in WATCH_BATCH chunks (after a
+        resume or a gap)."""
+        while True:
+            budget = self.calls.budget(context)
+            rows = await self.reads.home_newer(self.calls.store(), user_id, state.position, WATCH_BATCH, budget)
+            if not rows:
+                return
+            state.position = rows[-1].cursor
+            for r in rows:
+                state.read[r.tweet_id] = r.version
+            yield await self._message(store, user_id, state.position, rows, budget)
+            if len(rows) < WATCH_BATCH:
+                return
+
+    async def _pushed(self, sub: Subscription, store: TimelineStore, user_id: str, position: Cursor | None,
+                      resumed: bool, context: grpc.aio.ServicerContext) -> Messages:
+        """With the change topic: catch up from Cassandra if resuming, then send what the subscription
+        receives, reading nothing while nothing changes (docs/api.md#watch)."""
+        state = _WatchState(position)
+        self.hub.start(sub, await self.reads.pull_authors(store, user_id, self.calls.budget(context), exact=True))
+        if resumed:
+            async for message in self._catch_up(store, user_id, context, state):
+                yield message
+        while not self.stopping.is_set():
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0:
+                raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+            try:
+                await asyncio.wait_for(sub.ready.wait(), remaining)
+            except asyncio.TimeoutError:
+                continue
+            if self.stopping.is_set():
+                break
+            items = sub.drain()
+            if any(item is RESYNC for item in items):
+                async for message in self._catch_up(store, user_id, context, state):
+                    yield message
+                continue
+            if items:
+                message = await self._changes(user_id, items, state, self.calls.budget(context))
+                if message is not None:
+                    yield message
+
+    async def _changes(self, user_id: str, items: list, state: "_WatchState",
+                       budget: float) -> pb.WatchHomeTimelineResponse | None:
+        """One message of the changes ``items``: new entries above the position, others changed or removed."""
+        upserts: dict[str, Entry] = {}
+        removed: dict[str, None] = {}
+        for change in items:
+            if isinstance(change, PullFollowChange):  # the user starts or stops merging an author in
+                op = "insert" if change.op == "insert" else "delete"
+                page = await self.reads.author_page(self.calls.store(), change.author_id, None, self.inbox_cap, budget)
+                for entry in page:
+                    _note(upserts, removed, op, entry)
+                continue
+            if not state.fresh(change):
+                continue
+            entry = change.entry
+            if change.op != "delete" and state.read.get(entry.tweet_id) == entry.version:
+                continue  # already sent by the catch-up read
+            _note(upserts, removed, change.op, entry)
+        if not upserts and not removed:
+            return None
+        position = state.position
+        new = sorted((e for e in upserts.values() if position is None or e.cursor > position), key=lambda e: e.cursor)
+        changed = [e for e in upserts.values() if not (position is None or e.cursor > position)]
+        if new:
+            state.position = new[-1].cursor
+        return await self._message(self.calls.store(), user_id, state.position, new, budget, changed, list(removed))
+
+
+class _WatchState:
+    """What one pushed watch has sent: its position, the row write timestamps seen (duplicates of an
+    at-least-once topic are dropped) and the versions its catch-up reads sent."""
+
+    __slots__ = ("position", "seen", "read")
+
+    #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first).
+    SEEN_LIMIT = 10_000
+
+    def __init__(self, position: Cursor | None) -> None:
+        self.position = position
+        self.seen: dict[str, int] = {}
+        self.read: dict[str, int] = {}
+
+    def fresh(self, change: TimelineChange | AuthorChange) -> bool:
+        """False for a change at or below a write timestamp already applied to its row (a replay)."""
+        key = change.entry.tweet_id
+        last = self.seen.get(key)
+        if last is not None and change.ts <= last:
+            return False
+        self.seen[key] = change.ts
+        if len(self.seen) > self.SEEN_LIMIT:
+            del self.seen[next(iter(self.seen))]
+        return True
+
+
+def _note(upserts: dict[str, Entry], removed: dict[str, None], op: str, entry: Entry) -> None:
+    """Fold one change of ``entry`` into a message's upserts and removals (the last change wins)."""
+    if op == "delete":
+        upserts.pop(entry.tweet_id, None)
+        removed[entry.tweet_id] = None
+    else:
+        removed.pop(entry.tweet_id, None)
+        upserts[entry.tweet_id] = entry

@@ -5,7 +5,15 @@ Small modules, one job each:
 - :mod:`.config`     ``ServerConfig`` from defaults < config file < environment < CLI flags
 - :mod:`.auth`       bearer tokens: HMAC-SHA256-signed claims (subject, role, expiry), JWT-compatible
 - :mod:`.page_token` opaque, tamper-evident timeline cursors
-- :mod:`.service`    the servicer: validation, authorization, hydration, error mapping
+- :mod:`.service`    the servicer: each RPC's steps, wiring the modules below together
+- :mod:`.calls`      the ``rpc`` decorator every RPC wears: metrics, access log, authentication,
+                     the store and the read budget, errors -> status codes
+- :mod:`.paging`     page sizes, where a page starts, the next page's token
+- :mod:`.timeline_reads` the hybrid fan-out's read: inbox + pull authors merged, via the read cache
+- :mod:`.pull_sources` pull authors' heads and lists, cached per process for a TTL
+- :mod:`.hydration`  display names of entries, through the profile cache
+- :mod:`.watch`      WatchHomeTimeline streams, polled or pushed (:mod:`.watch_hub`, :mod:`.change_feed`)
+- :mod:`.read_cache` the exact cache of timeline heads the change topic keeps
 - :mod:`.app`        ``TimelineServer``: lifecycle, health, reflection, metrics endpoint, shutdown
 - :mod:`.metrics`    Prometheus collectors; :mod:`.logs` structured JSON logging
 

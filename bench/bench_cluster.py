@@ -30,7 +30,7 @@ from feed_service.ops.provision import provision  # noqa: E402
 from feed_service.stack.config import CLUSTER, SINGLE, StackConfig  # noqa: E402
 from feed_service.stack.local_stack import LocalStack  # noqa: E402
 from feed_service.store.cassandra_writer import DEFAULT_BATCH_ROWS  # noqa: E402
-from spark_jobs.stream import DEFAULT_OPERATOR  # noqa: E402
+from spark_jobs.stream.options import DEFAULT_OPERATOR  # noqa: E402
 
 
 def run_topology(topology: str, args: argparse.Namespace, root: Path) -> dict[str, float]:

@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_stream import _graph_pipeline, _tweet, freshness  # noqa: E402 - the sibling benchmark's machinery
 
 from feed_service.settings import Settings  # noqa: E402
-from spark_jobs.stream import DEFAULT_OPERATOR  # noqa: E402
+from spark_jobs.stream.options import DEFAULT_OPERATOR  # noqa: E402
 
-#: The stream's per-batch log line (spark_jobs/stream.py, supervise): time, batch id, input rows, durations.
+#: The stream's per-batch log line (spark_jobs/stream/supervisor.py, supervise): time, batch id, input rows, durations.
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO feed\.stream: batch (\d+): (\d+) input rows, .*triggerExecution=(\d+)ms")
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("feed.state_stats")
 
-#: The query's own checkpoint inside the stream's (``start_stream`` in spark_jobs/stream.py).
+#: The query's own checkpoint inside the stream's (``start_stream`` in spark_jobs/stream/query.py).
 QUERY_SUBDIR = "join"
 #: ``percentile_approx`` accuracy: the rank of a reported percentile is off by at most keys / accuracy
 #: (exact below that many keys); its memory grows with it.

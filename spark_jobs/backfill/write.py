@@ -120,7 +120,7 @@ def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> C
 
         writer = None
         if write:
-            from spark_jobs.cassandra_sink import writer_for
+            from spark_jobs.cassandra_writers import writer_for
 
             writer = writer_for(settings)
         started, count = time.perf_counter(), 0

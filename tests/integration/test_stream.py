@@ -59,7 +59,7 @@ def _dead_letters(pipeline: Settings, expect: int) -> list[tuple[str, str, int, 
 
 
 def _check_metrics(stream: StreamProcess, *, records: int, dead_letters: int, timeout: float = 30) -> None:
-    """The running stream's /metrics page (spark_jobs/stream_metrics.py), once it has caught up: every
+    """The running stream's /metrics page (spark_jobs/stream/metrics.py), once it has caught up: every
     stream series the Grafana dashboard charts is there, the batches' records and writes are counted,
     and the consumer lag has come down to 0 (it is refreshed every few seconds, hence the wait)."""
     wanted = {name for name in dashboard_metric_names() if name.startswith("feed_stream_")}

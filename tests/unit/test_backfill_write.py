@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import cassandra.concurrent
-import spark_jobs.cassandra_sink
+import spark_jobs.cassandra_writers
 from feed_service.core.rows import BlockWrite, Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
 from feed_service.settings import Settings
 from feed_service.store.cassandra_writer import CassandraWriter
@@ -63,7 +63,7 @@ def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
 
     writer = CassandraWriter(FakeSession(), "ks", batch_rows=1)
     monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
-    monkeypatch.setattr(spark_jobs.cassandra_sink, "writer_for", lambda settings: writer)
+    monkeypatch.setattr(spark_jobs.cassandra_writers, "writer_for", lambda settings: writer)
     return calls
 
 

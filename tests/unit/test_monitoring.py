@@ -1,5 +1,5 @@
 """The Grafana dashboard (k8s/monitoring/grafana-dashboard.json) charts only series that exist: every
-metric name its PromQL uses is exported by the stream's registry (spark_jobs/stream_metrics.py) or by
+metric name its PromQL uses is exported by the stream's registry (spark_jobs/stream/metrics.py) or by
 the read server's (feed_service/server/metrics.py), each registry instantiated and given one value
 in every collector so that every series is on the page."""
 
@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from feed_service.server.metrics import ServerMetrics
 from feed_service.store.ports import WriteCounts
-from spark_jobs.cassandra_sink import PartitionReport
-from spark_jobs.stream_metrics import StreamMetrics
+from spark_jobs.stream.sink import PartitionReport
+from spark_jobs.stream.metrics import StreamMetrics
 from tests.dashboard import dashboard_metric_names, expressions, exported_names, load, metric_names
 
 #: Read-server series of the view's change topic and the read cache that the dashboard charts.

@@ -88,7 +88,7 @@ def test_spark_submit_keeps_what_only_its_launch_sets(tmp_path: Path) -> None:
 def test_archive_holds_both_packages_and_the_package_data(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(build_code_archive(tmp_path)).namelist())
     assert {"feed_service/__init__.py", "feed_service/resources.py", "spark_jobs/__init__.py",
-            "spark_jobs/stream.py", "feed_service/stack/maven/spark-kafka.pom.xml"} <= names
+            "spark_jobs/stream/__main__.py", "feed_service/stack/maven/spark-kafka.pom.xml"} <= names
     data = {f"feed_service/_data/{p.relative_to(DATA_DIR).as_posix()}" for p in DATA_DIR.rglob("*") if p.is_file()}
     assert data and data <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or "_pb2" in n]

@@ -13,7 +13,9 @@ import pytest
 
 from feed_service.cli.main import main as feedctl
 from feed_service.errors import CheckpointError
+from feed_service.settings import Settings
 from spark_jobs import reshard, stream
+from spark_jobs.stream.pinned import state_partitions_for
 from spark_jobs.checkpoint import (
     LOCK_NAME, CheckpointLock, inspect_checkpoint, pinned_partitions, recent_progress,
 )
@@ -88,23 +90,21 @@ def test_a_fresh_progress_file_looks_in_use(tmp_path: Path) -> None:
 
 
 def test_a_new_checkpoint_takes_the_setting(tmp_path: Path) -> None:
-    assert stream.state_partitions_for(tmp_path / "ckpt", 8) == 8
+    assert state_partitions_for(tmp_path / "ckpt", 8) == 8
 
 
 def test_an_existing_checkpoint_keeps_its_own_and_says_how_to_change_it(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     checkpoint = _checkpoint(tmp_path, (0, 2, True))
     caplog.set_level(logging.INFO, logger="feed.stream")
-    assert stream.state_partitions_for(checkpoint, 2) == 2
+    assert state_partitions_for(checkpoint, 2) == 2
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert stream.state_partitions_for(checkpoint, 8) == 2
+    assert state_partitions_for(checkpoint, 8) == 2
     warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warning) == 1 and f"feedctl reshard --checkpoint {checkpoint} --partitions 8" in warning[0]
 
 
-def test_the_stream_session_gets_the_pinned_partitions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import feed_service.stack.spark
-
+def test_the_stream_session_gets_the_pinned_partitions(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path, (0, 8, True))
     seen: dict[str, str] = {}
 
@@ -112,10 +112,9 @@ def test_the_stream_session_gets_the_pinned_partitions(monkeypatch: pytest.Monke
         seen.update(extra_conf)
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(feed_service.stack.spark, "build_session", session)
     with pytest.raises(RuntimeError, match="stop here"):
-        stream.run_stream(stream.Settings(), stream.StreamOptions(checkpoint=checkpoint,
-                                                                  settings_changes={"state_partitions": 3}))
+        stream.run_stream(Settings(), stream.StreamOptions(checkpoint=checkpoint, settings_changes={"state_partitions": 3}),
+                          dependencies=stream.StreamDependencies(build_session=session))
     assert seen["spark.sql.shuffle.partitions"] == "8"
     CheckpointLock.acquire(checkpoint, "test").release()  # the refusal released the lock
 

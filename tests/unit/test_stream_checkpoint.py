@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from feed_service.errors import CheckpointError
-from spark_jobs.stream import DEFAULT_OPERATOR, clock_start_for, operator_for
+from spark_jobs.stream.options import DEFAULT_OPERATOR
+from spark_jobs.stream.pinned import clock_start_for, operator_for
 
 
 def test_clock_start_is_fixed_at_creation(tmp_path: Path) -> None:

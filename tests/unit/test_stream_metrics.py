@@ -1,4 +1,4 @@
-"""The stream's Prometheus metrics (spark_jobs/stream_metrics.py) and their wiring in spark_jobs/stream.py,
+"""The stream's Prometheus metrics (spark_jobs/stream/metrics.py) and their wiring in spark_jobs/stream/,
 without Spark: fake progress records, partition reports and queries; values read back from the text
 page the endpoint serves."""
 
@@ -17,13 +17,16 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import spark_jobs.cassandra_sink
+import spark_jobs.stream.sink
 from feed_service.settings import Settings
 from feed_service.store.ports import WriteCounts
 from spark_jobs import stream
-from spark_jobs.cassandra_sink import PartitionReport, merge_reports
-from spark_jobs.restarts import Restarts
-from spark_jobs.stream_metrics import LagRefresher, StreamMetrics
+from spark_jobs.stream.batch import foreach_batch
+from spark_jobs.stream.metrics import LagRefresher, StreamMetrics
+from spark_jobs.stream.metrics_endpoint import serve_metrics
+from spark_jobs.stream.restarts import Restarts
+from spark_jobs.stream.sink import PartitionReport, merge_reports
+from spark_jobs.stream.supervisor import observe
 
 TOPIC = "feed.tweets.v1"
 
@@ -200,7 +203,7 @@ def test_the_refresher_thread_runs_and_stops() -> None:
     assert value(m, "feed_stream_consumer_lag", topic=TOPIC, partition="0") == 2
 
 
-# --- the wiring in spark_jobs/stream.py ----------------------------------------------------------
+# --- the wiring in spark_jobs/stream/ -------------------------------------------------------------
 
 
 class FakeRDD:
@@ -232,9 +235,9 @@ def test_the_foreach_batch_function_trims_with_the_upserts_and_keeps_the_report(
         rows = list(rows)
         return PartitionReport({r: 1 for r in rows}, WriteCounts(timeline_upserts=len(rows)), {"bad_json": 1}, 2)
 
-    monkeypatch.setattr(spark_jobs.cassandra_sink, "write_partition", write_partition)
+    monkeypatch.setattr(spark_jobs.stream.sink, "write_partition", write_partition)
     trimming, times = FakeTrimming(), stream.BatchTimes()
-    write = stream._write_batch(Settings(), None, trimming, None, times)  # type: ignore[arg-type]
+    write = foreach_batch(Settings(), None, trimming, None, times)  # type: ignore[arg-type]
     batch = type("Batch", (), {"rdd": FakeRDD([["ann", "bob"], ["ann"]])})()
     write(batch, 4)
     assert trimming.upserts == [{"ann": 2, "bob": 1}]
@@ -276,7 +279,7 @@ def test_a_broken_query_does_not_stop_the_supervisor(caplog: pytest.LogCaptureFi
 
     running = stream.RunningStream(Broken(), None)
     caplog.set_level(logging.WARNING, logger="feed.stream")
-    stream.observe(StreamMetrics(), running)
+    observe(StreamMetrics(), running)
     assert any("metrics not updated" in r.getMessage() for r in caplog.records)
 
 
@@ -319,17 +322,17 @@ def _free_port() -> int:
 
 def test_the_endpoint_serves_the_registry_and_a_taken_port_is_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings()
-    metrics, stop = stream.serve_metrics(settings, stream.StreamOptions(metrics_port=0))
+    metrics, stop = serve_metrics(settings, stream.StreamOptions(metrics_port=0))
     stop()  # port 0: nothing served, nothing to stop
     port = _free_port()
-    metrics, stop = stream.serve_metrics(settings, stream.StreamOptions(metrics_port=port, metrics_host="127.0.0.1"))
+    metrics, stop = serve_metrics(settings, stream.StreamOptions(metrics_port=port, metrics_host="127.0.0.1"))
     try:
         metrics.restarted()
         with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             page = response.read().decode()
         assert "feed_stream_restarts_total 1.0" in page
         caplog.set_level(logging.ERROR, logger="feed.stream")
-        taken, stop_taken = stream.serve_metrics(settings, stream.StreamOptions(metrics_port=port,
+        taken, stop_taken = serve_metrics(settings, stream.StreamOptions(metrics_port=port,
                                                                                 metrics_host="127.0.0.1"))
         stop_taken()
         assert isinstance(taken, StreamMetrics)

@@ -459,7 +459,7 @@ def test_a_mute_hides_the_muted_authors_tweets_from_the_muter_only() -> None:
 def test_block_rows_are_written_to_the_blocks_table(monkeypatch: pytest.MonkeyPatch) -> None:
     import cassandra.concurrent
 
-    import spark_jobs.cassandra_sink as sink
+    import spark_jobs.stream.sink as sink
     from feed_service.settings import Settings
     from feed_service.store.cassandra_writer import CassandraWriter
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.restarts import MAX_ERROR_CHARS, Restarts
+from spark_jobs.stream.restarts import MAX_ERROR_CHARS, Restarts
 
 
 def test_failures_in_a_row_decide_and_a_batch_resets_them() -> None:

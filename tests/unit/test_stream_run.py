@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-import feed_service.stack.spark
 from feed_service.settings import Settings
 from spark_jobs import stream
 from spark_jobs.bootstrap import build_manifest, write_manifest
+from spark_jobs.stream.options import trigger_of
+from spark_jobs.stream.pinned import operator_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,12 +49,13 @@ class FakeQuery:
 
 
 class Driver:
-    """Fakes for :func:`spark_jobs.stream.run`: the session, the queries it starts, the signals.
+    """Fakes for :func:`spark_jobs.stream.run`: the session, the queries it starts, the signals, given to
+    it as :meth:`dependencies`.
 
     ``stop_after`` progress records, the SIGTERM handler the job installed is called, as an operator would.
     """
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, queries: list[FakeQuery], *, stop_after: int = 2) -> None:
+    def __init__(self, queries: list[FakeQuery], *, stop_after: int = 2) -> None:
         self.queries = list(queries)
         self.started = 0
         self.records = 0
@@ -74,40 +76,47 @@ class Driver:
                     driver.handlers[signal.SIGTERM](signal.SIGTERM, None)
                 return 7
 
-        monkeypatch.setattr(signal, "signal", lambda sig, handler: self.handlers.__setitem__(sig, handler))
-        monkeypatch.setattr(feed_service.stack.spark, "build_session", lambda *a, **k: Session())
-        monkeypatch.setattr(stream, "start_stream", lambda *a, **k: self._start(Rows()))
-        monkeypatch.setattr(stream, "RESTART_BACKOFF_SECONDS", 0.0)
-        monkeypatch.setattr(stream, "STATUS_INTERVAL_SECONDS", 0.01, raising=False)
+        self._session, self._rows = Session, Rows
+
+    def dependencies(self, **changes: Any) -> stream.StreamDependencies:
+        """The fakes, as the run takes them; ``changes`` replace some (another ``start``, fewer restarts)."""
+        fakes: dict[str, Any] = {
+            "build_session": lambda *a, **k: self._session(),
+            "start": lambda *a, **k: self._start(self._rows()),
+            "install_signal": lambda sig, handler: self.handlers.__setitem__(sig, handler),
+            "restart_backoff_seconds": 0.0,
+            "status_interval": 0.01,
+        }
+        return stream.StreamDependencies(**{**fakes, **changes})
 
     def _start(self, rows: Any) -> stream.RunningStream:
         self.started += 1
         return stream.RunningStream(self.queries.pop(0), rows)
 
 
-def _run(tmp_path: Path) -> tuple[int, Path]:
+def _run(tmp_path: Path, dependencies: stream.StreamDependencies) -> tuple[int, Path]:
     status = tmp_path / "progress.json"
-    code = stream.run(Settings(), stream.StreamOptions(checkpoint=tmp_path / "ckpt"), status_file=status)
+    code = stream.run(Settings(), stream.StreamOptions(checkpoint=tmp_path / "ckpt"), status_file=status,
+                      dependencies=dependencies)
     return code, status
 
 
-def test_a_clean_stop_logs_without_a_logging_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_a_clean_stop_logs_without_a_logging_error(tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     # pytest's log handler raises when a record cannot be formatted (logging itself would print a
     # traceback to stderr and carry on), so a bad format string fails this test.
-    driver = Driver(monkeypatch, [FakeQuery()])
+    driver = Driver([FakeQuery()])
     caplog.set_level(logging.INFO, logger="feed.stream")
-    code, status = _run(tmp_path)
+    code, status = _run(tmp_path, driver.dependencies())
     assert code == 0 and driver.sessions_stopped == 1
     assert any(r.getMessage().startswith("stream stopped") for r in caplog.records)
     assert json.loads(status.read_text())["timeline-join"]["batch_id"] == 0
 
 
-def test_progress_counts_every_restart_and_names_the_last_error(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
-    driver = Driver(monkeypatch, [FakeQuery("boom 1"), FakeQuery("boom 2"), FakeQuery()])
+def test_progress_counts_every_restart_and_names_the_last_error(tmp_path: Path) -> None:
+    driver = Driver([FakeQuery("boom 1"), FakeQuery("boom 2"), FakeQuery()])
     before = time.time()
-    code, status = _run(tmp_path)
+    code, status = _run(tmp_path, driver.dependencies())
     assert code == 0 and driver.started == 3
     record = json.loads(status.read_text())
     # A completed batch ends the failures in a row, not the count of restarts.
@@ -118,12 +127,11 @@ def test_progress_counts_every_restart_and_names_the_last_error(monkeypatch: pyt
     assert record["consecutive_failures"] == 0
 
 
-def test_gives_up_after_too_many_failures_in_a_row(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_gives_up_after_too_many_failures_in_a_row(tmp_path: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(stream, "MAX_CONSECUTIVE_RESTARTS", 2)
-    driver = Driver(monkeypatch, [FakeQuery(f"boom {i}") for i in range(1, 4)])
+    driver = Driver([FakeQuery(f"boom {i}") for i in range(1, 4)])
     caplog.set_level(logging.INFO, logger="feed.stream")
-    code, _ = _run(tmp_path)
+    code, _ = _run(tmp_path, driver.dependencies(max_consecutive_restarts=2))
     assert code == 1 and driver.started == 3 and driver.sessions_stopped == 1
     assert any("gave up" in r.getMessage() and "boom 3" in r.getMessage() for r in caplog.records)
 
@@ -143,14 +151,14 @@ def test_until_caught_up_is_parsed_and_picks_available_now(tmp_path: Path) -> No
     parser = argparse.ArgumentParser()
     stream.add_arguments(parser)
     default = stream.options_from_args(parser.parse_args(["--checkpoint", str(tmp_path)]))
-    assert not default.until_caught_up and stream.trigger_of(default) == {"processingTime": "0.0 seconds"}
+    assert not default.until_caught_up and trigger_of(default) == {"processingTime": "0.0 seconds"}
     options = stream.options_from_args(parser.parse_args(["--checkpoint", str(tmp_path), "--until-caught-up"]))
-    assert options.until_caught_up and stream.trigger_of(options) == {"availableNow": True}
+    assert options.until_caught_up and trigger_of(options) == {"availableNow": True}
 
 
-def test_a_query_that_caught_up_ends_the_run_with_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_a_query_that_caught_up_ends_the_run_with_0(tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    driver = Driver(monkeypatch, [CaughtUp()])
+    driver = Driver([CaughtUp()])
     seen: list[stream.StreamOptions] = []
 
     def start(_spark: object, _settings: object, options: stream.StreamOptions, **_: object) -> stream.RunningStream:
@@ -159,10 +167,9 @@ def test_a_query_that_caught_up_ends_the_run_with_0(monkeypatch: pytest.MonkeyPa
         rows = argparse.Namespace(value=7)  # the accumulator of timeline rows written
         return stream.RunningStream(driver.queries.pop(0), rows, until_caught_up=options.until_caught_up)
 
-    monkeypatch.setattr(stream, "start_stream", start)
     caplog.set_level(logging.INFO, logger="feed.stream")
     code = stream.run(Settings(), stream.StreamOptions(checkpoint=tmp_path / "ckpt", until_caught_up=True),
-                      status_file=tmp_path / "progress.json")
+                      status_file=tmp_path / "progress.json", dependencies=driver.dependencies(start=start))
     assert code == 0 and driver.started == 1 and driver.sessions_stopped == 1 and seen[0].until_caught_up
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("caught up and ended (last batch 0)" in r.getMessage() for r in caplog.records)
@@ -171,11 +178,10 @@ def test_a_query_that_caught_up_ends_the_run_with_0(monkeypatch: pytest.MonkeyPa
     assert record["restarts"] == 0
 
 
-def test_a_query_that_ends_without_until_caught_up_is_restarted(monkeypatch: pytest.MonkeyPatch,
-                                                                 tmp_path: Path) -> None:
+def test_a_query_that_ends_without_until_caught_up_is_restarted(tmp_path: Path) -> None:
     # Only the availableNow trigger ends a query by itself: any other end is a failure to recover from.
-    driver = Driver(monkeypatch, [CaughtUp(), FakeQuery()])
-    code, status = _run(tmp_path)
+    driver = Driver([CaughtUp(), FakeQuery()])
+    code, status = _run(tmp_path, driver.dependencies())
     assert code == 0 and driver.started == 2
     assert json.loads(status.read_text())["restarts"] == 1
 
@@ -243,6 +249,6 @@ def test_bootstrap_from_a_folder_without_backfill_is_refused(tmp_path: Path, cap
 
 @pytest.mark.usefixtures("no_spark")
 def test_another_operator_for_a_checkpoint_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    stream.operator_for(tmp_path / "ckpt", "applyInPandasWithState")
+    operator_for(tmp_path / "ckpt", "applyInPandasWithState")
     assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--operator", "transformWithState"]) == 2
     assert "created with --operator applyInPandasWithState" in capsys.readouterr().err

@@ -294,7 +294,7 @@ class FakeTrimmer:
 def test_stream_trimming_trims_due_timelines_and_counts() -> None:
     from feed_service.errors import StoreUnavailable
     from feed_service.settings import Settings
-    from spark_jobs.trimming import StreamTrimming
+    from spark_jobs.stream.trimming import StreamTrimming
 
     store = {"a": 30, "b": 3}
     fake = FakeTrimmer(store, inbox_cap=20, trim_slack=5)
@@ -324,7 +324,7 @@ def test_stream_trimming_trims_due_timelines_and_counts() -> None:
 
 
 def test_write_partition_reports_upserts_per_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
-    import spark_jobs.cassandra_sink as sink
+    import spark_jobs.stream.sink as sink
     from feed_service.settings import Settings
     from feed_service.store.ports import WriteCounts
     from spark_jobs.output_rows import OUTPUT_COLUMNS, result_rows

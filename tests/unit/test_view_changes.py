@@ -392,7 +392,7 @@ class FakeWriter:
 
 
 def test_write_partition_publishes_each_chunk_after_its_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    import spark_jobs.cassandra_sink as sink
+    import spark_jobs.stream.sink as sink
 
     log: list[Any] = []
     published: list[ViewChange] = []
@@ -432,7 +432,7 @@ def test_write_partition_publishes_each_chunk_after_its_write(monkeypatch: pytes
 
 
 def test_merge_reports_sums_every_field() -> None:
-    from spark_jobs.cassandra_sink import PartitionReport, merge_reports
+    from spark_jobs.stream.sink import PartitionReport, merge_reports
 
     merged = merge_reports([PartitionReport({"a": 1}, WriteCounts(1, 0, 1), {"x": 1}, 3),
                             PartitionReport({"a": 2, "b": 1}, WriteCounts(2, 1), {"x": 2, "y": 1}, 4)])

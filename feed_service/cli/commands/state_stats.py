@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from spark_jobs.stream import DEFAULT_CHECKPOINT
+    from spark_jobs.stream.options import DEFAULT_CHECKPOINT
 
     parser = sub.add_parser("state-stats", help="state size per key and rows per timeline",
                             description=__doc__.splitlines()[0])

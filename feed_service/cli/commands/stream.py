@@ -6,7 +6,7 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from spark_jobs.stream import add_arguments
+    from spark_jobs.stream.cli import add_arguments
 
     parser = sub.add_parser("stream", help="run the streaming join until SIGTERM/SIGINT")
     add_arguments(parser)
@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from feed_service.settings import Settings
-    from spark_jobs.stream import options_from_args, run as run_stream
+    from spark_jobs.stream.cli import options_from_args
+    from spark_jobs.stream.runner import run as run_stream
 
     return run_stream(Settings.from_env(), options_from_args(args), status_file=args.status_file)

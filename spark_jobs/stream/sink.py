@@ -10,7 +10,7 @@ from one join key, and a key's rows of one batch are in one partition, in the or
 emitted them, so the messages of one row are published in the order its writes were made. With
 ``Settings.view_changes`` off (``FEED_VIEW_CHANGES=0``) nothing is published.
 
-Each Python worker keeps one driver session per settings (workers are reused across tasks), so a
+Each Python worker keeps one driver session per settings (spark_jobs/cassandra_writers.py), so a
 micro-batch pays for statements, not for connections. Rows are written in chunks through
 :class:`feed_service.store.cassandra_writer.CassandraWriter` (prepared statements, bounded concurrency,
 logical-clock timestamps: see docs/idempotent-writes.md). A failed write raises, which fails the
@@ -19,7 +19,6 @@ micro-batch; Spark then retries it from the checkpoint and, writes being idempot
 
 from __future__ import annotations
 
-import atexit
 import json
 import time
 from dataclasses import dataclass, field
@@ -28,15 +27,13 @@ from typing import Any, Iterable, Iterator
 from feed_service.settings import Settings
 from feed_service.kafka.dead_letters import publish_dead_letters
 from feed_service.kafka.view_change_publisher import publish_view_changes
-from feed_service.store.cassandra_writer import CassandraWriter
 from feed_service.store.ports import WriteCounts
-from spark_jobs.trimming import merge_counts
+from spark_jobs.cassandra_writers import writer_for
+from spark_jobs.stream.trimming import merge_counts
 from spark_jobs.output_rows import view_changes_of, writes_of
 
 #: Compact rows per write call: bounds executor memory, keeps enough requests in flight.
 CHUNK_ROWS = 2000
-
-_writers: dict[tuple, CassandraWriter] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +80,6 @@ def reason_code(dl_value: str | None) -> str:
     return code if isinstance(code, str) and code else "unknown"
 
 
-def writer_for(settings: Settings) -> CassandraWriter:
-    """The worker process's writer for ``settings`` (connected once, closed at exit)."""
-    cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace)
-    writer = _writers.get(cache_key)
-    if writer is None:
-        from feed_service.store.session import connect
-
-        cluster, session = connect(settings)
-        atexit.register(cluster.shutdown)
-        writer = _writers[cache_key] = CassandraWriter(session, settings.keyspace)
-    return writer
-
-
 def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
     chunk: list[Any] = []
     for row in rows:
@@ -114,7 +98,7 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     spent writing and publishing to ``write_seconds`` (accumulators).
 
     Returns the partition's :class:`PartitionReport`; its ``upserts`` (home-timeline rows inserted
-    or updated per timeline) go to the driver's trim tracker (spark_jobs/trimming.py, docs/trimming.md).
+    or updated per timeline) go to the driver's trim tracker (spark_jobs/stream/trimming.py, docs/trimming.md).
     A failed write or an unacknowledged message raises: the micro-batch fails and is run again.
     """
     writer = writer_for(settings)

@@ -20,7 +20,7 @@ feed_service/server/metrics.py).
                                                          for a key with an edges part)
 ``feed_stream_state_bytes``                   gauge      the state store's files on local disk
                                                          (``rocksdbSstFileSize`` of the last batch)
-``feed_stream_restarts_total``                counter    query restarts by the supervisor (spark_jobs/restarts.py)
+``feed_stream_restarts_total``                counter    query restarts by the supervisor (spark_jobs/stream/restarts.py)
 ============================================  =========  ===================================================
 
 Where the figures come from, and when they count:
@@ -31,7 +31,7 @@ Where the figures come from, and when they count:
   reports while no data arrives is skipped. A batch that failed reports no progress; its replay
   counts once.
 - **Sink figures** (rows written, dead letters, view changes, trimmed rows) are what the executors'
-  ``write_partition`` returned (spark_jobs/cassandra_sink.py ``PartitionReport``), summed over the
+  ``write_partition`` returned (spark_jobs/stream/sink.py ``PartitionReport``), summed over the
   batch's partitions and counted once per *completed* ``foreachBatch`` call. A batch that fails after
   some writes, or whose trim fails, counts nothing; when it is replayed it counts again in full, so
   after a restart these counters can exceed the rows that exist (the writes are idempotent,
@@ -59,7 +59,7 @@ from spark_jobs.state_stats import live_state
 
 if TYPE_CHECKING:
     from feed_service.kafka.offsets import Offsets
-    from spark_jobs.cassandra_sink import PartitionReport
+    from spark_jobs.stream.sink import PartitionReport
 
 log = logging.getLogger("feed.stream")
 

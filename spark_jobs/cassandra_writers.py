@@ -1,0 +1,28 @@
+"""One :class:`~feed_service.store.cassandra_writer.CassandraWriter` per Spark Python worker and settings.
+
+Workers are reused across tasks, so a micro-batch (the stream's sink, spark_jobs/stream/sink.py) or a
+backfill partition (spark_jobs/backfill/write.py) pays for statements, not for connections; the
+driver session is shut down when the worker exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+from feed_service.settings import Settings
+from feed_service.store.cassandra_writer import CassandraWriter
+
+_writers: dict[tuple, CassandraWriter] = {}
+
+
+def writer_for(settings: Settings) -> CassandraWriter:
+    """The worker process's writer for ``settings`` (connected once, closed at exit)."""
+    cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace)
+    writer = _writers.get(cache_key)
+    if writer is None:
+        from feed_service.store.session import connect
+
+        cluster, session = connect(settings)
+        atexit.register(cluster.shutdown)
+        writer = _writers[cache_key] = CassandraWriter(session, settings.keyspace)
+    return writer

@@ -1,0 +1,80 @@
+"""The ``foreachBatch`` function of the stream's query (driver side) and where a batch's time went.
+
+The executors write the batch (spark_jobs/stream/sink.py) and each partition hands back a report;
+the driver merges them, trims the timelines that may be over the bound before the batch ends
+(docs/trimming.md) and keeps the merged report for the metrics until the supervisor takes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from feed_service.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_jobs.stream.sink import PartitionReport
+    from spark_jobs.stream.trimming import StreamTrimming
+
+#: Completed batches' sink reports kept for the metrics until the supervisor takes them (about once a
+#: second); beyond this many the oldest are dropped.
+MAX_PENDING_REPORTS = 1000
+
+
+@dataclass
+class BatchTimes:
+    """Where the last micro-batch's sink time went (ms), for the progress record and the log: the
+    Spark job that reads, joins and writes (``job``), the Cassandra and dead-letter writes inside it
+    summed over partitions (``writes``, so up to the partitions' count times the job's wall time),
+    and the driver's trim pass after it (``trim``)."""
+
+    batch_id: int = -1
+    job: float = 0.0
+    writes: float = 0.0
+    trim: float = 0.0
+    completed: "deque[tuple[PartitionReport, int]]" = field(default_factory=lambda: deque(maxlen=MAX_PENDING_REPORTS))
+    """What each completed batch wrote (its partitions' reports merged) and the rows its trim pass
+    deleted, until the supervisor hands them to the metrics (:meth:`take_completed`)."""
+
+    def record(self) -> dict[str, Any]:
+        return {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
+                "trim_ms": round(self.trim)}
+
+    def take_completed(self) -> "list[tuple[PartitionReport, int]]":
+        """The completed batches' reports not taken yet, oldest first (the foreachBatch thread appends)."""
+        out = []
+        while True:
+            try:
+                out.append(self.completed.popleft())
+            except IndexError:
+                return out
+
+
+def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
+                  write_seconds: Any = None, times: BatchTimes | None = None) -> Any:
+    """The foreachBatch function: the executors write the rows and each partition hands back its
+    :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
+    written, dead letters, view changes); the driver then trims the timelines that may be over the
+    bound, before the batch ends (docs/trimming.md). ``times`` gets the batch's timings and, once the
+    call completes, its merged report for the metrics (a failed call adds nothing; its replay does)."""
+    from spark_jobs.stream.sink import merge_reports, write_partition
+
+    def write(batch_df: "DataFrame", batch_id: int) -> None:
+        started = time.perf_counter()
+        written_before = write_seconds.value if write_seconds is not None else 0.0
+        report = merge_reports(batch_df.rdd.mapPartitions(
+            lambda rows: [write_partition(settings, rows, counter, write_seconds)]).collect())
+        joined = time.perf_counter()
+        trimmed_before = trimming.trimmed_rows if trimming is not None else 0
+        if trimming is not None:
+            trimming.after_batch(report.upserts)
+        if times is not None:
+            times.batch_id, times.job, times.trim = batch_id, (joined - started) * 1000, (time.perf_counter() - joined) * 1000
+            times.writes = ((write_seconds.value - written_before) * 1000) if write_seconds is not None else 0.0
+            times.completed.append((report, (trimming.trimmed_rows if trimming is not None else 0) - trimmed_before))
+
+    return write

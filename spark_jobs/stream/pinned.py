@@ -1,0 +1,71 @@
+"""What a stream's checkpoint fixes at its creation and keeps for good: the clock start of its write
+timestamps, its stateful operator, its number of state partitions (docs/streaming.md)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from feed_service.errors import CheckpointError
+from spark_jobs.checkpoint import inspect_checkpoint
+from spark_jobs.stream.options import DEFAULT_OPERATOR
+from spark_jobs.timeline_join import Operator
+
+log = logging.getLogger("feed.stream")
+
+
+def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
+    """The checkpoint's first write timestamp, fixed on first use: ``initial`` (a backfill's clock)
+    or now in µs since epoch. Restarts read it back, so replayed batches reuse their timestamps."""
+    path = checkpoint / "clock_start"
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        value = initial if initial is not None else time.time_ns() // 1000
+        tmp = checkpoint / ".clock_start.tmp"
+        tmp.write_text(str(value))
+        tmp.replace(path)
+        return value
+
+
+def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
+    """The checkpoint's stateful operator, fixed at creation (their state layouts differ);
+    :class:`CheckpointError` if ``requested`` is another one."""
+    path = checkpoint / "operator"
+    try:
+        recorded = path.read_text().strip()
+    except FileNotFoundError:
+        chosen = requested or DEFAULT_OPERATOR
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        path.write_text(chosen)
+        return chosen
+    if requested is not None and requested != recorded:
+        raise CheckpointError(f"checkpoint {checkpoint} was created with --operator {recorded}; "
+                              f"it cannot continue with {requested} (use a new checkpoint)")
+    return recorded  # type: ignore[return-value]
+
+
+def state_partitions_for(checkpoint: Path, requested: int) -> int:
+    """The state partitions the query runs with: ``requested`` for a new checkpoint, else the number
+    the checkpoint pinned (Spark takes it from the offset log whatever the session says).
+
+    A difference is logged as a warning naming ``feedctl reshard``, the one way to change it; an
+    offset log this cannot read is left to Spark (docs/streaming.md, "State partitions").
+    """
+    try:
+        info = inspect_checkpoint(checkpoint)
+    except CheckpointError as exc:
+        log.warning("cannot read the pinned state partitions (%s); Spark uses the checkpoint's own", exc)
+        return requested
+    if info.is_new or info.state_partitions is None:
+        log.info("new checkpoint %s: %d state partitions, pinned from its first batch on", checkpoint, requested)
+        return requested
+    pinned = info.state_partitions
+    log.info("checkpoint %s has %d state partitions (pinned in its offset log)", checkpoint, pinned)
+    if pinned != requested:
+        log.warning("state partitions: %d asked (--state-partitions or FEED_STATE_PARTITIONS) but checkpoint %s"
+                    " keeps its %d; to change them stop the stream and run `feedctl reshard --checkpoint %s"
+                    " --partitions %d`", requested, checkpoint, pinned, checkpoint, requested)
+    return pinned

@@ -1,0 +1,107 @@
+"""The stream's query: read the changelog topics, parse and route them, join them in the stateful
+operator, and write each micro-batch with :func:`~spark_jobs.stream.batch.foreach_batch`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from feed_service.kafka.offsets import SOURCE_ROLES
+from feed_service.settings import Settings
+from spark_jobs.envelope import parse_changes, routed_changes
+from spark_jobs.stream.batch import BatchTimes, foreach_batch
+from spark_jobs.stream.options import StreamOptions, trigger_of
+from spark_jobs.stream.pinned import clock_start_for, operator_for
+from spark_jobs.stream.trimming import StreamTrimming
+from spark_jobs.timeline_join import JoinConfig, join_timelines
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("feed.stream")
+
+KAFKA_API_TIMEOUT_MS = 15_000
+KAFKA_REQUEST_TIMEOUT_MS = 10_000
+
+
+def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOptions) -> "DataFrame":
+    topics = ",".join(settings.topic(role) for role in SOURCE_ROLES)
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", topics)
+        .option("startingOffsets", options.starting_offsets)
+        .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
+        # Compacted topics have offset gaps by design; they are not data loss.
+        .option("failOnDataLoss", "false")
+        # An offset lookup stuck on a broker that died waits out the client's API timeout (60 s by
+        # default) before Spark retries it with fresh metadata: fail over in seconds (docs/cluster.md).
+        .option("kafka.default.api.timeout.ms", str(KAFKA_API_TIMEOUT_MS))
+        .option("kafka.request.timeout.ms", str(KAFKA_REQUEST_TIMEOUT_MS))
+        .load()
+    )
+
+
+@dataclass
+class RunningStream:
+    """The query's handle, plus the accumulator of timeline rows written and the trimming of home
+    timelines (its counters: ``trimming.record()``)."""
+
+    join: "StreamingQuery"
+    timeline_rows: Any
+    trimming: "StreamTrimming | None" = None
+    until_caught_up: bool = False
+    """The query ends by itself once caught up (availableNow): its end without an error is the goal."""
+    times: BatchTimes = field(default_factory=BatchTimes)
+    """Where the last batch's sink time went."""
+
+    def stop(self) -> None:
+        try:
+            self.join.stop()
+        except Exception:  # noqa: BLE001 - stopping a failed query is best effort
+            log.exception("stopping %s", self.join.name)
+        if self.trimming is not None:
+            try:
+                self.trimming.close()
+            except Exception:  # noqa: BLE001 - closing the trimmer's session is best effort
+                log.exception("closing the trimmer")
+
+
+def start_stream(
+    spark: "SparkSession",
+    settings: Settings,
+    options: StreamOptions,
+    *,
+    initial_state: "DataFrame | None" = None,
+    clock_start: int | None = None,
+) -> RunningStream:
+    """Start the query; returns at once (it runs in the background of this SparkSession).
+
+    ``initial_state`` (``key``, ``state``) and ``clock_start`` bootstrap a new checkpoint from a
+    backfill; ``options.starting_offsets`` then holds the backfill's snapshot offsets.
+    """
+    parsed = parse_changes(read_changelogs(spark, settings, options))
+    config = JoinConfig(inbox_cap=settings.inbox_cap, pull_threshold=settings.pull_threshold,
+                        clock_start=clock_start_for(options.checkpoint, clock_start),
+                        horizon_ms=settings.retention.horizon_ms)
+    outputs = join_timelines(
+        routed_changes(parsed),
+        config=config,
+        operator=operator_for(options.checkpoint, options.operator),
+        initial_state=initial_state,
+    )
+    counter = spark.sparkContext.accumulator(0)
+    write_seconds = spark.sparkContext.accumulator(0.0)
+    times = BatchTimes()
+    trimming = StreamTrimming(settings)  # per start: a restarted query trims what it writes first
+    join_query = (
+        outputs.writeStream.queryName("timeline-join")
+        .outputMode("append")
+        .option("checkpointLocation", str(options.checkpoint / "join"))
+        .trigger(**trigger_of(options))
+        .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times))
+        .start()
+    )
+    return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times)

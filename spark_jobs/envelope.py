@@ -21,9 +21,11 @@ per key (docs/streaming.md, "Blocks and mutes").
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
 from typing import TYPE_CHECKING
 
-from feed_service.core.events import HIDE_EDGE_SHAPES
+from feed_service.core.event_kinds import ENVELOPE_COLUMNS, TYPES, EventKind, type_join_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -31,46 +33,9 @@ if TYPE_CHECKING:
 INT_TYPE = "BIGINT"
 STRING_TYPE = "STRING"
 
-#: Typed event columns handed to the stateful operator (null where a type has no such field).
-EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("type", "string"),
-    ("op", "string"),
-    ("tweet_id", "string"),
-    ("author_id", "string"),
-    ("version", "bigint"),
-    ("created_at", "bigint"),
-    ("text", "string"),
-    ("profile_version", "bigint"),
-    ("follower_id", "string"),
-    ("followee_id", "string"),
-    ("user_id", "string"),
-    ("display_name", "string"),
-    ("avatar_url", "string"),
-    ("bio", "string"),
-    ("blocker_id", "string"),
-    ("blocked_id", "string"),
-    ("muter_id", "string"),
-    ("muted_id", "string"),
-)
-
-#: Fields each (type, op) requires, with their kind: id (non-empty string), text, natural (int >= 0).
-REQUIRED_FIELDS: dict[tuple[str, str | None], tuple[tuple[str, str], ...]] = {
-    ("tweet", "upsert"): (("tweet_id", "id"), ("author_id", "id"), ("version", "natural"),
-                          ("created_at", "natural"), ("text", "text"), ("profile_version", "natural")),
-    ("tweet", "delete"): (("tweet_id", "id"), ("author_id", "id"), ("version", "natural")),
-    ("follow", None): (("follower_id", "id"), ("followee_id", "id"), ("version", "natural")),
-    ("profile", None): (("user_id", "id"), ("version", "natural"), ("display_name", "text")),
-    **{(kind, None): ((shape.subject, "id"), (shape.target, "id"), ("version", "natural"))
-       for kind, shape in HIDE_EDGE_SHAPES.items()},
-}
-OPTIONAL_TEXT_FIELDS = ("avatar_url", "bio")
-
-#: Edge types checked like a follow (op, subject id, object id, version, then the self-edge rule), as
-#: ``parse_event`` does: type -> (ops, subject, object, self-edge code), from the engine's own shapes.
-EDGE_TYPES: dict[str, tuple[tuple[str, str], str, str, str]] = {
-    kind: ((shape.hide_op, shape.undo_op), shape.subject, shape.target, shape.self_code)
-    for kind, shape in HIDE_EDGE_SHAPES.items()
-}
+#: Typed event columns handed to the stateful operator (null where a type has no such field): every
+#: field of the registry of event kinds, once, in its order.
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = ENVELOPE_COLUMNS
 
 
 def _kind(field: str) -> "Column":
@@ -95,6 +60,9 @@ def _field_fault(field: str, kind: str) -> "Column":
     wrong = fault("wrong_type", F.concat(F.lit(f"field '{field}' must be "
                                                f"{'an integer' if kind == 'natural' else 'a string'}, got "),
                                          F.lower(t)))
+    if kind == "optional_text":
+        return F.when(~t.isin("VOID", STRING_TYPE),
+                      fault("wrong_type", F.concat(F.lit(f"field '{field}' must be a string or null, got "), F.lower(t))))
     rule = F.when(t.isNull(), fault("missing_field", F.lit(f"missing field '{field}'")))
     if kind == "natural":
         value = F.expr(f"try_variant_get(v, '$.{field}', 'bigint')")
@@ -136,33 +104,19 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     type_s, op_s = _string("type"), _string("op")
     is_type = lambda name: (type_kind == STRING_TYPE) & (type_s == name)  # noqa: E731
     is_op = lambda name: (op_kind == STRING_TYPE) & (op_s == name)  # noqa: E731
-
-    def checks(type_name: str, op: str | None) -> "Column":
-        rules = [_field_fault(f, k) for f, k in REQUIRED_FIELDS[(type_name, op)]]
-        return _first_fault(rules)
-
-    optional_text = [
-        F.when(~_kind(f).isin("VOID", STRING_TYPE),
-               fault("wrong_type", F.concat(F.lit(f"field '{f}' must be a string or null, got "), F.lower(_kind(f)))))
-        for f in OPTIONAL_TEXT_FIELDS
-    ]
-    self_follow = F.when(_string("follower_id") == _string("followee_id"),
-                         fault("self_follow", F.concat(F.lit("self-follow of '"), _string("follower_id"), F.lit("'"))))
     op_name = F.coalesce(F.expr("to_json(variant_get(v, '$.op'))"), F.lit("null"))
     type_name = F.coalesce(F.expr("to_json(variant_get(v, '$.type'))"), F.lit("null"))
 
-    def edge_faults(rule: "Column", edge: str) -> "Column":
-        """``rule`` continued with a block's or mute's checks: the op, then the fields, then the
-        self-edge rule, in parse_event's order (the first fault decides the code)."""
-        (hide_op, undo_op), subject, target, self_code = EDGE_TYPES[edge]
-        self_edge = F.when(_string(subject) == _string(target),
-                           fault(self_code, F.concat(F.lit(f"self-{edge} of '"), _string(subject), F.lit("'"))))
-        return (
-            rule.when(is_type(edge) & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
-            .when(is_type(edge) & ~(is_op(hide_op) | is_op(undo_op)),
-                  fault("unknown_op", F.concat(F.lit(f"unknown {edge} op "), op_name)))
-            .when(is_type(edge), F.coalesce(checks(edge, None), self_edge))
-        )
+    def kind_faults(kind: EventKind) -> "Column":
+        """The first fault of a record of ``kind``: its fields in declaration order, then the
+        self-edge rule, as ``parse_event`` checks them."""
+        rules = [_field_fault(f.name, f.rule) for f in kind.fields]
+        if kind.edge is not None:
+            subject, target = kind.edge.subject, kind.edge.target
+            rules.append(F.when(_string(subject) == _string(target),
+                                fault(kind.edge.self_code,
+                                      F.concat(F.lit(f"self-{kind.type} of '"), _string(subject), F.lit("'")))))
+        return _first_fault(rules)
 
     fault_col = (
         F.when(F.col("raw").isNull(), fault("bad_json", F.lit("bad JSON: empty record")))
@@ -172,34 +126,27 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
               fault("not_object", F.concat(F.lit("event must be a JSON object, got "),
                                            F.lower(F.expr("schema_of_variant(v)")))))
         .when(type_kind.isNull(), fault("missing_field", F.lit("missing field 'type'")))
-        .when(is_type("tweet") & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
-        .when(is_type("tweet") & is_op("upsert"), checks("tweet", "upsert"))
-        .when(is_type("tweet") & is_op("delete"), checks("tweet", "delete"))
-        .when(is_type("tweet"), fault("unknown_op", F.concat(F.lit("unknown tweet op "), op_name)))
-        .when(is_type("follow") & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
-        .when(is_type("follow") & ~(is_op("follow") | is_op("unfollow")),
-              fault("unknown_op", F.concat(F.lit("unknown follow op "), op_name)))
-        .when(is_type("follow"), F.coalesce(checks("follow", None), self_follow))
     )
-    for edge in EDGE_TYPES:
-        fault_col = edge_faults(fault_col, edge)
-    fault_col = (
-        fault_col.when(is_type("profile"), F.coalesce(checks("profile", None), *optional_text))
-        .otherwise(fault("unknown_type", F.concat(F.lit("unknown event type "), type_name)))
-    )
+    for type_, kinds in TYPES.items():
+        if not kinds[0].ops:  # a type without ops has one kind
+            fault_col = fault_col.when(is_type(type_), kind_faults(kinds[0]))
+            continue
+        fault_col = fault_col.when(is_type(type_) & op_kind.isNull(), fault("missing_field", F.lit("missing field 'op'")))
+        for kind in kinds:
+            fault_col = fault_col.when(is_type(type_) & reduce(operator.or_, (is_op(op) for op in kind.ops)),
+                                       kind_faults(kind))
+        fault_col = fault_col.when(is_type(type_), fault("unknown_op", F.concat(F.lit(f"unknown {type_} op "), op_name)))
+    fault_col = fault_col.otherwise(fault("unknown_type", F.concat(F.lit("unknown event type "), type_name)))
 
     typed = [
         F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')").alias(name) for name, sql_type in EVENT_COLUMNS
     ]
     out = parsed.select("topic", "partition", "offset", "event_time", "raw", fault_col.alias("fault"), *typed)
-    # A block belongs to two keys: here the blocker's, routed_changes adds the blocked user's copy.
-    key = (
-        F.when(F.col("type") == "tweet", F.col("author_id"))
-        .when(F.col("type") == "follow", F.col("followee_id"))
-        .when(F.col("type") == "mute", F.col("muted_id"))
-        .when(F.col("type") == "block", F.col("blocker_id"))
-        .otherwise(F.col("user_id"))
-    )
+    # The first join key of the row's type; a block's second (the blocked user's) comes from routed_changes.
+    key = None
+    for type_ in TYPES:
+        rule = (F.col("type") == type_, F.col(type_join_keys(type_)[0]))
+        key = F.when(*rule) if key is None else key.when(*rule)
     return out.select(
         "topic", "partition", "offset", "event_time", "raw",
         F.col("fault.code").alias("reject_code"), F.col("fault.reason").alias("reject_reason"),
@@ -232,9 +179,11 @@ def routed_changes(parsed: "DataFrame") -> "DataFrame":
 
     rejected = F.col("reject_code").isNotNull()
     letter_key, letter_value = dead_letter_columns()
-    keys = (F.when(rejected, F.array(F.col("topic")))
-            .when(F.col("type") == "block", F.array(F.col("blocker_id"), F.col("blocked_id")))
-            .otherwise(F.array(F.col("key"))))
+    keys = F.when(rejected, F.array(F.col("topic")))
+    for type_ in TYPES:  # the types whose changes belong to two keys (a block)
+        if len(type_join_keys(type_)) > 1:
+            keys = keys.when(F.col("type") == type_, F.array(*(F.col(name) for name in type_join_keys(type_))))
+    keys = keys.otherwise(F.array(F.col("key")))
     return parsed.select(
         F.when(rejected, F.lit(ROUTE_DEAD_LETTER)).otherwise(F.lit(ROUTE_JOIN)).alias("route"),
         F.explode(keys).alias("key"),

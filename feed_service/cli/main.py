@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "provision",
     "materialize",
     "publish",
+    "schema",
     "workload",
     "stream",
     "serve",

@@ -1,6 +1,7 @@
-"""Change events of the source tables, their parser, and the rules that order versions.
+"""Change events: the parser, the envelope writer, join keys, and the rules that order versions.
 
-The envelope (JSON Schema in ``schemas/events/``)::
+The envelopes (declared once, with their rules, in :mod:`feed_service.core.event_kinds`; JSON Schema
+in ``schemas/events/``)::
 
     {"type":"tweet","op":"upsert","tweet_id","author_id","version","created_at","text","profile_version"}
     {"type":"tweet","op":"delete","tweet_id","author_id","version"}
@@ -12,9 +13,10 @@ The envelope (JSON Schema in ``schemas/events/``)::
 Bad input never raises anything but :class:`InvalidEvent`, whose ``code`` names the kind of fault
 (for metrics) and whose message says which field was wrong. Unknown extra fields are ignored.
 
-The version-ordering rules live here, next to the types, because the incremental engine
+The version-ordering rules live here, next to the parser, because the incremental engine
 (:mod:`feed_service.core.join`) and the batch reference (:mod:`feed_service.core.reference`) must
-apply exactly the same ones.
+apply exactly the same ones. The event types themselves are in :mod:`feed_service.core.event_types`
+and re-exported here.
 """
 
 from __future__ import annotations
@@ -22,124 +24,36 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping, NamedTuple, TypeAlias
+from typing import Any, Mapping, TypeAlias
+
+from feed_service.core.event_kinds import EVENT_KINDS, MAX_INT64, TYPES, EventKind, FieldSpec, kind_of
+from feed_service.core.event_types import (
+    BlockChange,
+    BlockOp,
+    Event,
+    FollowChange,
+    FollowOp,
+    MuteChange,
+    MuteOp,
+    ProfileVersion,
+    RejectCode,
+    TweetDelete,
+    TweetUpsert,
+)
 from feed_service.errors import InvalidEvent
 
-FollowOp: TypeAlias = Literal["follow", "unfollow"]
-"""``follow`` makes the edge active, ``unfollow`` inactive; on a version tie ``unfollow`` wins."""
-
-RejectCode: TypeAlias = Literal[
-    "bad_json",
-    "not_object",
-    "missing_field",
-    "wrong_type",
-    "empty_id",
-    "negative_value",
-    "unknown_type",
-    "unknown_op",
-    "self_follow",
-    "self_block",
-    "self_mute",
+__all__ = [
+    "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "MuteChange", "MuteOp",
+    "ProfileVersion", "RawEvent", "RejectCode", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
+    "content_of", "edge_rank", "event_to_json", "hide_rank", "join_key", "join_keys", "parse_event",
+    "profile_of", "profile_rank", "tweet_payload_digest",
 ]
-"""Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
-
-
-@dataclass(frozen=True, slots=True)
-class TweetUpsert:
-    """A tweet's content at ``version``; the highest version wins (ties: see :func:`tweet_payload_digest`)."""
-
-    tweet_id: str
-    author_id: str
-    version: int
-    created_at: int
-    text: str
-    profile_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class TweetDelete:
-    """Deletes a tweet for good: a delete is final whatever its version."""
-
-    tweet_id: str
-    author_id: str
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class FollowChange:
-    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie."""
-
-    follower_id: str
-    followee_id: str
-    version: int
-    op: FollowOp
-
-    @property
-    def active(self) -> bool:
-        """Whether this change makes the edge active."""
-        return self.op == "follow"
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileVersion:
-    """One version of a user profile; stored by (user_id, version), never overwritten by another version."""
-
-    user_id: str
-    version: int
-    display_name: str
-    avatar_url: str | None = None
-    bio: str | None = None
-
-
-BlockOp: TypeAlias = Literal["block", "unblock"]
-"""``block`` hides both users from each other's home timelines, ``unblock`` ends that; ``block`` wins a tie."""
-
-MuteOp: TypeAlias = Literal["mute", "unmute"]
-"""``mute`` hides the muted user's tweets from the muter's home timeline; ``mute`` wins a tie."""
-
-
-@dataclass(frozen=True, slots=True)
-class BlockChange:
-    """Sets the block edge blocker -> blocked; the highest version wins, ``block`` on a tie.
-
-    A block relates two authors, so it belongs to two join keys (:func:`join_keys`): at the
-    blocker's key it hides the blocker's tweets from the blocked user, at the blocked user's key
-    it hides the blocked user's tweets from the blocker (docs/blocks-and-mutes.md).
-    """
-
-    blocker_id: str
-    blocked_id: str
-    version: int
-    op: BlockOp
-
-    @property
-    def hiding(self) -> bool:
-        """Whether this change makes the edge hide (a block)."""
-        return self.op == "block"
-
-
-@dataclass(frozen=True, slots=True)
-class MuteChange:
-    """Sets the mute edge muter -> muted; the highest version wins, ``mute`` on a tie. It hides
-    the muted user's tweets from the muter only, so it belongs to the muted user's key."""
-
-    muter_id: str
-    muted_id: str
-    version: int
-    op: MuteOp
-
-    @property
-    def hiding(self) -> bool:
-        """Whether this change makes the edge hide (a mute)."""
-        return self.op == "mute"
-
-
-Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange
-"""Any valid change event."""
 
 RawEvent: TypeAlias = Mapping[str, Any] | str | bytes | bytearray
 """What :func:`parse_event` accepts: a decoded JSON object or its text."""
+
+
+_JOIN_KEY_FIELDS: dict[type, tuple[str, ...]] = {kind.cls: kind.join_keys for kind in EVENT_KINDS}
 
 
 def join_key(event: Event) -> str:
@@ -149,15 +63,10 @@ def join_key(event: Event) -> str:
     >>> join_key(FollowChange("ann", "bob", 1, "follow"))
     'bob'
     """
-    if isinstance(event, (TweetUpsert, TweetDelete)):
-        return event.author_id
-    if isinstance(event, FollowChange):
-        return event.followee_id
-    if isinstance(event, MuteChange):
-        return event.muted_id
-    if isinstance(event, BlockChange):
-        raise ValueError(f"a block belongs to two keys, use join_keys: {event!r}")
-    return event.user_id
+    fields = _JOIN_KEY_FIELDS[type(event)]
+    if len(fields) != 1:
+        raise ValueError(f"a {kind_of(event).type} belongs to {len(fields)} keys, use join_keys: {event!r}")
+    return getattr(event, fields[0])
 
 
 def join_keys(event: Event) -> tuple[str, ...]:
@@ -168,9 +77,7 @@ def join_keys(event: Event) -> tuple[str, ...]:
     >>> join_keys(MuteChange("ann", "bob", 1, "mute"))
     ('bob',)
     """
-    if isinstance(event, BlockChange):
-        return (event.blocker_id, event.blocked_id)
-    return (join_key(event),)
+    return tuple(getattr(event, name) for name in _JOIN_KEY_FIELDS[type(event)])
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -178,8 +85,6 @@ def join_keys(event: Event) -> tuple[str, ...]:
 _MISSING = object()
 
 MIN_INT64 = -(2**63)
-MAX_INT64 = 2**63 - 1
-"""Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
 
 
 def _type_name(value: object) -> str:
@@ -281,8 +186,45 @@ def _loads(raw: str | bytes | bytearray) -> Any:
     return obj
 
 
+_CHECKS = {"id": _id, "text": _text, "natural": _natural, "optional_text": _optional_text}
+"""Field rule (:data:`~feed_service.core.event_kinds.FieldRule`) -> its check."""
+
+
+class _KindParser:
+    """One kind's parser, built once from its declaration: the field checks in order, then the self-edge rule."""
+
+    __slots__ = ("cls", "type", "checks", "op", "edge")
+
+    def __init__(self, kind: EventKind) -> None:
+        self.cls = kind.cls
+        self.type = kind.type
+        self.checks = tuple((f.name, _CHECKS[f.rule]) for f in kind.fields)
+        self.op = kind.carries_op
+        self.edge = kind.edge
+
+    def __call__(self, obj: Mapping[str, Any], op: str | None) -> Event:
+        values = {name: check(obj, name) for name, check in self.checks}
+        edge = self.edge
+        if edge is not None and values[edge.subject] == values[edge.target]:
+            raise InvalidEvent(edge.self_code, f"self-{self.type} of {values[edge.subject]!r}")
+        if self.op:
+            values["op"] = op
+        return self.cls(**values)
+
+
+_PARSERS: dict[str, dict[str, _KindParser] | _KindParser] = {
+    type_: ({op: _KindParser(kind) for kind in kinds for op in kind.ops} if kinds[0].ops else _KindParser(kinds[0]))
+    for type_, kinds in TYPES.items()
+}
+"""Envelope ``type`` -> its parser, or for a type with ops, ``op`` -> its parser."""
+
+
 def parse_event(raw: RawEvent) -> Event:
     """Validate one envelope and return its event, or raise :class:`InvalidEvent` with a reason.
+
+    The checks run in the order the stream's native parser applies them (``spark_jobs/envelope.py``),
+    so both give the same code and reason for the same record: type, op, the kind's fields in
+    declaration order, the self-edge rule.
 
     >>> parse_event('{"type":"follow","op":"follow","follower_id":"a","followee_id":"b","version":3}')
     FollowChange(follower_id='a', followee_id='b', version=3, op='follow')
@@ -295,106 +237,38 @@ def parse_event(raw: RawEvent) -> Event:
     if not isinstance(obj, Mapping):
         raise InvalidEvent("not_object", f"event must be a JSON object, got {_type_name(obj)}")
     kind = _field(obj, "type")
-    if kind == "tweet":
-        op = _field(obj, "op")
-        if op == "upsert":
-            return TweetUpsert(
-                tweet_id=_id(obj, "tweet_id"),
-                author_id=_id(obj, "author_id"),
-                version=_natural(obj, "version"),
-                created_at=_natural(obj, "created_at"),
-                text=_text(obj, "text"),
-                profile_version=_natural(obj, "profile_version"),
-            )
-        if op == "delete":
-            return TweetDelete(
-                tweet_id=_id(obj, "tweet_id"),
-                author_id=_id(obj, "author_id"),
-                version=_natural(obj, "version"),
-            )
-        raise InvalidEvent("unknown_op", f"unknown tweet op {op!r}")
-    if kind == "follow":
-        op = _field(obj, "op")
-        if op != "follow" and op != "unfollow":
-            raise InvalidEvent("unknown_op", f"unknown follow op {op!r}")
-        follower = _id(obj, "follower_id")
-        followee = _id(obj, "followee_id")
-        version = _natural(obj, "version")
-        if follower == followee:
-            raise InvalidEvent("self_follow", f"self-follow of {follower!r}")
-        return FollowChange(follower, followee, version, op)
-    if kind == "block" or kind == "mute":
-        return _hide_change(obj, kind)
-    if kind == "profile":
-        return ProfileVersion(
-            user_id=_id(obj, "user_id"),
-            version=_natural(obj, "version"),
-            display_name=_text(obj, "display_name"),
-            avatar_url=_optional_text(obj, "avatar_url"),
-            bio=_optional_text(obj, "bio"),
-        )
-    raise InvalidEvent("unknown_type", f"unknown event type {kind!r}")
-
-
-class HideEdgeShape(NamedTuple):
-    """How a block or mute envelope is written: what the parsers check and producers fill in."""
-
-    cls: type[BlockChange] | type[MuteChange]
-    hide_op: str
-    undo_op: str
-    subject: str
-    """The field of the user who blocks or mutes."""
-    target: str
-    """The field of the user blocked or muted."""
-    self_code: RejectCode
-
-
-HIDE_EDGE_SHAPES: dict[str, HideEdgeShape] = {
-    "block": HideEdgeShape(BlockChange, "block", "unblock", "blocker_id", "blocked_id", "self_block"),
-    "mute": HideEdgeShape(MuteChange, "mute", "unmute", "muter_id", "muted_id", "self_mute"),
-}
-"""Envelope ``type`` -> its shape, for the two edge types that hide (one source for every parser)."""
-
-
-def _hide_change(obj: Mapping[str, Any], kind: str) -> BlockChange | MuteChange:
-    cls, hide_op, undo_op, subject_field, object_field, self_code = HIDE_EDGE_SHAPES[kind]
+    parser = _PARSERS.get(kind) if type(kind) is str else None
+    if parser is None:
+        raise InvalidEvent("unknown_type", f"unknown event type {kind!r}")
+    if isinstance(parser, _KindParser):
+        return parser(obj, None)
     op = _field(obj, "op")
-    if op != hide_op and op != undo_op:
+    by_op = parser.get(op) if type(op) is str else None
+    if by_op is None:
         raise InvalidEvent("unknown_op", f"unknown {kind} op {op!r}")
-    subject = _id(obj, subject_field)
-    target = _id(obj, object_field)
-    version = _natural(obj, "version")
-    if subject == target:
-        raise InvalidEvent(self_code, f"self-{kind} of {subject!r}")
-    return cls(subject, target, version, op)
+    return by_op(obj, op)
+
+
+_ENVELOPE_FIELDS: dict[type, tuple[str | None, tuple[FieldSpec, ...]]] = {
+    kind.cls: (None if kind.carries_op else next(iter(kind.ops), None), kind.fields) for kind in EVENT_KINDS
+}
+"""Class -> (the op its envelope carries when the class has no ``op`` field, its fields)."""
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
-    """Return the envelope of ``event`` (inverse of :func:`parse_event`), for replay files and tests."""
-    if isinstance(event, TweetUpsert):
-        return {
-            "type": "tweet", "op": "upsert", "tweet_id": event.tweet_id, "author_id": event.author_id,
-            "version": event.version, "created_at": event.created_at, "text": event.text,
-            "profile_version": event.profile_version,
-        }
-    if isinstance(event, TweetDelete):
-        return {"type": "tweet", "op": "delete", "tweet_id": event.tweet_id,
-                "author_id": event.author_id, "version": event.version}
-    if isinstance(event, FollowChange):
-        return {"type": "follow", "op": event.op, "follower_id": event.follower_id,
-                "followee_id": event.followee_id, "version": event.version}
-    if isinstance(event, BlockChange):
-        return {"type": "block", "op": event.op, "blocker_id": event.blocker_id,
-                "blocked_id": event.blocked_id, "version": event.version}
-    if isinstance(event, MuteChange):
-        return {"type": "mute", "op": event.op, "muter_id": event.muter_id,
-                "muted_id": event.muted_id, "version": event.version}
-    out: dict[str, Any] = {"type": "profile", "user_id": event.user_id, "version": event.version,
-                           "display_name": event.display_name}
-    if event.avatar_url is not None:
-        out["avatar_url"] = event.avatar_url
-    if event.bio is not None:
-        out["bio"] = event.bio
+    """Return the envelope of ``event`` (inverse of :func:`parse_event`), for replay files and tests.
+
+    An optional field that is ``None`` is left out.
+    """
+    kind = kind_of(event)
+    fixed_op, specs = _ENVELOPE_FIELDS[type(event)]
+    out: dict[str, Any] = {"type": kind.type}
+    if kind.ops:
+        out["op"] = fixed_op if fixed_op is not None else event.op  # type: ignore[union-attr]
+    for spec in specs:
+        value = getattr(event, spec.name)
+        if value is not None or spec.required:
+            out[spec.name] = value
     return out
 
 

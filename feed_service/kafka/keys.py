@@ -7,19 +7,16 @@ and mute edges: ``block|blocker_id|blocked_id`` and ``mute|muter_id|muted_id``).
 
 from __future__ import annotations
 
-from feed_service.core.events import (  # noqa: F401 - doctests use ProfileVersion
+from feed_service.core.event_kinds import EVENT_KINDS, TYPES, kind_of
+from feed_service.core.events import (  # noqa: F401 - doctests use them
     BlockChange,
     Event,
     FollowChange,
     MuteChange,
     ProfileVersion,
-    TweetDelete,
-    TweetUpsert,
 )
 
-
-ROLE_OF_TYPE = {"tweet": "tweets", "follow": "follows", "profile": "profiles",
-                "block": "blocks_mutes", "mute": "blocks_mutes"}
+ROLE_OF_TYPE = {type_: kinds[0].topic_role for type_, kinds in TYPES.items()}
 """Topic role (``Settings.topics``) of each envelope ``type``."""
 
 
@@ -31,8 +28,13 @@ def _key_part(text: str) -> str:
     return text
 
 
+_KEY_FIELDS = {kind.cls: (kind.type if kind.keyed_by_type else None, kind.record_key) for kind in EVENT_KINDS}
+
+
 def record_key(event: Event) -> str:
-    """Return the Kafka record key of ``event`` (the entity compaction keeps the latest record of).
+    """Return the Kafka record key of ``event`` (the entity compaction keeps the latest record of):
+    the kind's record-key fields (:mod:`feed_service.core.event_kinds`), joined by ``|`` and each
+    escaped when there are several, behind the type for kinds that share a topic.
 
     Blocks and mutes share one topic, so their keys start with the type: the block ann -> bob and
     the mute ann -> bob are two entities, and compaction must keep the latest change of each.
@@ -42,23 +44,13 @@ def record_key(event: Event) -> str:
     >>> record_key(BlockChange("ann", "bob", 7, "unblock")), record_key(MuteChange("ann", "b|c", 8, "mute"))
     ('block|ann|bob', 'mute|ann|b%7Cc')
     """
-    if isinstance(event, (TweetUpsert, TweetDelete)):
-        return event.tweet_id
-    if isinstance(event, FollowChange):
-        return f"{_key_part(event.follower_id)}|{_key_part(event.followee_id)}"
-    if isinstance(event, BlockChange):
-        return f"block|{_key_part(event.blocker_id)}|{_key_part(event.blocked_id)}"
-    if isinstance(event, MuteChange):
-        return f"mute|{_key_part(event.muter_id)}|{_key_part(event.muted_id)}"
-    return f"{_key_part(event.user_id)}|{event.version}"
+    prefix, names = _KEY_FIELDS[type(event)]
+    if len(names) == 1 and prefix is None:
+        return str(getattr(event, names[0]))
+    parts = [_key_part(str(getattr(event, name))) for name in names]
+    return "|".join(parts if prefix is None else [prefix, *parts])
 
 
 def topic_role(event: Event) -> str:
     """Return the topic role (``tweets``, ``follows``, ``profiles`` or ``blocks_mutes``) ``event`` is published to."""
-    if isinstance(event, (TweetUpsert, TweetDelete)):
-        return "tweets"
-    if isinstance(event, FollowChange):
-        return "follows"
-    if isinstance(event, (BlockChange, MuteChange)):
-        return "blocks_mutes"
-    return "profiles"
+    return kind_of(event).topic_role

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
+from feed_service.core.event_kinds import EDGE_KINDS
 from feed_service.core.events import (
     BlockChange,
     Event,
@@ -274,50 +275,42 @@ class EventProducer:
 
     def follow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
         """Make ``follower_id`` follow ``followee_id``."""
-        return self._edge("follow", follower_id, followee_id, version)
+        return self.publish_edge("follow", "follow", follower_id, followee_id, version=version)  # type: ignore[return-value]
 
     def unfollow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
         """Make ``follower_id`` stop following ``followee_id``."""
-        return self._edge("unfollow", follower_id, followee_id, version)
-
-    def _edge(self, op: str, follower_id: str, followee_id: str, version: int | None) -> FollowChange:
-        event = self.publish_event({"type": "follow", "op": op, "follower_id": follower_id,
-                                    "followee_id": followee_id,
-                                    "version": self.clock.next() if version is None else version})
-        assert isinstance(event, FollowChange)
-        return event
+        return self.publish_edge("follow", "unfollow", follower_id, followee_id, version=version)  # type: ignore[return-value]
 
     def block(self, blocker_id: str, blocked_id: str, *, version: int | None = None) -> BlockChange:
         """Make ``blocker_id`` block ``blocked_id``: neither sees the other's tweets in a home timeline."""
-        return self._block_edge("block", blocker_id, blocked_id, version)
+        return self.publish_edge("block", "block", blocker_id, blocked_id, version=version)  # type: ignore[return-value]
 
     def unblock(self, blocker_id: str, blocked_id: str, *, version: int | None = None) -> BlockChange:
         """End ``blocker_id``'s block of ``blocked_id``."""
-        return self._block_edge("unblock", blocker_id, blocked_id, version)
+        return self.publish_edge("block", "unblock", blocker_id, blocked_id, version=version)  # type: ignore[return-value]
 
     def mute(self, muter_id: str, muted_id: str, *, version: int | None = None) -> MuteChange:
         """Make ``muter_id`` mute ``muted_id``: ``muted_id``'s tweets leave ``muter_id``'s home timeline."""
-        return self._mute_edge("mute", muter_id, muted_id, version)
+        return self.publish_edge("mute", "mute", muter_id, muted_id, version=version)  # type: ignore[return-value]
 
     def unmute(self, muter_id: str, muted_id: str, *, version: int | None = None) -> MuteChange:
         """End ``muter_id``'s mute of ``muted_id``."""
-        return self._mute_edge("unmute", muter_id, muted_id, version)
+        return self.publish_edge("mute", "unmute", muter_id, muted_id, version=version)  # type: ignore[return-value]
 
-    # Block and mute edges take versions like follow edges, from the clock: an unblock (unmute) sent
-    # after a block (mute) of the same edge is above it, so it wins (docs/producers.md, "Where
-    # versions come from").
+    def publish_edge(self, type_: str, op: str, subject: str, target: str, *, version: int | None = None) -> Event:
+        """Publish a change of an edge kind of the registry (follow, block, mute) with its field names.
 
-    def _block_edge(self, op: str, blocker_id: str, blocked_id: str, version: int | None) -> BlockChange:
-        event = self.publish_event({"type": "block", "op": op, "blocker_id": blocker_id, "blocked_id": blocked_id,
-                                    "version": self.clock.next() if version is None else version})
-        assert isinstance(event, BlockChange)
-        return event
-
-    def _mute_edge(self, op: str, muter_id: str, muted_id: str, version: int | None) -> MuteChange:
-        event = self.publish_event({"type": "mute", "op": op, "muter_id": muter_id, "muted_id": muted_id,
-                                    "version": self.clock.next() if version is None else version})
-        assert isinstance(event, MuteChange)
-        return event
+        Edges take versions from the clock: an unfollow (unblock, unmute) sent after a follow
+        (block, mute) of the same edge is above it, so it wins (docs/producers.md, "Where versions
+        come from").
+        """
+        kind = EDGE_KINDS.get(type_)
+        if kind is None or op not in kind.ops:
+            self.stats.rejected += 1
+            raise EventRejected("unknown_op", f"not an edge change: {type_!r} {op!r}")
+        assert kind.edge is not None
+        return self.publish_event({"type": type_, "op": op, kind.edge.subject: subject, kind.edge.target: target,
+                                   "version": self.clock.next() if version is None else version})
 
     def publish_profile(
         self, user_id: str, display_name: str, *, avatar_url: str | None = None, bio: str | None = None,

@@ -39,7 +39,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from feed_service.core.events import HIDE_EDGE_SHAPES
+from feed_service.core.event_kinds import EDGE_KINDS, HIDE_KINDS, EventKind
 from feed_service.kafka.versions import VersionClock
 
 WORKLOAD_EPOCH_MS = 1_767_225_600_000
@@ -118,9 +118,15 @@ class HideMix:
         return _cumulative(self, ["mute", "block", "unmute", "unblock"])
 
 
-_HIDE_OPS = {"mute": ("mute", True), "unmute": ("mute", False), "block": ("block", True),
-             "unblock": ("block", False)}
-"""Kind of :class:`HideMix` -> (envelope type, whether it hides)."""
+_HIDE_OPS = {op: (kind.type, op == kind.on_op) for kind in HIDE_KINDS.values() for op in kind.ops}
+"""Kind of :class:`HideMix` (an op of a hiding edge) -> (envelope type, whether it hides)."""
+
+
+def _edge_envelope(kind: EventKind, on: bool, subject: str, target: str, version: int) -> dict[str, Any]:
+    """The envelope of an edge change, with the field names the registry declares for ``kind``."""
+    assert kind.edge is not None
+    return {"type": kind.type, "op": kind.on_op if on else kind.off_op, kind.edge.subject: subject,
+            kind.edge.target: target, "version": version}
 
 
 
@@ -219,7 +225,7 @@ class WorkloadModel:
         # Blocks and mutes draw from a generator of their own, so they never shift the other
         # events' draws (module docstring).
         self._hide_rng = random.Random(f"{self.seed}/hide")
-        self._hides = {"block": _Pairs(), "mute": _Pairs()}
+        self._hides = {kind: _Pairs() for kind in HIDE_KINDS}
         self._hide_mix = self.hide_mix.cumulative()
 
     # --- picks ----------------------------------------------------------------------------------
@@ -264,8 +270,8 @@ class WorkloadModel:
             self._follows.add((follower, followee))
         else:
             self._follows.remove((follower, followee))
-        return {"type": "follow", "op": op, "follower_id": self.user_ids[follower],
-                "followee_id": self.user_ids[followee], "version": self.clock.next()}
+        return _edge_envelope(EDGE_KINDS["follow"], op == "follow", self.user_ids[follower],
+                              self.user_ids[followee], self.clock.next())
 
     def _tweet(self) -> dict[str, Any]:
         author = self.popular_user() if self.rng.random() < 0.5 else self.any_user()
@@ -318,9 +324,8 @@ class WorkloadModel:
                 return None
             active.add(pair)
             hiding = True
-        _, hide_op, undo_op, subject_field, object_field, _ = HIDE_EDGE_SHAPES[kind]
-        return {"type": kind, "op": hide_op if hiding else undo_op, subject_field: self.user_ids[pair[0]],
-                object_field: self.user_ids[pair[1]], "version": self.clock.next()}
+        return _edge_envelope(HIDE_KINDS[kind], hiding, self.user_ids[pair[0]], self.user_ids[pair[1]],
+                              self.clock.next())
 
     def _hide_target(self, active: _Pairs) -> tuple[int, int] | None:
         """(user, target) of a new block or mute, not already in ``active`` and never a self-edge."""

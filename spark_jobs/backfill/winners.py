@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from feed_service.core.event_kinds import EDGE_KINDS, EventKind
+
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
@@ -139,11 +141,7 @@ def winning_changes(events: "DataFrame") -> Winners:
     live = winners.join(dels.select("author_id", "tweet_id"), ["author_id", "tweet_id"], "left_anti")
 
     # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank).
-    by_edge = Window.partitionBy("follower_id", "followee_id").orderBy(
-        F.col("version").desc(), (F.col("op") == "follow").asc())
-    edges = (events.where(F.col("type") == "follow")
-             .select("follower_id", "followee_id", "version", "op")
-             .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))
+    edges = _edge_winners(events, EDGE_KINDS["follow"])
 
     # Profiles: per (user, version), the greatest profile_rank (null below every string).
     by_profile = Window.partitionBy("user_id", "version").orderBy(
@@ -157,16 +155,20 @@ def winning_changes(events: "DataFrame") -> Winners:
     # Block and mute edges: highest version, the hiding op wins a tie (hide_rank). Ranked per edge,
     # not per key: parse_changes gives one row per record (the stream's routed_changes is what copies
     # a block to both keys), and states.winner_events routes each winner itself.
-    blocks = _edge_winners(events.where(F.col("type") == "block"), "blocker_id", "blocked_id", hiding="block")
-    mutes = _edge_winners(events.where(F.col("type") == "mute"), "muter_id", "muted_id", hiding="mute")
+    blocks = _edge_winners(events, EDGE_KINDS["block"])
+    mutes = _edge_winners(events, EDGE_KINDS["mute"])
     return Winners(live, dels, edges, profiles, blocks, mutes)
 
 
-def _edge_winners(changes: "DataFrame", subject: str, target: str, *, hiding: str) -> "DataFrame":
-    """``subject, target, version, op``: per edge the change of greatest ``hide_rank``, one row each."""
+def _edge_winners(events: "DataFrame", kind: EventKind) -> "DataFrame":
+    """``subject, target, version, op`` of an edge kind: per edge the change of greatest rank
+    (highest version, the kind's ``tie_winner`` op on a tie), one row each."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    by_edge = Window.partitionBy(subject, target).orderBy(F.col("version").desc(), (F.col("op") == hiding).desc())
-    return (changes.select(subject, target, "version", "op")
+    assert kind.edge is not None, kind
+    subject, target = kind.edge.subject, kind.edge.target
+    by_edge = Window.partitionBy(subject, target).orderBy(
+        F.col("version").desc(), (F.col("op") == kind.tie_winner).desc())
+    return (events.where(F.col("type") == kind.type).select(subject, target, "version", "op")
             .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))

@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from feed_service.cli.connection import add_connection_args, settings_from_args
+from feed_service.core.event_kinds import EDGE_KINDS
 from feed_service.core.events import event_to_json
 from feed_service.settings import Settings
 
@@ -51,18 +52,16 @@ def register(sub: Any) -> None:
     delete.add_argument("--author", required=True)
     delete.add_argument("--version", type=int, help=version_help)
 
-    # (kind, help, subject flag, object flag) of the edge events; the flags name the envelope's ids
-    edges = (("follow", "follow a user", "--follower", "--followee"),
-             ("unfollow", "unfollow a user", "--follower", "--followee"),
-             ("block", "block a user: neither sees the other's tweets in home timelines", "--blocker", "--blocked"),
-             ("unblock", "end a block", "--blocker", "--blocked"),
-             ("mute", "mute a user: the muted user's tweets leave the muter's home timeline", "--muter", "--muted"),
-             ("unmute", "end a mute", "--muter", "--muted"))
-    for op, help_text, subject, target in edges:
-        edge = kinds.add_parser(op, help=help_text)
-        edge.add_argument(subject, required=True)
-        edge.add_argument(target, required=True)
-        edge.add_argument("--version", type=int, help=version_help)
+    # Every op of every edge kind of the registry, with flags named after its envelope fields
+    # (follower_id -> --follower).
+    for kind in EDGE_KINDS.values():
+        assert kind.edge is not None
+        for op, help_text in kind.ops.items():
+            edge = kinds.add_parser(op, help=help_text)
+            edge.add_argument(_flag(kind.edge.subject), required=True)
+            edge.add_argument(_flag(kind.edge.target), required=True)
+            edge.add_argument("--version", type=int, help=version_help)
+            edge.set_defaults(edge_kind=kind)
 
     profile = kinds.add_parser("profile", help="a new profile version")
     profile.add_argument("--user", required=True)
@@ -73,6 +72,16 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run, _parser=parser)
 
 
+def _flag(field: str) -> str:
+    """``follower_id`` -> ``--follower``."""
+    return "--" + field.removesuffix("_id").replace("_", "-")
+
+
+def _dest(field: str) -> str:
+    """The argparse destination of :func:`_flag`'s flag."""
+    return field.removesuffix("_id")
+
+
 def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
     if args.kind == "tweet":
         return producer.publish_tweet(args.author, args.text, tweet_id=args.tweet_id,
@@ -80,16 +89,10 @@ def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
                                       version=args.version)
     if args.kind == "delete":
         return producer.publish_delete(args.tweet_id, args.author, version=args.version)
-    if args.kind == "follow":
-        return producer.follow(args.follower, args.followee, version=args.version)
-    if args.kind == "unfollow":
-        return producer.unfollow(args.follower, args.followee, version=args.version)
-    if args.kind in ("block", "unblock"):
-        send = producer.block if args.kind == "block" else producer.unblock
-        return send(args.blocker, args.blocked, version=args.version)
-    if args.kind in ("mute", "unmute"):
-        send = producer.mute if args.kind == "mute" else producer.unmute
-        return send(args.muter, args.muted, version=args.version)
+    kind = getattr(args, "edge_kind", None)
+    if kind is not None:
+        return producer.publish_edge(kind.type, args.kind, getattr(args, _dest(kind.edge.subject)),
+                                     getattr(args, _dest(kind.edge.target)), version=args.version)
     return producer.publish_profile(args.user, args.display_name, avatar_url=args.avatar_url, bio=args.bio,
                                     version=args.version)
 
@@ -99,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 
     if (args.file is None) == (args.kind is None):
-        args._parser.error("give either an event kind (tweet, delete, follow, unfollow, block, unblock, mute, "
-                           "unmute, profile) or --file")
+        edge_ops = ", ".join(op for kind in EDGE_KINDS.values() for op in kind.ops)
+        args._parser.error(f"give either an event kind (tweet, delete, {edge_ops}, profile) or --file")
     settings = settings_from_args(args)
     if args.file is not None:
         return _run_file(args, settings)

@@ -1,0 +1,123 @@
+"""The change events of the five source tables, as typed values: what every parser returns.
+
+The envelope of each type, its fields and rules, are declared once in
+:mod:`feed_service.core.event_kinds`; the parser and the version-ordering rules are in
+:mod:`feed_service.core.events`, which re-exports these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+FollowOp: TypeAlias = Literal["follow", "unfollow"]
+"""``follow`` makes the edge active, ``unfollow`` inactive; on a version tie ``unfollow`` wins."""
+
+RejectCode: TypeAlias = Literal[
+    "bad_json",
+    "not_object",
+    "missing_field",
+    "wrong_type",
+    "empty_id",
+    "negative_value",
+    "unknown_type",
+    "unknown_op",
+    "self_follow",
+    "self_block",
+    "self_mute",
+]
+"""Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class TweetUpsert:
+    """A tweet's content at ``version``; the highest version wins (ties: see :func:`tweet_payload_digest`)."""
+
+    tweet_id: str
+    author_id: str
+    version: int
+    created_at: int
+    text: str
+    profile_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TweetDelete:
+    """Deletes a tweet for good: a delete is final whatever its version."""
+
+    tweet_id: str
+    author_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowChange:
+    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie."""
+
+    follower_id: str
+    followee_id: str
+    version: int
+    op: FollowOp
+
+    @property
+    def active(self) -> bool:
+        """Whether this change makes the edge active."""
+        return self.op == "follow"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileVersion:
+    """One version of a user profile; stored by (user_id, version), never overwritten by another version."""
+
+    user_id: str
+    version: int
+    display_name: str
+    avatar_url: str | None = None
+    bio: str | None = None
+
+
+BlockOp: TypeAlias = Literal["block", "unblock"]
+"""``block`` hides both users from each other's home timelines, ``unblock`` ends that; ``block`` wins a tie."""
+
+MuteOp: TypeAlias = Literal["mute", "unmute"]
+"""``mute`` hides the muted user's tweets from the muter's home timeline; ``mute`` wins a tie."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockChange:
+    """Sets the block edge blocker -> blocked; the highest version wins, ``block`` on a tie.
+
+    A block relates two authors, so it belongs to two join keys (:func:`join_keys`): at the
+    blocker's key it hides the blocker's tweets from the blocked user, at the blocked user's key
+    it hides the blocked user's tweets from the blocker (docs/blocks-and-mutes.md).
+    """
+
+    blocker_id: str
+    blocked_id: str
+    version: int
+    op: BlockOp
+
+    @property
+    def hiding(self) -> bool:
+        """Whether this change makes the edge hide (a block)."""
+        return self.op == "block"
+
+
+@dataclass(frozen=True, slots=True)
+class MuteChange:
+    """Sets the mute edge muter -> muted; the highest version wins, ``mute`` on a tie. It hides
+    the muted user's tweets from the muter only, so it belongs to the muted user's key."""
+
+    muter_id: str
+    muted_id: str
+    version: int
+    op: MuteOp
+
+    @property
+    def hiding(self) -> bool:
+        """Whether this change makes the edge hide (a mute)."""
+        return self.op == "mute"
+
+
+Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange
+"""Any valid change event."""

@@ -10,6 +10,8 @@ point turns errors into exit codes (``feed_service.cli.main``)::
     ├── InvalidEvent          an input record is not a valid event (``code``, ``reason``): rejected, counted
     ├── ConfigError           a setting or argument is invalid; nothing was started
     ├── ViewContractError     a delta contradicts the view it is applied to (an engine bug, strict mode)
+    ├── EdgesNotLoaded        the engine read edges of a state decoded without them (a caller bug)
+    ├── ChangeDecodeError     a view-change message this version cannot read (counted and skipped)
     ├── ProducerError         publishing to Kafka
     │   ├── EventRejected     invalid event, nothing sent (``code``, ``reason``)
     │   ├── DeliveryFailed    the broker did not take one or more records (``errors``, ``count``)
@@ -25,6 +27,10 @@ point turns errors into exit codes (``feed_service.cli.main``)::
     ├── PageTokenError        a page or resume token is malformed, forged or for another call (INVALID_ARGUMENT)
     └── StackError            the local development stack (downloads, start-up, the stream process)
         └── StreamNotReady    the stream process exited or did not progress in time
+
+Two subclasses live beside their only user because they never leave it: ``RpcFailure``
+(``server/calls.py``, a call's end as a gRPC status, turned into an abort in one place) and the
+local stack's ``_Exited``.
 
 Errors that callers tell apart by meaning also derive from the matching built-in (``ValueError``
 for bad input and settings, ``RuntimeError`` for state), so generic code keeps working.
@@ -55,6 +61,15 @@ class InvalidEvent(FeedError, ValueError):
 
 class ConfigError(FeedError, ValueError):
     """A setting, a configuration file or a command-line argument is invalid."""
+
+
+class EdgesNotLoaded(FeedError, RuntimeError):
+    """The engine needed a key's follow edges (or the block and mute edges stored with them), but the
+    state was decoded without them: a caller bug (``needs_edges`` said they were not needed)."""
+
+
+class ChangeDecodeError(FeedError, ValueError):
+    """A message that is not a view change of this version (the consumer counts and skips it)."""
 
 
 class ViewContractError(FeedError, RuntimeError):

@@ -1,4 +1,4 @@
-"""Where the service finds Kafka, Cassandra and its topics, and the view's one shape setting.
+"""Where the service finds Kafka, Cassandra and its topics, and the settings that shape the view.
 
 One frozen object, built from the environment and validated on construction: every adapter and
 job takes a :class:`Settings` instead of reading the environment itself, so tests hand in the

@@ -1,8 +1,10 @@
 """Batch reference: the timeline query recomputed from scratch over the final tables.
 
-Deliberately naive and independent of :mod:`feed_service.core.join` (it shares only the
-version-ordering rules of :mod:`feed_service.core.events`): fold every event into the final
-``tweets``, ``follows``, ``blocks``, ``mutes`` and ``profiles`` tables, then run::
+Deliberately naive: it shares with the incremental engine only the version-ordering rules of
+:mod:`feed_service.core.events`, the entry record and its order (:mod:`feed_service.core.rows`,
+:func:`feed_service.core.view.sort_key`) and the default cap, never the engine's logic: fold every
+event into the five final tables ``tweets``, ``follows``, ``blocks``, ``mutes`` and ``profiles``,
+then run::
 
     SELECT f.follower_id, t.* FROM tweets t JOIN follows f ON f.followee_id = t.author_id
     WHERE t is live AND f is active
@@ -44,7 +46,7 @@ from feed_service.core.view import entry_dict, sort_key
 
 @dataclass(slots=True)
 class FinalTables:
-    """The three source tables after every event, by the version rules of :mod:`feed_service.core.events` (docs/design.md)."""
+    """The five source tables after every event, by the version rules of :mod:`feed_service.core.events` (docs/design.md)."""
 
     tweets: dict[tuple[str, str], TweetContent] = field(default_factory=dict)
     """(author_id, tweet_id) -> winning content, live tweets only."""

@@ -30,6 +30,7 @@ import json
 from typing import Any, Iterator, Literal, NamedTuple, TypeAlias
 
 from feed_service.core.rows import DeltaOp, Entry, FollowOp
+from feed_service.errors import ChangeDecodeError  # noqa: F401 - decode_change raises it; consumers import it from here
 
 #: Timeline or follower ids per message; longer lists are split (a message stays well under Kafka's
 #: default 1 MB limit at ids of up to 40 bytes).
@@ -87,10 +88,6 @@ class BlockRowChange(NamedTuple):
 
 ViewChange: TypeAlias = TimelineChange | AuthorChange | PullFollowChange | ProfileChange | BlockRowChange
 ChangeKind: TypeAlias = Literal["timeline", "author", "pull_follow", "profile", "block"]
-
-
-class ChangeDecodeError(ValueError):
-    """A message that is not a view change of this version (the consumer counts and skips it)."""
 
 
 def message_key(change: ViewChange) -> str:

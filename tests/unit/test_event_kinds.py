@@ -70,11 +70,8 @@ def test_edge_kinds_reject_self_edges_with_their_code(kind) -> None:
 @pytest.mark.parametrize("kind", list(EDGE_KINDS.values()), ids=lambda k: k.key)
 def test_the_engine_ranks_break_ties_as_the_registry_says(kind) -> None:
     """``edge_rank`` (follows) and ``hide_rank`` (blocks, mutes) hard-code the tie rule on the hot path."""
-    rank = edge_rank if kind.type == "follow" else hide_rank
-    on = rank(5, True) if kind.type != "follow" else rank(5, True)
-    off = rank(5, False)
-    winner_is_on = on > off
-    assert winner_is_on == (kind.tie_winner == kind.on_op)
+    rank = edge_rank if kind.type == "follow" else hide_rank  # rank(version, whether the op is the on op)
+    assert (rank(5, True) > rank(5, False)) == (kind.tie_winner == kind.on_op)
 
 
 def test_envelope_columns_hold_every_field_once_in_registry_order() -> None:

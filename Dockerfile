@@ -9,7 +9,7 @@
 # below this project's requires-python (>=3.11), and installing the project there would put a second
 # Spark (the pyspark wheel, a dependency) next to its /opt/spark; besides, no official image of Spark 4.2.0
 # was published (https://github.com/apache/spark-docker has 4.1.2 and 4.2.0-preview5). One Spark, the
-# wheel's, is what the Kafka connector's jars are matched against (feed_service/stack/spark.py).
+# wheel's, is what the Kafka connector's jars are matched against (feed_service/stack/spark_connector.py).
 # What Spark on Kubernetes needs of an image is taken from the official ones: Spark's entrypoint script
 # (k8s/image/entrypoint.sh), tini, libnss-wrapper and the `spark` user, uid 185.
 # tests/unit/test_k8s_validation.py checks this file against the pins (no Docker on the build machines).
@@ -41,14 +41,14 @@ COPY spark_jobs spark_jobs
 # A regular (non-editable) install: the wheel built by setup.py carries its package data and gRPC stubs.
 RUN pip install . \
     && python -c "import pyspark; assert pyspark.__version__ == '${SPARK_VERSION}', pyspark.__version__"
-# The Kafka connector's jars from Maven Central, once, here (feed_service/stack/spark.py
+# The Kafka connector's jars from Maven Central, once, here (feed_service/stack/spark_connector.py
 # kafka_connector_jars: the ones the wheel does not ship), so that no pod ever downloads:
 # - copied into the wheel's Spark jars/, on the classpath of every driver and executor JVM: a driver
 #   started by spark-submit (the operator) keeps its launch classpath, the session adds no spark.jars;
 # - kept in FEED_CACHE_DIR, where feedctl's local-mode jobs look for them (and then find them shipped).
 # The local Maven repository (m2) is only the download's cache.
 ENV FEED_CACHE_DIR=/opt/feed/cache
-RUN python -c "import os, shutil, pyspark; from feed_service.stack.spark import kafka_connector_jars; jars = os.path.join(os.path.dirname(pyspark.__file__), 'jars'); [print(shutil.copy2(j, jars)) for j in kafka_connector_jars()]" \
+RUN python -c "import os, shutil, pyspark; from feed_service.stack.spark_connector import kafka_connector_jars; jars = os.path.join(os.path.dirname(pyspark.__file__), 'jars'); [print(shutil.copy2(j, jars)) for j in kafka_connector_jars()]" \
     && rm -rf /opt/feed/cache/m2
 
 # ---- runtime
@@ -64,7 +64,7 @@ RUN set -eux; \
 COPY --from=jre /opt/java/openjdk /opt/java/openjdk
 COPY --from=build /opt/venv /opt/venv
 # Writable by the spark user: a driver on a cluster master zips the project's code into it
-# (feed_service/stack/code_archive.py) for its executors.
+# (spark_jobs/runtime/code_archive.py) for its executors.
 COPY --from=build --chown=185:185 /opt/feed/cache /opt/feed/cache
 # SPARK_HOME is the wheel's Spark, linked where the Spark images keep it.
 RUN ln -s "$(/opt/venv/bin/python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" /opt/spark

@@ -119,7 +119,7 @@ def main() -> int:
     publish_s = publish(settings, events)
     print(f"published {len(events)} events to *.bench{run_id} in {publish_s:.1f}s", file=sys.stderr)
 
-    from feed_service.stack.spark import build_session
+    from spark_jobs.runtime.session import build_session
     from spark_jobs.backfill import SESSION_CONF, BackfillOptions, run_backfill
 
     spark = build_session("bench-backfill", shuffle_partitions=4, extra_conf=SESSION_CONF)

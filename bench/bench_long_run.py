@@ -395,7 +395,7 @@ class StateReader:
         self._spark = None
 
     def read(self, checkpoint: Path) -> Any:
-        from feed_service.stack.spark import build_session
+        from spark_jobs.runtime.session import build_session
         from spark_jobs.state_stats import read_state_size
 
         if self._spark is None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from feed_service.core.rows import Entry, TimelineWrite
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.stack.spark import SPARK_CONF_ENV
+from spark_jobs.runtime.session import SPARK_CONF_ENV
 from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream.options import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS

@@ -215,7 +215,7 @@ def run_reshard(settings: Settings, options: ReshardOptions) -> ReshardResult | 
     (the lock is released meanwhile: the stream takes it) and everything is checked again after it.
     Every refusal (:class:`FeedError`) happens before the reshard's Spark session starts.
     """
-    from feed_service.stack.spark import build_session
+    from spark_jobs.runtime.session import build_session
 
     check_state_partitions(options.partitions)
     if not query_dir(options.checkpoint).is_dir():

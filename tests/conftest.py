@@ -120,7 +120,7 @@ def settings(stack_config: StackConfig) -> Settings:
 @pytest.fixture(scope="session")
 def spark(stack_config: StackConfig):
     """One local SparkSession for the session's Spark tests (JVM start-up is the slow part)."""
-    from feed_service.stack.spark import build_session
+    from spark_jobs.runtime.session import build_session
 
     session = build_session("feed-tests", cache_dir=stack_config.cache_dir)
     yield session
@@ -139,12 +139,12 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     refusals must happen before any session exists."""
     import os
 
-    import feed_service.stack.spark
+    import spark_jobs.runtime.session
 
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("a Spark session was built")
 
-    monkeypatch.setattr(feed_service.stack.spark, "build_session", refuse)
+    monkeypatch.setattr(spark_jobs.runtime.session, "build_session", refuse)
     for name in list(os.environ):
         if name.startswith("FEED_"):
             monkeypatch.delenv(name)

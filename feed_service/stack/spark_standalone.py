@@ -7,7 +7,7 @@ leave a pid whose command line changes from bash to java, which the pid file cou
 
 Worker i binds its own loopback address (all of 127/8 is local on Linux), so a worker and the
 executors it launches look like another machine: the driver must reach them over the network and
-ship the project's code to them (:mod:`feed_service.stack.code_archive`). A worker is the leader of
+ship the project's code to them (:mod:`spark_jobs.runtime.code_archive`). A worker is the leader of
 its own process group, and its executors are in that group: ``stop`` ends them together, while
 :meth:`SparkStandalone.kill_worker` kills the worker JVM alone, as a crash would (its executors then
 exit on their own: the executor's WorkerWatcher ends it when the worker's connection drops).

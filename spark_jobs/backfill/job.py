@@ -176,7 +176,7 @@ def run(settings: Settings, options: BackfillOptions) -> int:
     Exit code 0, or :data:`~spark_jobs.job_cli.EXIT_REFUSED` with the message on stderr when a :class:`FeedError` stops it
     (options, settings and the out folder are checked before any Spark session starts).
     """
-    from feed_service.stack.spark import build_session
+    from spark_jobs.runtime.session import build_session
 
     try:
         settings = settings.replace(**options.settings_changes)

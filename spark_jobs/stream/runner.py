@@ -43,7 +43,7 @@ STATE_STATS_TIMELINE_SAMPLE = 1000
 
 def _build_session(app_name: str, **kwargs: Any) -> "SparkSession":
     """Production's session factory, looked up when called (``feedctl``'s tests replace it to refuse a session)."""
-    from feed_service.stack.spark import build_session
+    from spark_jobs.runtime.session import build_session
 
     return build_session(app_name, **kwargs)
 

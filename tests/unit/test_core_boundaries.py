@@ -33,7 +33,7 @@ class Layer:
     """One row of the table: the modules of the layer and what they may import.
 
     ``modules``: module names or package prefixes that belong to the layer (the longest match wins).
-    ``may_import``: lower layers by name, or single modules (dotted names, e.g. ``feed_service.stack.spark``).
+    ``may_import``: lower layers by name, or single modules (dotted names, e.g. ``feed_service.stack.spark_connector``).
     ``libraries``: top-level names of third-party distributions (the standard library is always allowed).
     """
 
@@ -57,11 +57,12 @@ LAYERS: tuple[Layer, ...] = (
           ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
     Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings")),
-    # The local stack starts processes; it probes Kafka and Cassandra and builds the Spark session.
+    # The local stack starts processes; it probes Kafka and Cassandra and fetches the Kafka connector for Spark.
     Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops"),
           ("confluent_kafka", "cassandra", "pyspark")),
     Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
-                                          "feed_service.stack.spark"),
+                                          # the Kafka connector's jars of a session not spark-submitted
+                                          "feed_service.stack.spark_connector"),
           ("pyspark", "pandas", "pyarrow", "prometheus_client")),  # prometheus_client: the stream's /metrics
     Layer("cli", ("feed_service.cli", "feed_service.__main__"), (ANY,), (ANY,)),
 )
@@ -173,7 +174,8 @@ def test_the_rules_catch_an_offending_import() -> None:
     core, spark_jobs = BY_NAME["core"], BY_NAME["spark_jobs"]
     assert _allows(core, "json") and _allows(core, "feed_service.errors") and _allows(core, "feed_service.core.join")
     assert not _allows(core, "pyspark.sql") and not _allows(core, "feed_service.settings")
-    assert _allows(spark_jobs, "feed_service.stack.spark") and not _allows(spark_jobs, "feed_service.stack.local_stack")
+    assert _allows(spark_jobs, "feed_service.stack.spark_connector")
+    assert not _allows(spark_jobs, "feed_service.stack.local_stack") and not _allows(spark_jobs, "feed_service.stack.maven")
     assert not _allows(BY_NAME["kafka"], "cassandra.cluster") and not _allows(BY_NAME["settings"], "feed_service.cli")
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import feed_service
-from feed_service.stack.code_archive import build_code_archive, package_files
-from feed_service.stack.spark import (
+from spark_jobs.runtime.code_archive import build_code_archive, package_files
+from spark_jobs.runtime.session import (
     CLUSTER_EXECUTOR_CONF,
     DEFAULT_MASTER,
     MASTER_ENV,

@@ -214,7 +214,7 @@ class FakeFinishingStream:
 @pytest.fixture
 def fake_repartition(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A reshard session and repartition without Spark: the repartition batch is written as Spark would."""
-    import feed_service.stack.spark
+    import spark_jobs.runtime.session
 
     class Session:
         def stop(self) -> None:
@@ -228,7 +228,7 @@ def fake_repartition(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         done.append(batch)
         return batch
 
-    monkeypatch.setattr(feed_service.stack.spark, "build_session", lambda *a, **k: Session())
+    monkeypatch.setattr(spark_jobs.runtime.session, "build_session", lambda *a, **k: Session())
     monkeypatch.setattr(reshard, "repartition_checkpoint", repartition)
     return done
 
@@ -280,7 +280,7 @@ def test_finish_pending_refuses_when_the_stream_did_not_get_there(
     checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, False))
     monkeypatch.setattr(reshard.subprocess, "Popen", FakeFinishingStream(checkpoint, commits=commits, code=code))
     with monkeypatch.context() as m:
-        m.setattr("feed_service.stack.spark.build_session", lambda *a, **k: pytest.fail("Spark session built"))
+        m.setattr("spark_jobs.runtime.session.build_session", lambda *a, **k: pytest.fail("Spark session built"))
         err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending")
     assert f"ended with exit code {code}" in err and "nothing was resharded" in err
     assert inspect_checkpoint(checkpoint).state_partitions == 2

@@ -40,7 +40,7 @@ def _positive(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from feed_service.errors import CheckpointError, StoreError
     from feed_service.settings import Settings
-    from feed_service.stack.spark import build_session
+    from spark_jobs.runtime.session import build_session
     from spark_jobs.state_stats import QUERY_SUBDIR, collect_stats
 
     settings = Settings.from_env()

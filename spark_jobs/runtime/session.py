@@ -1,55 +1,28 @@
-"""Spark sessions from the pyspark wheel, with the Kafka connector fetched by Maven.
+"""Spark sessions from the pyspark wheel, with the Kafka connector and the RocksDB state store.
 
 Local mode in the job's process unless a master is named (argument, FEED_SPARK_MASTER) or spark-submit
 started the process; on a cluster master the project's code is shipped to the executors as a zip
-(:func:`build_session`, :mod:`feed_service.stack.code_archive`).
+(:func:`build_session`, :mod:`spark_jobs.runtime.code_archive`).
 
-Spark's own Ivy resolver (``spark.jars.packages``) cannot be relied on to reach the registry here, so
-the connector and its dependencies are fetched by :mod:`feed_service.stack.maven` and passed as
-``spark.jars``, minus every artifact the wheel already ships (two copies of a class on one classpath
-is the classic source of ``NoSuchMethodError``).
+A session this process launches gets the connector's jars as ``spark.jars``
+(:mod:`feed_service.stack.spark_connector` fetches them); under spark-submit the launch supplied them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from feed_service.errors import ConfigError
-from feed_service.stack import maven
-from feed_service.stack.code_archive import build_code_archive
-from feed_service.stack.config import default_cache_dir
-from feed_service.stack.versions import SPARK_VERSION
+from feed_service.stack.spark_connector import kafka_connector_jars, spark_cache_dir
+from spark_jobs.runtime.code_archive import build_code_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 #: State store provider required by transformWithState (see shared/design/spark-notes.md).
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-_VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
-
-
-def _artifact(jar: Path) -> str:
-    return _VERSION_SUFFIX.sub("", jar.name)
-
-
-def kafka_connector_jars(cache_dir: Path | None = None) -> list[Path]:
-    """The connector's jars that the pyspark wheel does not already ship (fetched when missing into
-    ``cache_dir``, default :func:`~feed_service.stack.config.default_cache_dir`)."""
-    import pyspark
-
-    if pyspark.__version__ != SPARK_VERSION:
-        raise RuntimeError(
-            f"pyspark {pyspark.__version__} is installed but the stack pins Spark {SPARK_VERSION}; "
-            "run ./scripts/bootstrap"
-        )
-    shipped = {_artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    lib = maven.fetch(cache_dir if cache_dir is not None else default_cache_dir(), "spark-kafka")
-    return sorted(j for j in lib.glob("*.jar") if _artifact(j) not in shipped)
-
 
 SPARK_CONF_ENV = "FEED_SPARK_CONF"
 """Extra Spark settings for every session of this process, ``key=value`` pairs separated by ``;``
@@ -138,7 +111,7 @@ def build_session(
 
     The master is :func:`resolve_master`'s: by default Spark in local mode in this process, as every
     job ran so far. On any other master the executors get the project's code from a zip that this
-    driver builds from the packages it imports (:mod:`feed_service.stack.code_archive`), never from
+    driver builds from the packages it imports (:mod:`spark_jobs.runtime.code_archive`), never from
     their working directory or from an installation of their own; third-party dependencies (pandas,
     pyarrow, cassandra-driver, confluent-kafka...) are the executors' environment's to supply: here
     ``PYSPARK_PYTHON`` (the driver's interpreter, a venv that has them, as workers share this
@@ -152,7 +125,7 @@ def build_session(
     submitted = launched_by_spark_submit()
     master = resolve_master(master)
     effective_master = master if master is not None else _submitted_master()
-    cache = cache_dir if cache_dir is not None else default_cache_dir()
+    cache = spark_cache_dir(cache_dir)
     code_zip = None if is_local_master(effective_master) else build_code_archive(cache)
 
     jars = [] if submitted else kafka_connector_jars(cache)

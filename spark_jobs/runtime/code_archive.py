@@ -6,7 +6,7 @@ on the driver's working directory or site-packages, and even where they could, t
 might be another version than the driver's. So the driver zips the packages it has imported (from
 their ``__file__``, with their package data, e.g. ``feed_service/_data/`` that
 :mod:`feed_service.resources` reads through :mod:`importlib.resources`, which reads zips too) and
-passes the zip as ``spark.submit.pyFiles`` (:func:`feed_service.stack.spark.build_session`); Spark
+passes the zip as ``spark.submit.pyFiles`` (:func:`spark_jobs.runtime.session.build_session`); Spark
 puts it on the executors' Python path ahead of site-packages.
 
 The zip's name is its content's hash, so unchanged code reuses the file and a changed one never

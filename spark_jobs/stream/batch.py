@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from feed_service.settings import Settings
 
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
     from spark_jobs.stream.sink import PartitionReport
     from spark_jobs.stream.trimming import StreamTrimming
+
+#: ``(settings, rows, counter, write_seconds)`` -> the partition's report: what each executor partition
+#: runs (:func:`spark_jobs.stream.sink.write_partition`, or a test's fake).
+PartitionWriter = Callable[[Settings, Iterator[Any], Any, Any], "PartitionReport"]
 
 #: Completed batches' sink reports kept for the metrics until the supervisor takes them (about once a
 #: second); beyond this many the oldest are dropped.
@@ -55,19 +59,24 @@ class BatchTimes:
 
 
 def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
-                  write_seconds: Any = None, times: BatchTimes | None = None) -> Any:
+                  write_seconds: Any = None, times: BatchTimes | None = None, *,
+                  partition_writer: PartitionWriter | None = None) -> Any:
     """The foreachBatch function: the executors write the rows and each partition hands back its
     :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
     written, dead letters, view changes); the driver then trims the timelines that may be over the
     bound, before the batch ends (docs/trimming.md). ``times`` gets the batch's timings and, once the
-    call completes, its merged report for the metrics (a failed call adds nothing; its replay does)."""
+    call completes, its merged report for the metrics (a failed call adds nothing; its replay does).
+    ``partition_writer`` is what each partition runs (default: the sink's ``write_partition``, imported
+    here so that the command line does not load the Cassandra and Kafka clients)."""
     from spark_jobs.stream.sink import merge_reports, write_partition
+
+    write_rows: PartitionWriter = partition_writer or write_partition
 
     def write(batch_df: "DataFrame", batch_id: int) -> None:
         started = time.perf_counter()
         written_before = write_seconds.value if write_seconds is not None else 0.0
         report = merge_reports(batch_df.rdd.mapPartitions(
-            lambda rows: [write_partition(settings, rows, counter, write_seconds)]).collect())
+            lambda rows: [write_rows(settings, rows, counter, write_seconds)]).collect())
         joined = time.perf_counter()
         trimmed_before = trimming.trimmed_rows if trimming is not None else 0
         if trimming is not None:

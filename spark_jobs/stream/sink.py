@@ -11,7 +11,8 @@ emitted them, so the messages of one row are published in the order its writes w
 ``Settings.view_changes`` off (``FEED_VIEW_CHANGES=0``) nothing is published.
 
 Each Python worker keeps one driver session per settings (spark_jobs/cassandra_writers.py), so a
-micro-batch pays for statements, not for connections. Rows are written in chunks through
+micro-batch pays for statements, not for connections. Where rows and messages go is one
+:class:`SinkOutputs` argument, production's by default (tests pass fakes). Rows are written in chunks through
 :class:`feed_service.store.cassandra_writer.CassandraWriter` (prepared statements, bounded concurrency,
 logical-clock timestamps: see docs/idempotent-writes.md). A failed write raises, which fails the
 micro-batch; Spark then retries it from the checkpoint and, writes being idempotent, converges.
@@ -22,18 +23,33 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from feed_service.settings import Settings
+from feed_service.core.view_changes import ViewChange
 from feed_service.kafka.dead_letters import publish_dead_letters
 from feed_service.kafka.view_change_publisher import publish_view_changes
-from feed_service.store.ports import WriteCounts
+from feed_service.settings import Settings
+from feed_service.store.ports import ViewWriter, WriteCounts
 from spark_jobs.cassandra_writers import writer_for
 from spark_jobs.stream.trimming import merge_counts
 from spark_jobs.output_rows import view_changes_of, writes_of
 
 #: Compact rows per write call: bounds executor memory, keeps enough requests in flight.
 CHUNK_ROWS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOutputs:
+    """Where :func:`write_partition` writes, production's by default. It travels to the executors with
+    the batch's function, so a field is a module-level function (pickled by name), and the writer is
+    a factory: each worker process makes (or reuses) its own connection."""
+
+    writer_for: Callable[[Settings], ViewWriter] = writer_for
+    """The worker's writer of view rows for ``settings`` (spark_jobs/cassandra_writers.py)."""
+    publish_dead_letters: Callable[[Settings, Sequence[tuple[str, str]]], None] = publish_dead_letters
+    """Publishes (key, value) dead letters, every one acknowledged, else raises."""
+    publish_view_changes: Callable[[Settings, Sequence[ViewChange]], int] = publish_view_changes
+    """Publishes view changes (docs/view-changes.md), every one acknowledged, else raises; returns the messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,22 +108,23 @@ def _chunks(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None = None,
-                    write_seconds: Any | None = None) -> PartitionReport:
-    """Write one partition of output rows, then publish its dead letters and (``settings.view_changes``)
-    its view changes, chunk by chunk; add the timeline rows written to ``counter`` and the seconds
-    spent writing and publishing to ``write_seconds`` (accumulators).
+                    write_seconds: Any | None = None, *, outputs: SinkOutputs = SinkOutputs(),
+                    chunk_rows: int = CHUNK_ROWS) -> PartitionReport:
+    """Write one partition of output rows to ``outputs``, then publish its dead letters and
+    (``settings.view_changes``) its view changes, ``chunk_rows`` at a time; add the timeline rows
+    written to ``counter`` and the seconds spent writing and publishing to ``write_seconds`` (accumulators).
 
     Returns the partition's :class:`PartitionReport`; its ``upserts`` (home-timeline rows inserted
     or updated per timeline) go to the driver's trim tracker (spark_jobs/stream/trimming.py, docs/trimming.md).
     A failed write or an unacknowledged message raises: the micro-batch fails and is run again.
     """
-    writer = writer_for(settings)
+    writer = outputs.writer_for(settings)
     total = WriteCounts()
     upserts: dict[str, int] = {}
     letters: dict[str, int] = {}
     published = 0
     spent = 0.0
-    for chunk in _chunks(rows, CHUNK_ROWS):
+    for chunk in _chunks(rows, chunk_rows):
         writes = writes_of(chunk)
         started = time.perf_counter()
         total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles,
@@ -117,14 +134,14 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
             if w.op != "delete":
                 upserts[w.timeline_id] = upserts.get(w.timeline_id, 0) + 1
         if writes.dead_letters:
-            publish_dead_letters(settings, writes.dead_letters)
+            outputs.publish_dead_letters(settings, writes.dead_letters)
             for _, value in writes.dead_letters:
                 code = reason_code(value)
                 letters[code] = letters.get(code, 0) + 1
         if settings.view_changes:
             changes = view_changes_of(chunk)
             if changes:  # only now: the chunk's rows are in Cassandra
-                published += publish_view_changes(settings, changes)
+                published += outputs.publish_view_changes(settings, changes)
         spent += time.perf_counter() - started
     if counter is not None:
         counter.add(total.timeline_upserts + total.timeline_deletes)

@@ -17,7 +17,6 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import spark_jobs.stream.sink
 from feed_service.settings import Settings
 from feed_service.store.ports import WriteCounts
 from spark_jobs import stream
@@ -229,15 +228,14 @@ class FakeTrimming:
         self.trimmed_rows += 7
 
 
-def test_the_foreach_batch_function_trims_with_the_upserts_and_keeps_the_report(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_foreach_batch_function_trims_with_the_upserts_and_keeps_the_report() -> None:
     def write_partition(settings: Any, rows: Any, counter: Any = None, write_seconds: Any = None) -> PartitionReport:
         rows = list(rows)
         return PartitionReport({r: 1 for r in rows}, WriteCounts(timeline_upserts=len(rows)), {"bad_json": 1}, 2)
 
-    monkeypatch.setattr(spark_jobs.stream.sink, "write_partition", write_partition)
     trimming, times = FakeTrimming(), stream.BatchTimes()
-    write = foreach_batch(Settings(), None, trimming, None, times)  # type: ignore[arg-type]
+    write = foreach_batch(Settings(), None, trimming, None, times,  # type: ignore[arg-type]
+                          partition_writer=write_partition)
     batch = type("Batch", (), {"rdd": FakeRDD([["ann", "bob"], ["ann"]])})()
     write(batch, 4)
     assert trimming.upserts == [{"ann": 2, "bob": 1}]

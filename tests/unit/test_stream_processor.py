@@ -478,9 +478,9 @@ def test_block_rows_are_written_to_the_blocks_table(monkeypatch: pytest.MonkeyPa
         return [Done() for _ in statements]
 
     monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
-    monkeypatch.setattr(sink, "writer_for", lambda settings: CassandraWriter(Prepared(), "ks", batch_rows=1))
+    outputs = sink.SinkOutputs(writer_for=lambda settings: CassandraWriter(Prepared(), "ks", batch_rows=1))
     rows = [r.asDict() for r in (block_row("insert", "bob", "ann", 7), block_row("delete", "bob", "cat", 7))]
-    sink.write_partition(Settings(view_changes=False), iter(rows))
+    sink.write_partition(Settings(view_changes=False), iter(rows), outputs=outputs)
     assert executed == [
         ("INSERT INTO ks.blocks (blocker_id, blocked_id) VALUES (?, ?) USING TIMESTAMP ?", ("bob", "ann", 7)),
         ("DELETE FROM ks.blocks USING TIMESTAMP ? WHERE blocker_id = ? AND blocked_id = ?", (7, "bob", "cat")),

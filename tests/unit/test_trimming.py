@@ -323,7 +323,7 @@ def test_stream_trimming_trims_due_timelines_and_counts() -> None:
     assert connects == [1]  # one session for the life of the stream
 
 
-def test_write_partition_reports_upserts_per_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_partition_reports_upserts_per_timeline() -> None:
     import spark_jobs.stream.sink as sink
     from feed_service.settings import Settings
     from feed_service.store.ports import WriteCounts
@@ -341,12 +341,12 @@ def test_write_partition_reports_upserts_per_timeline(monkeypatch: pytest.Monkey
         def add(self, n: int) -> None:
             self.value += n
 
-    monkeypatch.setattr(sink, "writer_for", lambda settings: Writer())
     result = _result(("insert", _entry(1), ("ann", "cat")), ("update", _entry(2), ("ann",)),
                      ("delete", _entry(3), ("ann", "dan")))
     rows = [dict(zip(OUTPUT_COLUMNS, r)) for r in result_rows(result)]
     counter = Counter()
-    report = sink.write_partition(Settings(view_changes=False), iter(rows), counter)
+    report = sink.write_partition(Settings(view_changes=False), iter(rows), counter,
+                                  outputs=sink.SinkOutputs(writer_for=lambda settings: Writer()))
     assert report.upserts == {"ann": 2, "cat": 1}
     assert report.counts == WriteCounts(3, 2) and report.changes_published == 0 and report.dead_letters == {}
     assert counter.value == 5

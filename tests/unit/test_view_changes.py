@@ -391,7 +391,7 @@ class FakeWriter:
         return WriteCounts(len(timeline) - deletes, deletes, len(tweets))
 
 
-def test_write_partition_publishes_each_chunk_after_its_write(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_partition_publishes_each_chunk_after_its_write() -> None:
     import spark_jobs.stream.sink as sink
 
     log: list[Any] = []
@@ -402,10 +402,8 @@ def test_write_partition_publishes_each_chunk_after_its_write(monkeypatch: pytes
         published.extend(changes)
         return sum(len(list(split(c))) for c in changes)
 
-    monkeypatch.setattr(sink, "writer_for", lambda settings: FakeWriter(log))
-    monkeypatch.setattr(sink, "publish_view_changes", publish)
-    monkeypatch.setattr(sink, "publish_dead_letters", lambda settings, letters: log.append(("letters", len(letters))))
-    monkeypatch.setattr(sink, "CHUNK_ROWS", 3)
+    outputs = sink.SinkOutputs(writer_for=lambda settings: FakeWriter(log), publish_view_changes=publish,
+                               publish_dead_letters=lambda settings, letters: log.append(("letters", len(letters))))
     result, src = sourced(seeded(), [(tweet("t3", 30), 5_000), (follow("dan"), 1_000)])
 
     class Letter:
@@ -415,7 +413,7 @@ def test_write_partition_publishes_each_chunk_after_its_write(monkeypatch: pytes
     letters = [Letter('{"reason_code":"bad_json"}'), Letter('{"reason_code":"bad_json"}'), Letter("{}")]
     rows = rows_of(result, src) + [dict(zip(OUTPUT_COLUMNS, r)) for r in dead_letter_rows(letters)]
     expected = view_changes_of(rows)
-    report = sink.write_partition(Settings(), iter(rows))
+    report = sink.write_partition(Settings(), iter(rows), outputs=outputs, chunk_rows=3)
     assert published == expected and report.changes_published == len(expected)
     kinds = [k for k, _ in log]
     assert kinds[0] == "write" and all(kinds[i - 1] in ("write", "letters") for i, k in enumerate(kinds) if k == "publish")
@@ -426,7 +424,7 @@ def test_write_partition_publishes_each_chunk_after_its_write(monkeypatch: pytes
 
     log.clear()
     published.clear()
-    off = sink.write_partition(Settings(view_changes=False), iter(rows))
+    off = sink.write_partition(Settings(view_changes=False), iter(rows), outputs=outputs, chunk_rows=3)
     assert published == [] and off.changes_published == 0 and "publish" not in [k for k, _ in log]
     assert off.upserts == report.upserts
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from feed_service.core.view_changes import ViewChange
-from feed_service.kafka.dead_letters import publish_dead_letters
-from feed_service.kafka.view_change_publisher import publish_view_changes
+from feed_service.kafka.stream_publisher import publish_dead_letters, publish_view_changes
 from feed_service.settings import Settings
 from feed_service.store.ports import ViewWriter, WriteCounts
 from spark_jobs.cassandra_writers import writer_for
@@ -46,7 +45,7 @@ class SinkOutputs:
 
     writer_for: Callable[[Settings], ViewWriter] = writer_for
     """The worker's writer of view rows for ``settings`` (spark_jobs/cassandra_writers.py)."""
-    publish_dead_letters: Callable[[Settings, Sequence[tuple[str, str]]], None] = publish_dead_letters
+    publish_dead_letters: Callable[[Settings, Sequence[tuple[str, str]]], Any] = publish_dead_letters
     """Publishes (key, value) dead letters, every one acknowledged, else raises."""
     publish_view_changes: Callable[[Settings, Sequence[ViewChange]], int] = publish_view_changes
     """Publishes view changes (docs/view-changes.md), every one acknowledged, else raises; returns the messages."""

@@ -459,7 +459,7 @@ class FakeProducer:
 
 
 def test_the_publisher_splits_keys_and_waits_for_every_ack() -> None:
-    import feed_service.kafka.view_change_publisher as publisher
+    import feed_service.kafka.stream_publisher as publisher
 
     settings = Settings(kafka_bootstrap="fake:1").with_topic_suffix(".t")
     producer = publisher._producers["fake:1"] = FakeProducer()

@@ -3,7 +3,9 @@
 with two workers and the project's code shipped to them (docs/cluster.md).
 
 One stream and one read server for the module (a cluster and a stream on it take a minute to start);
-the phases run in order, each publishing the next slice of one history while it breaks something:
+before the stream starts, a job of its own checks the cluster's Spark (code shipped to the executors, a
+worker killed mid-job, the worker restarted); then the phases run in order, each publishing the next slice
+of one history while it breaks something:
 
 1. no failure: the timelines read through the gRPC API equal the reference, bad records dead-lettered;
 2. kill -9 a Kafka broker mid-stream, then bring it back;
@@ -17,11 +19,15 @@ duplicated or resurrected. Each phase prints what the failure cost (pytest -s sh
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -37,6 +43,9 @@ from feed_service.stack.local_stack import LocalStack
 from feed_service.workload.generator import generate
 
 from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines, timelines_in
+from .standalone_driver import DRIVER
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Slices of one history: phase 1 publishes the first at once, then the second the way the failure
 #: phases publish theirs but with nothing failing (the baseline of what a failure costs); each failure
@@ -120,6 +129,65 @@ def cluster(cluster_stack_config: StackConfig, tmp_path_factory: pytest.TempPath
     finally:
         code = stream.stop()
         print(f"stream stopped with {code}; log {stream.log_file}")
+    # The stream is gone: stopping the cluster's Spark ends every daemon (the stack's stop repeats it).
+    spark = LocalStack(config).spark
+    assert spark is not None
+    stopped = spark.stop(grace=10)
+    assert "spark-master" in stopped and not any(s.running for s in spark.status())
+
+
+def test_cluster_spark_runs_shipped_code_and_survives_a_worker_crash(cluster_stack_config: StackConfig,
+                                                                     tmp_path: Path) -> None:
+    """The cluster's Spark runs the project's code from the shipped zip, and a job survives the crash
+    (SIGKILL) of one worker. First in the module: the stream (``cluster``) would hold every worker's core."""
+    standalone = LocalStack(cluster_stack_config).spark
+    assert standalone is not None
+    try:
+        started = time.monotonic()
+        standalone.wait_ready(90)
+        ready_s = time.monotonic() - started
+        assert standalone.start() == [s.pid for s in standalone.status()]  # idempotent: nothing new
+
+        spec = {"home": str(standalone.home), "master_host": standalone.master_host,
+                "master_port": standalone.master_port, "master_webui_port": standalone.master_webui_port,
+                "worker_hosts": list(standalone.worker_hosts), "worker_ports": list(standalone.worker_ports),
+                "worker_webui_ports": list(standalone.worker_webui_ports)}
+        (tmp_path / "driver.py").write_text(DRIVER)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FEED_SPARK_MASTER")}
+        proc = subprocess.run([sys.executable, "driver.py", json.dumps(spec)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, f"driver failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        out = json.loads(lines[-1][len("RESULT "):])
+        print(f"\nstandalone ready {ready_s:.1f}s; worker 0 ran {out['executor_processes']}; after its "
+              f"SIGKILL: " + ", ".join(f"{k} {out.get(k, -1):.2f}" for k in
+                                      ("executor_gone_s", "driver_lost_s", "master_lost_s", "slow_job_s", "after_s")))
+
+        assert out["master"] == standalone.master_url and out["executors"] == 2
+        code_zip = Path(out["py_files"].split(",")[-1])
+        assert code_zip.name.startswith("feed-code-") and code_zip.is_file()
+        for feed_file, jobs_file, cwd, topics in out["where"]:
+            # The executor's copy of the zip, in its own folder under its worker's work dir (SparkFiles'
+            # root on an executor is its working directory, so the path is relative to it).
+            shipped = Path(cwd) / code_zip.name
+            assert os.path.normpath(Path(cwd) / feed_file) == str(shipped / "feed_service" / "__init__.py"), feed_file
+            assert os.path.normpath(Path(cwd) / jobs_file) == str(shipped / "spark_jobs" / "__init__.py"), jobs_file
+            # The stack's run folder is in the checkout's .stack/: the copy is the worker's, not the sources.
+            assert shipped.is_relative_to(standalone.home) and topics > 0
+            assert not any(shipped.is_relative_to(REPO_ROOT / package) for package in ("feed_service", "spark_jobs"))
+        workers_used = {Path(cwd).relative_to(standalone.home).parts[0] for _, _, cwd, _ in out["where"]}
+        assert workers_used == {"worker-0", "worker-1"}  # both executors ran tasks
+        assert out["pandas_ok"]
+
+        assert out["killed_pid"] and out["executor_processes"], "worker 0 had no executor to lose"
+        assert "executor_gone_s" in out, f"executor outlived its worker: {out['leftover']}"
+        assert out["slow_rows"] == list(range(8))  # lost tasks were run again on worker 1
+        assert {Path(cwd).relative_to(standalone.home).parts[0] for _, _, cwd, _ in out["after"]} == {"worker-1"}
+        assert not standalone.workers[0].is_running()
+    finally:
+        # the module's stream needs both workers: worker 0 back (also when a check above failed)
+        standalone.start_worker(0)
+        standalone.wait_ready(60)
 
 
 def test_stream_on_the_cluster_matches_the_reference_through_grpc(cluster: ClusterRun) -> None:

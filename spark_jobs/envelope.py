@@ -111,7 +111,7 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
         """The first fault of a record of ``kind``: its fields in declaration order, then the
         self-edge rule, as ``parse_event`` checks them."""
         rules = [_field_fault(f.name, f.rule) for f in kind.fields]
-        if kind.edge is not None:
+        if kind.edge is not None and kind.edge.self_code is not None:
             subject, target = kind.edge.subject, kind.edge.target
             rules.append(F.when(_string(subject) == _string(target),
                                 fault(kind.edge.self_code,

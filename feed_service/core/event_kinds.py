@@ -64,8 +64,9 @@ class EdgeShape:
 
     subject: str
     target: str
-    self_code: RejectCode
-    """The reject code of an edge whose two ends are the same user."""
+    self_code: RejectCode | None = None
+    """The reject code of an edge whose two ends are the same user; None: no such rule (the two
+    ends name different things, e.g. a user and a tweet)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class EventKind:
             codes.add("negative_value")
         if self.ops:
             codes.add("unknown_op")
-        if self.edge is not None:
+        if self.edge is not None and self.edge.self_code is not None:
             codes.add(self.edge.self_code)
         return frozenset(codes)
 
@@ -304,7 +305,8 @@ def event_json_schema() -> dict[str, Any]:
         required = ["type", *(["op"] if kind.ops else []), *(f.name for f in kind.fields if f.required)]
         defs[_definition_name(kind)] = {"title": kind.title, "description": kind.description, "type": "object",
                                         "required": required, "properties": properties}
-    self_rules = " and ".join(f"{k.edge.subject} != {k.edge.target}" for k in EDGE_KINDS.values() if k.edge)
+    self_rules = " and ".join(f"{k.edge.subject} != {k.edge.target}" for k in EDGE_KINDS.values()
+                              if k.edge and k.edge.self_code)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,

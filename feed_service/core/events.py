@@ -200,13 +200,13 @@ class _KindParser:
         self.type = kind.type
         self.checks = tuple((f.name, _CHECKS[f.rule]) for f in kind.fields)
         self.op = kind.carries_op
-        self.edge = kind.edge
+        self.edge = kind.edge if kind.edge is not None and kind.edge.self_code is not None else None
 
     def __call__(self, obj: Mapping[str, Any], op: str | None) -> Event:
         values = {name: check(obj, name) for name, check in self.checks}
         edge = self.edge
         if edge is not None and values[edge.subject] == values[edge.target]:
-            raise InvalidEvent(edge.self_code, f"self-{self.type} of {values[edge.subject]!r}")
+            raise InvalidEvent(edge.self_code, f"self-{self.type} of {values[edge.subject]!r}")  # type: ignore[arg-type]
         if self.op:
             values["op"] = op
         return self.cls(**values)

@@ -1,5 +1,10 @@
 """The backfill job on the real stack: Kafka changelogs -> Spark batch join -> Cassandra, and the
-stream bootstrapped from it. Every test compares with the engine's batch reference."""
+stream bootstrapped from it. Every test compares with the engine's batch reference.
+
+One round trip serves the first two tests (a stream start and a backfill are the slow parts): the
+stream runs over a history, its view is wiped and the backfill command rebuilds it (``rebuilt``); the
+first test checks the rebuild, the second bootstraps a stream from that backfill and continues it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,12 @@ import os
 import random
 import subprocess
 import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
 
 from feed_service.core.events import event_to_json, parse_event
 from feed_service.core.reference import reference_tables, reference_timelines
@@ -85,28 +94,55 @@ def _tables(settings: Settings) -> dict[str, list[tuple]]:
     }
 
 
-def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
+class Rebuilt(NamedTuple):
+    """A pipeline the stream ran on, its view wiped and rebuilt by the backfill command, and what was
+    read at each step."""
+
+    pipeline: Settings
+    events: list[dict]
+    streamed: dict[str, list[dict[str, Any]]]
+    streamed_tables: dict[str, list[tuple]]
+    wiped: dict[str, list[dict[str, Any]]]
+    out: Path
+    backfill: subprocess.CompletedProcess
+    timelines: dict[str, list[dict[str, Any]]]
+    tables: dict[str, list[tuple]]
+
+
+@pytest.fixture(scope="module")
+def rebuilt(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Rebuilt:
+    """The stream over a history with blocks, mutes and bad records; then its view truncated and
+    rebuilt by ``feedctl backfill``, the real command as an operator runs it."""
+    pipeline = _isolated(settings, uuid.uuid4().hex[:10])
+    tmp = tmp_path_factory.mktemp("rebuilt")
     events = _history(seed=11)
     events += _hides(events, seed=11)
     publish(pipeline, events, GARBAGE)
-    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
+    with running(StreamProcess(pipeline, tmp / "ckpt", log_file=tmp / "stream.log")) as stream:
         stream.wait_caught_up()
     streamed, streamed_tables = read_timelines(pipeline), _tables(pipeline)
-    assert streamed == reference_timelines(events)
-    assert streamed_tables["blocks"] == _blocks_in_force(events)
 
     for table in TABLES:
         read_table(pipeline, f"TRUNCATE {table}")
-    assert read_timelines(pipeline) == {}
+    wiped = read_timelines(pipeline)
 
-    # The real command, as an operator runs it.
-    out = tmp_path / "backfill"
+    out = tmp / "backfill"
     proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], cwd=REPO_ROOT,
                           env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=600)
+    return Rebuilt(pipeline, events, streamed, streamed_tables, wiped, out, proc, read_timelines(pipeline),
+                   _tables(pipeline))
+
+
+def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(rebuilt: Rebuilt) -> None:
+    pipeline, events, streamed, out, proc = (rebuilt.pipeline, rebuilt.events, rebuilt.streamed, rebuilt.out,
+                                             rebuilt.backfill)
+    assert streamed == reference_timelines(events)
+    assert rebuilt.streamed_tables["blocks"] == _blocks_in_force(events)
+    assert rebuilt.wiped == {}
+
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert read_timelines(pipeline) == streamed
-    assert _tables(pipeline) == streamed_tables
+    assert rebuilt.timelines == streamed
+    assert rebuilt.tables == rebuilt.streamed_tables
 
     manifest = json.loads((out / "manifest.json").read_text())
     summary = manifest["summary"]
@@ -169,25 +205,20 @@ def _continuation(events: list[dict], seed: int) -> list[dict]:
     return more
 
 
-def test_stream_bootstrapped_from_backfill_continues_exactly(
-    settings: Settings, spark, unique: str, tmp_path: Path
-) -> None:
-    pipeline = _isolated(settings, unique)
-    events = _history(seed=12)
-    events += _hides(events, seed=12)
-    publish(pipeline, events)
-    out = tmp_path / "backfill"
-    result = run_backfill(spark, pipeline, BackfillOptions(out=out))
-    backfill_ts = result.manifest["backfill_ts"]
-    assert read_timelines(pipeline) == reference_timelines(events)
-    assert _tables(pipeline)["blocks"] == _blocks_in_force(events)
+def test_stream_bootstrapped_from_backfill_continues_exactly(rebuilt: Rebuilt, spark, tmp_path: Path) -> None:
+    pipeline, events, out = rebuilt.pipeline, rebuilt.events, rebuilt.out
+    assert rebuilt.backfill.returncode == 0, rebuilt.backfill.stderr[-4000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    backfill_ts = manifest["backfill_ts"]
+    assert rebuilt.timelines == reference_timelines(events)
+    assert rebuilt.tables["blocks"] == _blocks_in_force(events)
 
     # The DataFrame join and the engine's states hold exactly the same rows.
-    snap = Snapshot(result.manifest["start_offsets"], result.manifest["end_offsets"])
+    snap = Snapshot(manifest["start_offsets"], manifest["end_offsets"])
     winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, pipeline, snap)))))
     joined = _rows(join_timelines_batch(winners, 800, pipeline.pull_threshold))
     from_states = _rows(state_timeline_rows(spark.read.parquet(str(out / "state"))))
-    assert joined == from_states and len(joined) == result.summary["rows"]["timeline"]
+    assert joined == from_states and len(joined) == manifest["summary"]["rows"]["timeline"]
 
     more = _continuation(events, seed=13)
     checkpoint = tmp_path / "ckpt"

@@ -264,8 +264,12 @@ def test_cassandra_unreachable_is_unavailable(settings: Settings) -> None:
     unreachable = replace(settings, cassandra_port=_closed_port())
     config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=unreachable, change_feed=False)
     with ServerThread(config) as server:
-        time.sleep(0.5)  # the first connection attempt has failed
-        err = rpc_error(page, server.stub(), server, "ann")
+        deadline = time.monotonic() + 10
+        while True:  # until the first connection attempt has failed (the status says "connecting" before)
+            err = rpc_error(page, server.stub(), server, "ann")
+            if not err.details().endswith(": connecting") or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert err.code() == Code.UNAVAILABLE and "cassandra unavailable" in err.details()
 
 

@@ -1,0 +1,132 @@
+"""Fold one key's micro-batch: per entity, the highest-ranked change of the batch.
+
+Folding first is what makes the step independent of the order of ``changes`` and of duplicates:
+every later phase sees one change per entity, the maximum under that entity's version rank
+(docs/join-engine.md, rules of the final state).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, NoReturn, Sequence
+
+from feed_service.core.events import (
+    BlockChange,
+    Event,
+    FollowChange,
+    MuteChange,
+    Profile,
+    ProfileVersion,
+    TweetContent,
+    TweetDelete,
+    TweetUpsert,
+    content_beats,
+    edge_rank,
+    hide_rank,
+    join_keys,
+    profile_of,
+    profile_rank,
+)
+from feed_service.core.state import BLOCKED_BY_AUTHOR, BLOCKS_AUTHOR, MUTES, Edge
+
+
+_new = tuple.__new__  # builds the records: docs/join-engine.md, named records on the hot path
+
+
+class Batch(NamedTuple):
+    """Each entity's highest-ranked change in one batch of one key."""
+
+    upserts: dict[str, TweetContent]
+    """tweet_id -> content of the winning upsert."""
+    deletes: set[str]
+    """tweet ids deleted (any version: a delete is final)."""
+    follows: dict[str, Edge]
+    """follower -> (version, active) of the winning follow or unfollow."""
+    profiles: dict[int, Profile]
+    """version -> payload of the winning profile change."""
+    hides: dict[tuple[str, int], Edge]
+    """(reader, kind) -> (version, hiding) of the winning block or mute, ``kind`` an index of
+    :data:`~feed_service.core.state.HideEdges`."""
+
+
+def foreign(event: Event, key: str) -> NoReturn:
+    """A change routed to a key it does not belong to: a routing bug, never bad input."""
+    raise ValueError(f"step: event for keys {join_keys(event)!r} routed to key {key!r}: {event!r}")
+
+
+def fold(key: str, changes: Sequence[Event]) -> Batch:
+    """Each entity's highest-ranked change in the batch; every change must belong to ``key``.
+
+    A block or mute becomes a hide edge (reader, kind) of this author: a mute of this author by
+    the reader, a block of this author by the reader, or this author's block of the reader.
+
+    >>> b = fold("bob", [FollowChange("ann", "bob", 2, "follow"), FollowChange("ann", "bob", 1, "unfollow"),
+    ...                  MuteChange("cat", "bob", 1, "mute")])
+    >>> b.follows, b.hides
+    ({'ann': (2, True)}, {('cat', 0): (1, True)})
+    """
+    ups: dict[str, TweetContent] = {}
+    dels: set[str] = set()
+    edges: dict[str, Edge] = {}
+    profs: dict[int, Profile] = {}
+    hides: dict[tuple[str, int], Edge] = {}
+    for ev in changes:
+        cls = type(ev)
+        if cls is TweetUpsert:
+            if ev.author_id != key:
+                foreign(ev, key)
+            c = (ev.version, ev.created_at, ev.text, ev.profile_version)
+            prev = ups.get(ev.tweet_id)
+            if prev is None or content_beats(c, prev):
+                ups[ev.tweet_id] = c
+        elif cls is FollowChange:
+            if ev.followee_id != key:
+                foreign(ev, key)
+            if ev.follower_id == key:
+                raise ValueError(f"step: self-follow reached the engine: {ev!r}")
+            e = (ev.version, ev.op == "follow")
+            prev_e = edges.get(ev.follower_id)
+            if prev_e is None or edge_rank(*e) > edge_rank(*prev_e):
+                edges[ev.follower_id] = e
+        elif cls is TweetDelete:
+            if ev.author_id != key:
+                foreign(ev, key)
+            dels.add(ev.tweet_id)
+        elif cls is ProfileVersion:
+            if ev.user_id != key:
+                foreign(ev, key)
+            p = profile_of(ev)
+            prev_p = profs.get(ev.version)
+            if prev_p is None or profile_rank(p) > profile_rank(prev_p):
+                profs[ev.version] = p
+        elif cls is BlockChange or cls is MuteChange:
+            if cls is MuteChange:
+                if ev.muted_id != key:
+                    foreign(ev, key)
+                reader, kind = ev.muter_id, MUTES
+            elif ev.blocker_id == key:
+                reader, kind = ev.blocked_id, BLOCKED_BY_AUTHOR
+            elif ev.blocked_id == key:
+                reader, kind = ev.blocker_id, BLOCKS_AUTHOR
+            else:
+                foreign(ev, key)
+            if reader == key:
+                raise ValueError(f"step: self-block or self-mute reached the engine: {ev!r}")
+            h = (ev.version, ev.op == "block" or ev.op == "mute")
+            prev_h = hides.get((reader, kind))
+            if prev_h is None or hide_rank(*h) > hide_rank(*prev_h):
+                hides[(reader, kind)] = h
+        else:
+            raise TypeError(f"step: not an event: {ev!r}")
+    return _new(Batch, (ups, dels, edges, profs, hides))
+
+
+def key_of(changes: Sequence[Event]) -> str:
+    """The one key every change belongs to (``ValueError`` if that is not exactly one)."""
+    keys = set(join_keys(changes[0]))
+    for ev in changes[1:]:
+        if len(keys) < 2:
+            break
+        keys.intersection_update(join_keys(ev))
+    if len(keys) != 1:
+        raise ValueError(f"step: the changes of a new key name {sorted(keys)!r}, not one key: pass key=")
+    return keys.pop()

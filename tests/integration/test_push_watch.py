@@ -243,8 +243,13 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
         # -- 1. pushed changes, and idle watchers that read nothing -------------------------
         watcher = Watcher(server, ann)
         loop, tasks = _idle_watchers(server, idle)
-        time.sleep(2.0)  # every watch has read its head and subscribed
-        assert server.server.servicer.hub is not None and len(server.server.servicer.hub) == IDLE_WATCHERS + 1
+        hub = server.server.servicer.hub
+        assert hub is not None
+        # every watch has subscribed, read its head and its pull authors (the hub then starts it)
+        deadline = time.monotonic() + 30
+        while (len(hub) < IDLE_WATCHERS + 1 or hub._starting) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(hub) == IDLE_WATCHERS + 1 and not hub._starting
         calls = stores[-1].calls
         time.sleep(3.0)
         assert stores[-1].calls == calls, "idle watchers read Cassandra"  # polling would be 201 x 2 / s

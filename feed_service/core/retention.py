@@ -4,14 +4,13 @@ Kafka and Cassandra that must agree with it (docs/retention.md).
 The join keeps, per author key, the versions of dead follow edges, the tombstones of deleted tweets
 and the digests of live tweets pushed out of the newest ``inbox_cap`` (``cold``): they are what
 stops a late or replayed older change from undoing a newer one. Kept for ever, they grow with the
-key's whole history. With a horizon ``H`` a key forgets such an entry once its newest event time
-(the key's *watermark*, Kafka record timestamps) is more than ``H`` past the entry's, and rejects
-every change whose own event time is more than ``H`` behind the watermark (a dead letter with
-reason ``beyond_horizon``), and forgets a history entry once its stamp (the watermark when it was
-last changed) is more than ``2H`` behind. The factor two is what makes the guarantee exact: any
-change still accepted was published more than ``H`` after everything forgotten, so the producers'
-version clocks need only order changes of one entity that are more than ``H`` apart
-(docs/retention.md states the guarantee and its two producer assumptions).
+key's whole history. With a horizon ``H`` a key rejects every change whose own event time is more
+than ``H`` behind the key's *watermark* (its newest event time, Kafka record timestamps): a dead
+letter with reason ``beyond_horizon``; and it forgets a history entry once the entry's stamp (the
+watermark when it was last changed) is more than ``2H`` behind. The factor two is what makes the
+guarantee exact: any change still accepted was published more than ``H`` after everything
+forgotten, so the producers' version clocks need only order changes of one entity that are more
+than ``H`` apart (docs/retention.md states the guarantee and its two producer assumptions).
 
 Kafka and Cassandra hold the same kind of history, and each must keep it at least as long:
 

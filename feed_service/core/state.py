@@ -29,6 +29,7 @@ from typing import AbstractSet, Mapping, TypeAlias
 
 from feed_service.core.events import Profile, TweetContent
 from feed_service.core.retention import NO_WATERMARK
+from feed_service.errors import EdgesNotLoaded  # raised by the placeholders below; one class in the error tree
 
 # The values inside the state (Edge, HideEdges, ColdTweet, events.TweetContent) are plain tuples read
 # by position: they are the codec's format (a NamedTuple pickles as a reference to its class, so
@@ -61,11 +62,6 @@ _TWO_PART_FORMAT = 2
 """The two-part layout before the history horizon: no watermark, no times on history entries."""
 _LEGACY_FORMAT = 1
 """The whole-state layout before pull mode existed (no ``pull`` flag: such keys were push)."""
-
-
-class EdgesNotLoaded(RuntimeError):
-    """The engine needed a key's follow edges (or the block and mute edges stored with them), but the state was decoded without them (a caller bug:
-    :func:`feed_service.core.join.needs_edges` said they were not needed)."""
 
 
 class _UnloadedFollowers(Mapping):

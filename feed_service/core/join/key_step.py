@@ -159,7 +159,8 @@ def step(
     profile version                             none         profile row only
     ==========================================  ===========  ==========================================
 
-    A step that emits anything ticks the key's clock once; every output carries it as ``ts``.
+    Whenever the author's own block of a user changes side, a ``blocks`` row is written too. A step
+    that emits anything ticks the key's clock once; every output carries it as ``ts``.
 
     >>> r1 = step(None, [FollowChange("ann", "bob", 1, "follow"), TweetUpsert("t1", "bob", 1, 100, "hi", 1)])
     >>> [(d.op, d.entry.tweet_id, d.timeline_ids) for d in r1.deltas], r1.ts

@@ -39,8 +39,8 @@ class TweetsDiff(NamedTuple):
 
 TouchedTweet: TypeAlias = tuple[str, "TweetContent | None", "TweetContent | None"]
 """(tweet_id, retained content before, after) of a tweet the batch changed (None: not retained).
-A plain tuple, built in :func:`touched` alone and unpacked by every reader: a named tuple there
-cost ~0.5 us per step (docs/join-engine.md, named records on the hot path)."""
+A plain tuple, built in :func:`touched` alone and unpacked by its readers: a named tuple cost
+~0.25 us more per touched tweet (docs/join-engine.md, named records on the hot path)."""
 
 
 def apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes: set[str],

@@ -105,7 +105,7 @@ _UNLOADED_HIDES = _UnloadedFollowers()
 _EMPTY_MAP: Mapping = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, kw_only=True)
 class AuthorState:
     """Everything one author key knows; bounded except for the history noted per field.
 

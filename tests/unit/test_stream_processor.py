@@ -271,8 +271,9 @@ def test_new_key_tweet_and_follow_in_one_batch() -> None:
     assert out == [timeline_row("insert", entry(t1), ["ann"], 1), tweet_row(entry(t1), 1),
                    author_row("insert", entry(t1), 1)]
     assert harness.handle.calls == [("get", BOB), ("update", BOB)]
-    assert harness.peek(BOB) == AuthorState("bob", 1, {"ann": (1, True)}, ("ann",), {"t1": (1, 10, "hello", 1)},
-                                            {}, frozenset(), {}, False)
+    assert harness.peek(BOB) == AuthorState(key="bob", clock=1, followers={"ann": (1, True)}, active=("ann",),
+                                            tweets={"t1": (1, 10, "hello", 1)}, cold={}, deleted=frozenset(),
+                                            profiles={}, pull=False)
     # What the sink makes of the compact rows: one timeline write per follower, one tweet row.
     writes = writes_of(out)
     assert writes.timeline == [TimelineWrite("insert", "ann", entry(t1), 1)]

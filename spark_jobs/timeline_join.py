@@ -3,7 +3,7 @@
 Changes are grouped by join key (tweet author = followee = profile owner = muted user; a block is
 in the groups of both its users, spark_jobs/envelope.py) and each group runs one
 :func:`feed_service.core.join.step` against the key's state. Per key and micro-batch the state is
-read once and written at most once, as one encoded blob (``shared/design/spark-notes.md``: the cost
+read once and written at most once, as one encoded blob (docs/design.md, "Spark's Python stateful operators": the cost
 of Python stateful operators grows with state calls, not bytes).
 
 Output rows are compact (:mod:`spark_jobs.output_rows`): one row per (op, tweet, follower list);

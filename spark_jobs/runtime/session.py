@@ -21,7 +21,7 @@ from spark_jobs.runtime.code_archive import build_code_archive
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: State store provider required by transformWithState (see shared/design/spark-notes.md).
+#: State store provider required by transformWithState (docs/design.md, "Spark's Python stateful operators").
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 SPARK_CONF_ENV = "FEED_SPARK_CONF"

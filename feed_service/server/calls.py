@@ -85,12 +85,7 @@ class CallPlumbing:
 
     def budget(self, context: grpc.aio.ServicerContext) -> float:
         """Seconds the next read may take: the call's remaining deadline, at most ``request_timeout_s``."""
-        remaining = context.time_remaining()
-        if remaining is None:
-            return self.request_timeout_s
-        if remaining <= 0:
-            raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded before the read")
-        return min(remaining, self.request_timeout_s)
+        return deadline_capped(context, self.request_timeout_s, "deadline exceeded before the read")
 
     @staticmethod
     def failure_of(exc: Exception, method: str, context: grpc.aio.ServicerContext) -> tuple[RpcFailure, str]:
@@ -116,6 +111,17 @@ class HasCallPlumbing(Protocol):
     """What :func:`rpc` needs of the servicer whose methods it wraps."""
 
     calls: CallPlumbing
+
+
+def deadline_capped(context: grpc.aio.ServicerContext, cap: float, exceeded: str) -> float:
+    """``cap`` seconds, or fewer when the call's deadline is nearer; DEADLINE_EXCEEDED (``exceeded``)
+    once it has passed: how long a read or a wait within the call may take."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return cap
+    if remaining <= 0:
+        raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, exceeded)
+    return min(remaining, cap)
 
 
 def _store_failure(exc: StoreError, context: grpc.aio.ServicerContext) -> RpcFailure:

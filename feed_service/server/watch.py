@@ -21,7 +21,7 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
 from feed_service.errors import PageTokenError
-from feed_service.server.calls import CallPlumbing, RpcFailure
+from feed_service.server.calls import CallPlumbing, RpcFailure, deadline_capped
 from feed_service.server.hydration import EntryHydrator
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageCursor, PageTokenCodec
@@ -88,12 +88,7 @@ class HomeWatch:
 
     def _poll_wait(self, context: grpc.aio.ServicerContext) -> float:
         """Seconds until the next poll: the poll interval, or less if the deadline is nearer."""
-        remaining = context.time_remaining()
-        if remaining is None:
-            return self.poll_s
-        if remaining <= 0:
-            raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
-        return min(self.poll_s, remaining)
+        return deadline_capped(context, self.poll_s, "deadline exceeded")
 
     async def _polling(self, store: TimelineStore, user_id: str, position: Cursor | None,
                        context: grpc.aio.ServicerContext) -> Messages:

@@ -61,6 +61,10 @@ cap + slack keys, so each insert pays (cap + slack) / slack key reads; 200 = 5 p
 DEFAULT_STATE_PARTITIONS = 2
 """State partitions of a new stream checkpoint (docs/streaming.md has the measurement behind it)."""
 
+DEFAULT_STATE_BUCKETS = 16
+"""Buckets of join keys a new stream checkpoint groups its state by (docs/state-buckets.md: Spark's
+cost per grouping key is paid per bucket; 0 keeps one state per join key, the layout before buckets)."""
+
 _KEYSPACE_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 
 CONSISTENCY_LEVELS = frozenset({"ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM",
@@ -179,6 +183,13 @@ def check_state_partitions(value: int) -> int:
     return value
 
 
+def check_state_buckets(value: int) -> int:
+    """``value`` if it is a usable number of state buckets (an integer from 0 to 1,000,000; 0: per key)."""
+    if type(value) is not int or not 0 <= value <= 1_000_000:
+        raise ConfigError(f"state buckets must be an integer from 0 (one state per key) to 1000000, got {value!r}")
+    return value
+
+
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -230,6 +241,8 @@ class Settings:
     """Event-time seconds of history the join keeps (0: all); see :attr:`retention`."""
     state_partitions: int = DEFAULT_STATE_PARTITIONS
     """State partitions of a new stream checkpoint."""
+    state_buckets: int = DEFAULT_STATE_BUCKETS
+    """Buckets of join keys a new stream checkpoint groups its state by (0: one state per key)."""
     view_changes: bool = True
     """Whether the stream publishes the view's changes to the ``timeline_changes`` topic."""
     cassandra_replication: str = "SimpleStrategy:1"
@@ -251,6 +264,7 @@ class Settings:
         check_trim_slack(self.trim_slack)
         check_history_horizon(self.history_horizon_s)
         check_state_partitions(self.state_partitions)
+        check_state_buckets(self.state_buckets)
         check_view_changes(self.view_changes)
         keyspace_replication(self.cassandra_replication)
         check_consistency(self.write_consistency, "write consistency")
@@ -298,6 +312,7 @@ class Settings:
                 trim_slack=int(env.get("FEED_TRIM_SLACK", str(DEFAULT_TRIM_SLACK))),
                 history_horizon_s=int(env.get("FEED_HISTORY_HORIZON_S", str(DEFAULT_HISTORY_HORIZON_S))),
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
+                state_buckets=int(env.get("FEED_STATE_BUCKETS", str(DEFAULT_STATE_BUCKETS))),
                 view_changes=parse_flag(env.get("FEED_VIEW_CHANGES", "1"), "FEED_VIEW_CHANGES"),
                 cassandra_replication=env.get("FEED_CASSANDRA_REPLICATION", "SimpleStrategy:1"),
                 cassandra_local_dc=env.get("FEED_CASSANDRA_LOCAL_DC", ""),
@@ -331,6 +346,7 @@ class Settings:
             "FEED_TRIM_SLACK": str(self.trim_slack),
             "FEED_HISTORY_HORIZON_S": str(self.history_horizon_s),
             "FEED_STATE_PARTITIONS": str(self.state_partitions),
+            "FEED_STATE_BUCKETS": str(self.state_buckets),
             "FEED_VIEW_CHANGES": "1" if self.view_changes else "0",
             "FEED_CASSANDRA_REPLICATION": self.cassandra_replication,
             "FEED_CASSANDRA_LOCAL_DC": self.cassandra_local_dc,

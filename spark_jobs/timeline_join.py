@@ -1,4 +1,5 @@
-"""The join engine inside Spark's keyed stateful operator.
+"""The join engine inside Spark's keyed stateful operator, one state per join key (the layout of
+checkpoints created before state buckets, and of the pandas operators: spark_jobs/stateful_join.py).
 
 Changes are grouped by join key (tweet author = followee = profile owner = muted user; a block is
 in the groups of both its users, spark_jobs/envelope.py) and each group runs one
@@ -39,12 +40,11 @@ from feed_service.core.events import (
 from feed_service.core.change_sources import step_sources
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
-from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
-from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, OUTPUT_SCHEMA, dead_letter_rows, result_rows
+from spark_jobs.envelope import ROUTE_DEAD_LETTER
+from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, dead_letter_rows, result_rows
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame
 
 Operator: TypeAlias = Literal["transformWithState", "transformWithStateInPandas", "applyInPandasWithState"]
 OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas", "applyInPandasWithState")
@@ -264,45 +264,3 @@ def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any
             pass
 
     return TimelineJoinProcessor()
-
-
-def join_timelines(
-    changes: "DataFrame",
-    *,
-    config: JoinConfig,
-    operator: Operator = "transformWithState",
-    initial_state: "DataFrame | None" = None,
-) -> "DataFrame":
-    """Keyed stateful join of routed changes (``route``, ``key``, event and dead-letter columns, as
-    :func:`spark_jobs.envelope.routed_changes` makes them) into compact output rows.
-
-    ``initial_state`` (columns ``key``, ``state`` = a whole-state blob, ``encode_state``) seeds a new
-    checkpoint's state, e.g. from a backfill; only the transformWithState operators support it.
-    """
-    grouped = changes.groupBy("route", "key")
-    if initial_state is not None and operator not in INITIAL_STATE_OPERATORS:
-        raise ValueError(f"initial_state needs one of the operators {INITIAL_STATE_OPERATORS}")
-    if operator == "applyInPandasWithState":
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
-        return grouped.applyInPandasWithState(
-            apply_in_pandas_fn(config),
-            outputStructType=OUTPUT_SCHEMA,
-            stateStructType=STATE_SCHEMA,
-            outputMode="append",
-            timeoutConf=GroupStateTimeout.NoTimeout,
-        )
-    if operator in INITIAL_STATE_OPERATORS:
-        from pyspark.sql import functions as F
-
-        rows_api = operator == "transformWithState"
-        transform = grouped.transformWithState if rows_api else grouped.transformWithStateInPandas
-        return transform(
-            statefulProcessor=transform_with_state_processor(config, rows_api=rows_api),
-            outputStructType=OUTPUT_SCHEMA,
-            outputMode="Append",
-            timeMode="None",
-            initialState=(initial_state.withColumn("route", F.lit(ROUTE_JOIN)).groupBy("route", "key")
-                          if initial_state is not None else None),
-        )
-    raise ValueError(f"unknown operator {operator!r}; expected one of {OPERATORS}")

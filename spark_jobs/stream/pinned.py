@@ -1,5 +1,6 @@
 """What a stream's checkpoint fixes at its creation and keeps for good: the clock start of its write
-timestamps, its stateful operator, its number of state partitions (docs/streaming.md)."""
+timestamps, its stateful operator, its state layout (buckets of join keys or one state per key),
+its number of state partitions (docs/streaming.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from feed_service.errors import CheckpointError
 from spark_jobs.checkpoint import inspect_checkpoint
+from spark_jobs.stateful_join import BUCKETED_OPERATORS
 from spark_jobs.stream.options import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import Operator
 
@@ -45,6 +47,43 @@ def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
         raise CheckpointError(f"checkpoint {checkpoint} was created with --operator {recorded}; "
                               f"it cannot continue with {requested} (use a new checkpoint)")
     return recorded  # type: ignore[return-value]
+
+
+STATE_BUCKETS_FILE = "state_buckets"
+
+
+def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> int:
+    """The checkpoint's state layout, fixed at creation (docs/state-buckets.md): the number of buckets
+    of join keys it groups its state by, or 0 for one state per join key.
+
+    A new checkpoint takes ``requested`` (0 for an operator that cannot group by buckets); a
+    checkpoint that ran before this was recorded keeps one state per key (every checkpoint of the
+    releases before buckets), which the stream still runs. A different ``requested`` on an existing
+    checkpoint is logged, naming ``feedctl reshard --route backfill``, the way to move it.
+    """
+    path = checkpoint / STATE_BUCKETS_FILE
+    try:
+        recorded = int(path.read_text().strip())
+    except FileNotFoundError:
+        info = inspect_checkpoint(checkpoint) if (checkpoint / "join").exists() else None
+        if info is not None and not info.is_new:
+            recorded = 0  # created by a release before state buckets: one state per key
+        else:
+            recorded = requested if operator in BUCKETED_OPERATORS else 0
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        tmp = checkpoint / f".{STATE_BUCKETS_FILE}.tmp"
+        tmp.write_text(str(recorded))
+        tmp.replace(path)
+        log.info("checkpoint %s: %s", checkpoint,
+                 f"state in {recorded} buckets of join keys" if recorded else "one state per join key")
+        return recorded
+    except ValueError:
+        raise CheckpointError(f"{path} does not hold a number of state buckets") from None
+    if recorded != requested and operator in BUCKETED_OPERATORS:
+        log.warning("state buckets: %d asked (FEED_STATE_BUCKETS) but checkpoint %s keeps %s; to change the"
+                    " layout stop the stream and run `feedctl reshard --checkpoint %s --route backfill`",
+                    requested, checkpoint, recorded or "one state per key", checkpoint)
+    return recorded
 
 
 def state_partitions_for(checkpoint: Path, requested: int) -> int:

@@ -12,9 +12,10 @@ from feed_service.settings import Settings
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.stream.batch import BatchTimes, foreach_batch
 from spark_jobs.stream.options import StreamOptions, trigger_of
-from spark_jobs.stream.pinned import clock_start_for, operator_for
+from spark_jobs.stream.pinned import clock_start_for, operator_for, state_buckets_for
 from spark_jobs.stream.trimming import StreamTrimming
-from spark_jobs.timeline_join import JoinConfig, join_timelines
+from spark_jobs.stateful_join import join_timelines
+from spark_jobs.timeline_join import JoinConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,11 +87,13 @@ def start_stream(
     config = JoinConfig(inbox_cap=settings.inbox_cap, pull_threshold=settings.pull_threshold,
                         clock_start=clock_start_for(options.checkpoint, clock_start),
                         horizon_ms=settings.retention.horizon_ms)
+    operator = operator_for(options.checkpoint, options.operator)
     outputs = join_timelines(
         routed_changes(parsed),
         config=config,
-        operator=operator_for(options.checkpoint, options.operator),
+        operator=operator,
         initial_state=initial_state,
+        state_buckets=state_buckets_for(options.checkpoint, settings.state_buckets, operator),
     )
     counter = spark.sparkContext.accumulator(0)
     write_seconds = spark.sparkContext.accumulator(0.0)

@@ -17,6 +17,7 @@ from feed_service.settings import Settings
 from feed_service.stack.config import free_ports
 from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
+from spark_jobs.stream.pinned import STATE_BUCKETS_FILE
 from spark_jobs.timeline_join import OPERATORS
 
 from .pipeline import (
@@ -114,17 +115,26 @@ def test_stream_matches_reference_and_dead_letters_bad_records(settings: Setting
     assert _dead_letters(pipeline, expect=len(expected)) == expected
 
 
-@pytest.mark.parametrize("operator", OPERATORS)
+@pytest.mark.parametrize("operator,created_with_buckets", [
+    pytest.param("transformWithState", None, id="transformWithState-state-buckets"),
+    # A checkpoint of one state per key (every checkpoint made before state buckets) restarted by a
+    # release whose default is buckets: it keeps its layout (docs/state-buckets.md).
+    pytest.param("transformWithState", 0, id="transformWithState-state-per-key"),
+    *(pytest.param(op, None, id=op) for op in OPERATORS if op != "transformWithState"),
+])
 def test_stream_survives_kill_and_restart_with_identical_state(
-    settings: Settings, unique: str, tmp_path: Path, operator: str
+    settings: Settings, unique: str, tmp_path: Path, operator: str, created_with_buckets: int | None
 ) -> None:
+    from dataclasses import replace
+
     pipeline = _isolated(settings, unique)
     events = _history(seed=3)
     publish(pipeline, events)
 
     # Small batches so the kill lands in the middle of the stream.
     checkpoint = tmp_path / "ckpt"
-    first = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log",
+    creator = pipeline if created_with_buckets is None else replace(pipeline, state_buckets=created_with_buckets)
+    first = StreamProcess(creator, checkpoint, log_file=tmp_path / "run1.log",
                           extra_args=["--max-offsets-per-trigger", "60", "--operator", operator]).start()
     try:
         first.wait_for_batch(2)
@@ -139,6 +149,8 @@ def test_stream_survives_kill_and_restart_with_identical_state(
     with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as second:
         second.wait_caught_up()
     assert last_committed_batch(checkpoint / "join") >= 5  # about 640 records left after batch 2: 3 batches
+    layout = int((checkpoint / STATE_BUCKETS_FILE).read_text())
+    assert layout == (pipeline.state_buckets if operator == "transformWithState" and created_with_buckets is None else 0)
 
     expected = _reference_below_the_cap(pipeline, events)
     assert partial != expected  # the kill really happened mid-stream

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from feed_service.distribution import EMPTY, Distribution
+from feed_service.core.state_buckets import entry_sizes
 from feed_service.errors import CheckpointError
+from spark_jobs.bucketed_join import CORES_STATE, EDGES_STATE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -94,22 +96,49 @@ def _value_bytes(df: "DataFrame") -> "Column":
 
 def state_value_sizes(spark: "SparkSession", query_checkpoint: Path, batch_id: int,
                       variables: tuple[str, ...]) -> "DataFrame":
-    """One row per (state variable, key) of batch ``batch_id``: ``var``, ``key`` (the grouping key as
-    a struct) and ``bytes`` of the value."""
+    """One row per (state variable, join key) of batch ``batch_id``: ``var``, ``key`` (route and join
+    key as a struct) and ``bytes`` of the value.
+
+    In the bucketed layout (docs/state-buckets.md) a bucket's blob is split into its join keys'
+    entries and the edges MapState is read per join key, so the figures stay per join key in both layouts.
+    """
     from pyspark.sql import functions as F
+
+    def reader(name: str | None) -> "DataFrame":
+        r = spark.read.format("statestore").option("path", str(query_checkpoint)).option("batchId", str(batch_id))
+        return (r.option("stateVarName", name) if name is not None else r).load()
 
     frames = []
     for name in variables or (WHOLE_STATE,):
-        reader = (spark.read.format("statestore").option("path", str(query_checkpoint))
-                  .option("batchId", str(batch_id)))
-        if variables:
-            reader = reader.option("stateVarName", name)
-        df = reader.load()
-        frames.append(df.select(F.lit(name).alias("var"), F.col("key"), _value_bytes(df).alias("bytes")))
+        df = reader(name if variables else None)
+        if name == CORES_STATE:
+            entry = F.explode(_bucket_entries(F.col("value.state"))).alias("entry")
+            frames.append(df.select(F.col("key.route").alias("route"), entry).select(
+                F.lit(name).alias("var"), F.struct("route", F.col("entry.key").alias("key")).alias("key"),
+                F.col("entry.bytes").alias("bytes")))
+        elif name == EDGES_STATE:
+            frames.append(df.select(F.lit(name).alias("var"),
+                                    F.struct(F.col("key.route").alias("route"),
+                                             F.col("user_map_key.key").alias("key")).alias("key"),
+                                    F.coalesce(F.octet_length(F.col("user_map_value.state")), F.lit(0))
+                                    .cast("long").alias("bytes")))
+        else:
+            frames.append(df.select(F.lit(name).alias("var"), F.col("key"), _value_bytes(df).alias("bytes")))
     out = frames[0]
     for frame in frames[1:]:
         out = out.unionByName(frame)
     return out
+
+
+def _bucket_entries(blob: "Column") -> "Column":
+    """(join key, bytes) of every entry of a bucket blob, by a Python UDF (the blob's layout is ours)."""
+    from pyspark.sql import functions as F
+
+    @F.udf("array<struct<key:string,bytes:bigint>>")
+    def entries(value: bytes | None) -> list[tuple[str, int]]:
+        return entry_sizes(bytes(value)) if value is not None else []
+
+    return entries(blob)
 
 
 def _distribution_columns(column: "Column", prefix: str) -> list["Column"]:

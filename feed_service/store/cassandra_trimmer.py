@@ -20,7 +20,7 @@ Statements are prepared once and run with bounded concurrency (as in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from feed_service.errors import StoreError, WriteFailed
 from feed_service.store.cassandra_reader import connected, translate_driver_error
@@ -69,9 +69,9 @@ class CassandraTrimmer:
         self.concurrency = concurrency
         self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
         writetimes = ", ".join(f"WRITETIME({c})" for c in _WRITETIME_COLUMNS)
-        self._scan = session.prepare(
-            f"SELECT created_at, tweet_id, {writetimes} FROM {keyspace}.home_timeline WHERE timeline_id = ?"
-        )
+        scan = f"SELECT created_at, tweet_id, {writetimes} FROM {keyspace}.home_timeline WHERE timeline_id = ?"
+        self._scan = session.prepare(scan)
+        self._scan_bounded = session.prepare(scan + " LIMIT ?")
         self._delete = session.prepare(
             f"DELETE FROM {keyspace}.home_timeline USING TIMESTAMP ? WHERE timeline_id = ? AND created_at = ?"
             " AND tweet_id = ?"
@@ -87,25 +87,36 @@ class CassandraTrimmer:
         if self.cluster is not None:
             self.cluster.shutdown()
 
-    def trim(self, timeline_ids: Iterable[str]) -> TrimResult:
-        """Trim every timeline of ``timeline_ids`` that holds more than cap + slack rows.
+    def trim(self, timeline_ids: Iterable[str], *, bounds: Mapping[str, int | None] | None = None,
+             limit: int | None = None) -> TrimResult:
+        """Trim every timeline of ``timeline_ids`` that holds more than ``limit`` rows (default cap +
+        slack; the stream's background trims pass a lower one) to its newest ``inbox_cap``.
+
+        ``bounds`` (timeline -> an upper bound of its live rows, None: unknown) bounds each read to
+        that many rows: Cassandra stops a ``LIMIT`` read once it has that many live rows, before the
+        row tombstones earlier trims left at the old end of the partition (docs/trimming.md, bounded
+        scans). A timeline without a known bound is read whole.
 
         Raises :class:`StoreUnavailable` / :class:`StoreTimeout` when a partition cannot be read and
         :class:`WriteFailed` when deletes failed; a trim is idempotent, so the caller retries it.
         """
         ids = list(dict.fromkeys(timeline_ids))
+        limit = self.inbox_cap + self.trim_slack if limit is None else limit
+        if limit < self.inbox_cap:
+            raise ValueError(f"a trim limit ({limit}) below the cap ({self.inbox_cap})")
+        bounds = bounds or {}
         kept: dict[str, int] = {}
         timelines = rows = 0
         for start in range(0, len(ids), TIMELINES_PER_ROUND):
             chunk = ids[start : start + TIMELINES_PER_ROUND]
-            scans = self._run([(self._scan, (tid,)) for tid in chunk], reading=True)
+            scans = self._run([self._read(tid, bounds.get(tid)) for tid in chunk], reading=True)
             deletes: list[tuple[Any, Any]] = []
             for tid, result in zip(chunk, scans):
                 try:
                     keys = list(result)  # later pages, if any, are fetched here
                 except Exception as exc:
                     raise translate_driver_error(exc) from exc
-                if len(keys) <= self.inbox_cap + self.trim_slack:
+                if len(keys) <= limit:
                     kept[tid] = len(keys)
                     continue
                 keys.sort(key=lambda r: (r[0], r[1]), reverse=True)  # clustering order, to be sure
@@ -118,6 +129,11 @@ class CassandraTrimmer:
                 rows += len(cut)
             self._run(deletes, reading=False)
         return TrimResult(kept, timelines, rows)
+
+    def _read(self, timeline_id: str, bound: int | None) -> tuple[Any, Any]:
+        if bound is None:
+            return self._scan, (timeline_id,)
+        return self._scan_bounded, (timeline_id, max(1, bound))
 
     def _delete_batches(self, timeline_id: str, cut: Sequence[tuple[int, str, int]]) -> list[tuple[Any, Any]]:
         from cassandra.query import BatchStatement, BatchType

@@ -17,7 +17,7 @@ Contract of every implementation:
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Mapping, Protocol
 
 from feed_service.core.rows import (
     AuthorTimelineWrite,
@@ -111,14 +111,16 @@ class TrimResult:
     kept: dict[str, int]
     """timeline -> rows it holds after the call (every timeline asked for)."""
     trimmed_timelines: int = 0
-    """Timelines that held more than cap + slack rows and were cut to the cap."""
+    """Timelines that held more than the limit (cap + slack, or lower) and were cut to the cap."""
     trimmed_rows: int = 0
     """Rows deleted."""
 
 
 class TimelineTrimmer(Protocol):
-    """Bounds stored home timelines: a timeline holding more than ``inbox_cap + trim_slack`` rows
-    keeps its newest ``inbox_cap``. Raises only :class:`~feed_service.errors.StoreError` subclasses
+    """Bounds stored home timelines: a timeline holding more than ``limit`` rows (default ``inbox_cap
+    + trim_slack``) keeps its newest ``inbox_cap``; ``bounds`` (upper bounds of live rows, None:
+    unknown) may bound each read. Raises only :class:`~feed_service.errors.StoreError` subclasses
     for store faults."""
 
-    def trim(self, timeline_ids: Iterable[str]) -> TrimResult: ...
+    def trim(self, timeline_ids: Iterable[str], *, bounds: Mapping[str, int | None] | None = None,
+             limit: int | None = None) -> TrimResult: ...

@@ -1,8 +1,9 @@
 """The ``foreachBatch`` function of the stream's query (driver side) and where a batch's time went.
 
 The executors write the batch (spark_jobs/stream/sink.py) and each partition hands back a report;
-the driver merges them, trims the timelines that may be over the bound before the batch ends
-(docs/trimming.md) and keeps the merged report for the metrics until the supervisor takes it.
+the driver merges them, trims the timelines that may be over the bound before the batch ends and
+hands those near it to the background trims (docs/trimming.md), and keeps the merged report for the
+metrics until the supervisor takes it.
 """
 
 from __future__ import annotations
@@ -34,19 +35,24 @@ class BatchTimes:
     """Where the last micro-batch's sink time went (ms), for the progress record and the log: the
     Spark job that reads, joins and writes (``job``), the Cassandra and dead-letter writes inside it
     summed over partitions (``writes``, so up to the partitions' count times the job's wall time),
-    and the driver's trim pass after it (``trim``)."""
+    and the driver's trim pass after it (``trim``: the critical path, including any wait for the
+    previous batch's background trims). ``trim_background``: the background trims' time since the
+    previous batch ended, off the critical path (they overlap this batch's job)."""
 
     batch_id: int = -1
     job: float = 0.0
     writes: float = 0.0
     trim: float = 0.0
+    trim_background: float = 0.0
+    background_seen: float = 0.0
+    """The background trims' total time when the previous batch ended."""
     completed: "deque[tuple[PartitionReport, int]]" = field(default_factory=lambda: deque(maxlen=MAX_PENDING_REPORTS))
     """What each completed batch wrote (its partitions' reports merged) and the rows its trim pass
     deleted, until the supervisor hands them to the metrics (:meth:`take_completed`)."""
 
     def record(self) -> dict[str, Any]:
         return {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
-                "trim_ms": round(self.trim)}
+                "trim_ms": round(self.trim), "trim_background_ms": round(self.trim_background)}
 
     def take_completed(self) -> "list[tuple[PartitionReport, int]]":
         """The completed batches' reports not taken yet, oldest first (the foreachBatch thread appends)."""
@@ -64,7 +70,7 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
     """The foreachBatch function: the executors write the rows and each partition hands back its
     :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
     written, dead letters, view changes); the driver then trims the timelines that may be over the
-    bound, before the batch ends (docs/trimming.md). ``times`` gets the batch's timings and, once the
+    bound, before the batch ends, or in the background when they are near it (docs/trimming.md). ``times`` gets the batch's timings and, once the
     call completes, its merged report for the metrics (a failed call adds nothing; its replay does).
     ``partition_writer`` is what each partition runs (default: the sink's ``write_partition``, imported
     here so that the command line does not load the Cassandra and Kafka clients)."""
@@ -72,18 +78,29 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
 
     write_rows: PartitionWriter = partition_writer or write_partition
 
+    trimmed_seen: list[int | None] = [None]  # the trims' rows deleted when the last batch completed
+
     def write(batch_df: "DataFrame", batch_id: int) -> None:
         started = time.perf_counter()
         written_before = write_seconds.value if write_seconds is not None else 0.0
         report = merge_reports(batch_df.rdd.mapPartitions(
             lambda rows: [write_rows(settings, rows, counter, write_seconds)]).collect())
         joined = time.perf_counter()
-        trimmed_before = trimming.trimmed_rows if trimming is not None else 0
         if trimming is not None:
+            if trimmed_seen[0] is None:
+                trimmed_seen[0] = trimming.trimmed_rows
             trimming.after_batch(report.upserts)
         if times is not None:
             times.batch_id, times.job, times.trim = batch_id, (joined - started) * 1000, (time.perf_counter() - joined) * 1000
+            background = getattr(trimming, "in_background", None)
+            background_ms = background.ms if background is not None else 0.0
+            times.trim_background, times.background_seen = background_ms - times.background_seen, background_ms
             times.writes = ((write_seconds.value - written_before) * 1000) if write_seconds is not None else 0.0
-            times.completed.append((report, (trimming.trimmed_rows if trimming is not None else 0) - trimmed_before))
+            # rows deleted since the last completed batch: its own trims and the background's
+            trimmed = 0
+            if trimming is not None:
+                total = trimming.trimmed_rows
+                trimmed, trimmed_seen[0] = total - (trimmed_seen[0] or 0), total
+            times.completed.append((report, trimmed))
 
     return write

@@ -272,20 +272,23 @@ class FakeTrimmer:
     def __init__(self, rows: dict[str, int], *, inbox_cap: int, trim_slack: int) -> None:
         self.rows, self.cap, self.slack = rows, inbox_cap, trim_slack
         self.calls: list[list[str]] = []
+        self.limits: list[int | None] = []
         self.fail = False
 
-    def trim(self, timeline_ids):  # type: ignore[no-untyped-def]
+    def trim(self, timeline_ids, *, bounds=None, limit=None):  # type: ignore[no-untyped-def]
         from feed_service.errors import StoreUnavailable
         from feed_service.store.ports import TrimResult
 
         ids = list(timeline_ids)
         self.calls.append(ids)
+        self.limits.append(limit)
         if self.fail:
             raise StoreUnavailable("down")
+        limit = self.cap + self.slack if limit is None else limit
         kept, timelines, cut = {}, 0, 0
         for tid in ids:
             n = self.rows.get(tid, 0)
-            if n > self.cap + self.slack:
+            if n > limit:
                 timelines, cut, self.rows[tid] = timelines + 1, cut + n - self.cap, self.cap
             kept[tid] = self.rows.get(tid, 0)
         return TrimResult(kept, timelines, cut)
@@ -299,12 +302,16 @@ def test_stream_trimming_trims_due_timelines_and_counts() -> None:
     store = {"a": 30, "b": 3}
     fake = FakeTrimmer(store, inbox_cap=20, trim_slack=5)
     connects = []
-    trimming = StreamTrimming(Settings(inbox_cap=20, trim_slack=5), trimmer_factory=lambda: connects.append(1) or fake)
+    trimming = StreamTrimming(Settings(inbox_cap=20, trim_slack=5), trimmer_factory=lambda: connects.append(1) or fake,
+                              background=False)  # every trim before the batch ends, at cap + slack
     trimming.after_batch({})
     assert connects == []  # nothing due: no session
     trimming.after_batch({"a": 30, "b": 3})  # unknown: both read; a is cut
     assert fake.calls == [["a", "b"]] and store == {"a": 20, "b": 3}
-    assert trimming.record() == {"trim_checked_timelines": 2, "trimmed_timelines": 1, "trimmed_rows": 10}
+    assert {k: v for k, v in trimming.record().items() if not k.endswith("_ms")} == {
+        "trim_checked_timelines": 2, "trimmed_timelines": 1, "trimmed_rows": 10, "trim_critical_timelines": 1,
+        "trim_critical_rows": 10, "trim_background_timelines": 0, "trim_background_rows": 0,
+        "trim_background_failures": 0}
     store["a"] += 5
     trimming.after_batch({"a": 5, "b": 1})  # 25 and 4: within cap + slack, no read
     store["a"] += 1
@@ -350,3 +357,338 @@ def test_write_partition_reports_upserts_per_timeline() -> None:
     assert report.upserts == {"ann": 2, "cat": 1}
     assert report.counts == WriteCounts(3, 2) and report.changes_published == 0 and report.dead_letters == {}
     assert counter.value == 5
+
+
+# -- two thresholds, trims in flight, the background worker ----------------------------------------
+
+
+def test_tracker_two_thresholds_split_due_timelines() -> None:
+    from feed_service.core.trim_tracker import default_margin
+
+    t = TrimTracker(inbox_cap=20, trim_slack=8)  # margin 2: background above 26, now above 28
+    assert (t.margin, t.background_limit, t.limit) == (default_margin(8), 26, 28) == (2, 26, 28)
+    t.trimmed({"a": 20, "b": 20, "c": 20, "d": 20})
+    assert t.record({"a": 6, "b": 7, "c": 8, "d": 9, "e": 1}) == ["d", "e"]  # record: only what cannot wait
+    assert t.due(["a", "b", "c", "d", "e", "b"]) == (["d", "e"], ["b", "c"])
+    t.begin(["b"])
+    assert t.due(["b", "c"]).background == ["c"]  # b's trim is in flight: not handed out twice
+    assert TrimTracker(inbox_cap=20, trim_slack=8, margin=0).due(["x"]) == (["x"], [])
+    with pytest.raises(ValueError):
+        TrimTracker(inbox_cap=20, trim_slack=8, margin=9)
+
+
+def test_tracker_rows_recorded_during_a_trim_stay_on_top_of_what_it_kept() -> None:
+    t = TrimTracker(inbox_cap=10, trim_slack=4)
+    t.trimmed({"a": 10})
+    t.record({"a": 4})
+    t.begin(["a"])
+    t.record({"a": 3})  # written while the trim runs: its read may have missed them
+    assert t.in_flight("a") and t.bound("a") == 17
+    t.trimmed({"a": 10})
+    assert t.bound("a") == 13 and not t.in_flight("a")  # kept 10 + 3 recorded since the trim began
+    t.begin(["a"])
+    t.trimmed({"a": 14})  # the read saw 14 (writes not recorded yet); the bound was lower: keep it
+    assert t.bound("a") == 13
+    # two trims in flight at once (allowed, if wasteful): the rows since the first began count for both
+    t.begin(["a"])
+    t.begin(["a"])
+    t.record({"a": 2})
+    t.trimmed({"a": 10})
+    assert t.bound("a") == 12 and t.in_flight("a")
+    t.record({"a": 1})
+    t.forget(["a"])  # the second one failed
+    assert t.bound("a") is None and not t.in_flight("a")
+    t.record({"a": 1})
+    t.begin(["a"])
+    t.trimmed({"a": 5})  # unknown before: what it kept, plus nothing recorded since
+    assert t.bound("a") == 5
+
+
+class RowStore:
+    """Cassandra's semantics for one table of rows per timeline, as far as trims see them: a row is
+    its key and write time; a tombstone hides writes at or below its time, deletes are per row."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, dict[int, int]] = {}
+        self.tombs: dict[str, dict[int, int]] = {}
+
+    def write(self, tid: str, key: int, ts: int) -> None:
+        if self.tombs.get(tid, {}).get(key, -1) < ts:
+            rows = self.live.setdefault(tid, {})
+            rows[key] = max(ts, rows.get(key, ts))
+
+    def remove(self, tid: str, key: int) -> None:  # a tweet delete or an unfollow: not recorded
+        self.live.get(tid, {}).pop(key, None)
+
+    def count(self, tid: str) -> int:
+        return len(self.live.get(tid, {}))
+
+    def read(self, tid: str, bound: int | None) -> list[tuple[int, int]]:
+        rows = sorted(self.live.get(tid, {}).items(), reverse=True)  # newest first, as clustered
+        return rows if bound is None else rows[:bound]
+
+    def delete(self, tid: str, key: int, ts: int) -> None:
+        tombs = self.tombs.setdefault(tid, {})
+        tombs[key] = max(ts, tombs.get(key, ts))
+        rows = self.live.get(tid, {})
+        if key in rows and rows[key] <= ts:
+            del rows[key]
+
+
+class StoreTrimmer:
+    """The trimmer's contract over a :class:`RowStore`, with a hook between a trim's reads and its
+    deletes (where concurrent writes land) and failures on demand."""
+
+    def __init__(self, store: RowStore, *, inbox_cap: int, trim_slack: int) -> None:
+        self.store, self.cap, self.slack = store, inbox_cap, trim_slack
+        self.between = lambda ids: None
+        self.fail_next = 0
+        self.calls: list[tuple[list[str], int | None]] = []
+
+    def trim(self, timeline_ids, *, bounds=None, limit=None):  # type: ignore[no-untyped-def]
+        from feed_service.errors import StoreTimeout
+        from feed_service.store.ports import TrimResult
+
+        ids = list(timeline_ids)
+        self.calls.append((ids, limit))
+        if self.fail_next:
+            self.fail_next -= 1
+            raise StoreTimeout("slow")
+        limit = self.cap + self.slack if limit is None else limit
+        reads = {tid: self.store.read(tid, (bounds or {}).get(tid)) for tid in ids}
+        self.between(ids)
+        kept, timelines, cut = {}, 0, 0
+        for tid, rows in reads.items():
+            if len(rows) > limit:
+                for key, ts in rows[self.cap :]:
+                    self.store.delete(tid, key, ts)
+                timelines, cut = timelines + 1, cut + len(rows) - self.cap
+                kept[tid] = self.cap
+            else:
+                kept[tid] = len(rows)
+        return TrimResult(kept, timelines, cut)
+
+
+def test_tracker_stays_an_upper_bound_under_interleaved_trims() -> None:
+    """Random writes, removals, replays and trims whose reads and deletes interleave with later
+    writes and records, some in flight across batch ends, some overlapping: the bound never falls
+    below what a timeline holds, and after each batch's strict trims no timeline holds more than
+    cap + slack."""
+    rnd = random.Random(11)
+    cap, slack = 5, 4
+    store = RowStore()
+    tracker = TrimTracker(inbox_cap=cap, trim_slack=slack, margin=2, max_timelines=50)
+    users = [f"u{i}" for i in range(6)]
+    clock = {u: 100 for u in users}
+    unrecorded: dict[str, int] = {}
+    flights: list[list] = []  # [ids, reads (None before the read), limit, bounds], in flight
+
+    def write(tid: str) -> None:
+        clock[tid] += 1
+        if rnd.random() < 0.15:
+            key = rnd.randint(0, clock[tid])  # an old tweet, an update, a replay below a tombstone...
+            ts = rnd.choice([clock[tid], store.tombs.get(tid, {}).get(key, clock[tid])])
+        else:
+            key, ts = clock[tid], clock[tid]
+        store.write(tid, key, ts)
+        unrecorded[tid] = unrecorded.get(tid, 0) + 1
+
+    def finish(ids: list[str], reads: dict[str, list[tuple[int, int]]], limit: int) -> None:
+        kept = {}
+        for tid in ids:
+            rows = reads[tid]
+            if len(rows) > limit:
+                for key, ts in rows[cap:]:
+                    store.delete(tid, key, ts)
+                rows = rows[:cap]
+            kept[tid] = len(rows)
+        tracker.trimmed(kept)
+
+    def check() -> None:
+        for tid in users:
+            bound = tracker.bound(tid)
+            assert bound is None or bound + unrecorded.get(tid, 0) >= store.count(tid), tid
+
+    def step_flights() -> None:
+        for flight in list(flights):
+            ids, reads, limit, _ = flight
+            roll = rnd.random()
+            if reads is None and roll < 0.5:
+                flight[1] = {t: store.read(t, b) for t, b in flight[3].items()}
+            elif reads is not None and roll < 0.4:
+                flights.remove(flight)
+                if rnd.random() < 0.1:
+                    tracker.forget(ids)  # it failed after deleting some, or none
+                else:
+                    finish(ids, reads, limit)
+                check()
+
+    for _ in range(3000):
+        for _ in range(rnd.randint(0, 8)):
+            tid = rnd.choice(users)
+            if rnd.random() < 0.1 and store.live.get(tid):
+                store.remove(tid, rnd.choice(sorted(store.live[tid])))
+            else:
+                write(tid)
+            step_flights()
+        # the batch ends: its rows are recorded, the strict trims run (some timelines may have a
+        # background trim still in flight: they are trimmed again, concurrently)
+        written, batch = list(unrecorded), dict(unrecorded)
+        unrecorded.clear()
+        tracker.record(batch)
+        check()
+        due = tracker.due(written)
+        if due.now:
+            bounds = tracker.bounds(due.now)
+            tracker.begin(due.now)
+            finish(due.now, {t: store.read(t, bounds[t]) for t in due.now}, tracker.limit)
+        assert all(store.count(t) <= cap + slack for t in users)
+        check()
+        if due.background:
+            bounds = tracker.bounds(due.background)  # taken when the trim is handed out, as the stream does
+            tracker.begin(due.background)
+            flights.append([due.background, None, tracker.background_limit, bounds])
+    assert any(store.tombs.values())
+
+
+def _wrap_record(trimming, recorded):  # type: ignore[no-untyped-def]
+    record = trimming.tracker.record
+
+    def wrapped(upserts):  # type: ignore[no-untyped-def]
+        out = record(upserts)
+        recorded.set()
+        return out
+
+    trimming.tracker.record = wrapped
+
+
+def test_background_trims_run_after_the_batch_and_keep_the_bound() -> None:
+    import threading
+
+    from feed_service.settings import Settings
+    from spark_jobs.stream.trimming import StreamTrimming
+
+    cap, slack = 10, 8  # margin 2: background above 16, now above 18
+    store = RowStore()
+    fake = StoreTrimmer(store, inbox_cap=cap, trim_slack=slack)
+    connects: list[int] = []
+    trimming = StreamTrimming(Settings(inbox_cap=cap, trim_slack=slack),
+                              trimmer_factory=lambda: connects.append(1) or fake)
+    clock = 0
+
+    def batch(rows: dict[str, int]) -> dict[str, int]:
+        nonlocal clock
+        for tid, n in rows.items():
+            for _ in range(n):
+                clock += 1
+                store.write(tid, clock, clock)
+        return rows
+
+    trimming.after_batch(batch({"a": 10, "b": 10}))  # unknown: read now, both within the limit
+    assert fake.calls == [(["a", "b"], 18)] and trimming.critical.checked == 2
+    trimming.after_batch(batch({"a": 7, "b": 9}))  # 17: background; 19: now
+    trimming._wait_background()
+    assert fake.calls[1:] == [(["b"], 18), (["a"], 16)]
+    assert (store.count("a"), store.count("b")) == (10, 10)
+    assert trimming.tracker.bound("a") == 10 and trimming.in_background.rows == 7 and trimming.critical.rows == 9
+
+    # The next batch writes while a's background trim is between its read and its deletes, and
+    # records its rows before that trim ends: they are added on top of what the trim kept. (The
+    # waits are guards against a hang, not timings: each event is set by the other thread.)
+    written, recorded = threading.Event(), threading.Event()
+
+    def next_batch_meanwhile(ids: list[str]) -> None:
+        fake.between = lambda ids: None
+        batch({"a": 1})  # not in the trim's read
+        written.set()
+        recorded.wait(60)
+
+    fake.between = next_batch_meanwhile
+    trimming.after_batch(batch({"a": 7}))  # 17: background
+    _wrap_record(trimming, recorded)
+    written.wait(60)
+    trimming.after_batch({"a": 1})  # records a's row (releasing the worker), then waits for the worker
+    assert store.count("a") == 11 and trimming.tracker.bound("a") == 11 and not trimming.tracker.in_flight("a")
+    assert all(store.count(t) <= cap + slack for t in store.live)
+    trimming.close()
+    assert connects == [1, 1]  # one trimmer per thread
+
+
+def test_failed_background_trims_are_counted_and_come_due_again() -> None:
+    from feed_service.settings import Settings
+    from spark_jobs.stream.trimming import StreamTrimming
+
+    store = RowStore()
+    fake = StoreTrimmer(store, inbox_cap=10, trim_slack=8)
+    trimming = StreamTrimming(Settings(inbox_cap=10, trim_slack=8), trimmer_factory=lambda: fake)
+    for key in range(17):
+        store.write("a", key, key)
+    trimming.tracker.trimmed({"a": 0})
+    fake.fail_next = 1
+    trimming.after_batch({"a": 17})  # background: fails there, the batch does not
+    trimming._wait_background()
+    assert trimming.background_failures == 1 and trimming.record()["trim_background_failures"] == 1
+    assert trimming.tracker.bound("a") is None and not trimming.tracker.in_flight("a")
+    store.write("a", 17, 17)
+    trimming.after_batch({"a": 1})  # unknown: trimmed before this batch ends
+    assert fake.calls[-1] == (["a"], 18) and store.count("a") == 18 and trimming.tracker.bound("a") == 18
+    store.write("a", 18, 18)
+    trimming.after_batch({"a": 1})  # 19: now, cut to the cap
+    assert store.count("a") == 10 and trimming.critical.rows == 9
+    # a strict trim that fails still fails the batch
+    fake.fail_next = 1
+    for key in range(19, 30):
+        store.write("a", key, key)
+    with pytest.raises(Exception, match="slow"):
+        trimming.after_batch({"a": 11})
+    assert trimming.tracker.bound("a") is None
+    trimming.close()
+
+
+def test_close_drops_queued_background_trims_and_closes_both_trimmers() -> None:
+    import threading
+
+    from feed_service.settings import Settings
+    from spark_jobs.stream import trimming as module
+    from spark_jobs.stream.trimming import StreamTrimming
+
+    store = RowStore()
+    closed: list[str] = []
+    fakes = []
+
+    def factory():  # type: ignore[no-untyped-def]
+        fake = StoreTrimmer(store, inbox_cap=10, trim_slack=8)
+        fake.close = lambda: closed.append("closed")  # type: ignore[attr-defined]
+        fakes.append(fake)
+        return fake
+
+    trimming = StreamTrimming(Settings(inbox_cap=10, trim_slack=8), trimmer_factory=factory)
+    ids = [f"t{i:04d}" for i in range(module.BACKGROUND_CHUNK * 3)]
+    for tid in ids:
+        for key in range(17):
+            store.write(tid, key, key)
+    trimming.tracker.trimmed({tid: 0 for tid in ids})
+    trimming.after_batch({tid: 17 for tid in ids})  # all background, three chunks
+    trimming._wait_background()
+    assert trimming.in_background.checked == len(ids) and len(fakes) == 1  # the worker's own trimmer
+
+    for tid in ids:
+        for key in range(17, 24):
+            store.write(tid, key, key)
+
+    # Hold the worker inside its first chunk until close() has begun: that chunk completes, the
+    # rest is dropped. (The waits guard against a hang; the other thread sets each event.)
+    started = threading.Event()
+
+    def hold(chunk: list[str]) -> None:
+        started.set()
+        trimming._closing.wait(60)
+
+    fakes[-1].between = hold
+    trimming.after_batch({tid: 7 for tid in ids})  # 17 again: background
+    started.wait(60)
+    trimming.close()
+    assert trimming.in_background.checked == len(ids) + module.BACKGROUND_CHUNK  # one more chunk, not three
+    assert not any(trimming.tracker.in_flight(t) for t in ids)
+    assert all(store.count(t) <= 18 for t in ids)
+    assert closed == ["closed"]  # the worker's trimmer; the critical path never connected

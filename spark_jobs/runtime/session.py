@@ -138,9 +138,28 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _quiet_loggers(session)
     if code_zip is not None:
         _ensure_py_file(session, code_zip)
     return session
+
+
+#: JVM loggers held at ERROR: the state server warns at every ``ValueState.get`` of a grouping key
+#: without state ("Value state ... doesn't contain a value"), which is how every new key or bucket
+#: is first read (docs/state-buckets.md), hundreds of lines a run with one state per key.
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer",)
+
+
+def _quiet_loggers(session: "SparkSession") -> None:
+    """Raise :data:`QUIET_LOGGERS` to ERROR in this driver's JVM, where local mode runs the state
+    server (on a cluster the executors' log4j2 configuration decides; buckets keep it to one line
+    per bucket there)."""
+    jvm = session.sparkContext._jvm
+    if jvm is None:
+        return
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 def session_conf(

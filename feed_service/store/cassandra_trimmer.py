@@ -2,8 +2,10 @@
 
 :class:`CassandraTrimmer` implements :class:`~feed_service.store.ports.TimelineTrimmer`. For each
 timeline it reads the partition's clustering keys with the newest write time of each row's regular
-cells, and when the partition holds more than ``inbox_cap + trim_slack`` rows it deletes the rows
-beyond the ``inbox_cap`` newest, each ``USING TIMESTAMP`` = that row's observed write time.
+cells (at most the caller's upper bound of its live rows, when known: such a read stops before the
+tombstones earlier trims left at the old end), and when the partition holds more than the limit
+(``inbox_cap + trim_slack``, or the stream's lower background threshold) it deletes the rows beyond
+the ``inbox_cap`` newest, each ``USING TIMESTAMP`` = that row's observed write time.
 
 Why that timestamp (docs/trimming.md): every row is owned by one author key whose logical clock only
 increases (docs/idempotent-writes.md). A later legitimate insert or update of the row by its key

@@ -15,6 +15,10 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
    follower's home_timeline partition.
 
     .venv/bin/python bench/bench_stream.py [--tweets 10000] [--fanout 50] [--rate 100] [--seconds 30]
+        [--state-buckets 0,16] [--operators transformWithState] [--skip raw,throughput,freshness]
+
+Runs of transformWithState are made once per state layout of ``--state-buckets`` (0: one state per
+key, the layout before buckets; N: N buckets of join keys, docs/state-buckets.md), side by side.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import argparse
 import multiprocessing
 import os
 import random
-import statistics
 import tempfile
 import threading
 import time
@@ -33,11 +36,13 @@ from pathlib import Path
 
 from feed_service.core.rows import Entry, TimelineWrite
 from feed_service.ops.provision import provision
-from feed_service.settings import Settings
+from feed_service.settings import DEFAULT_STATE_BUCKETS, Settings
 from spark_jobs.runtime.session import SPARK_CONF_ENV
 from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream.options import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS
+
+from process_cpu import TreeCpu, tree_cpu
 
 
 def _graph(authors: int, users: int, fanout: int, rng: random.Random, prefix: str) -> dict[str, list[str]]:
@@ -87,12 +92,13 @@ def _pipeline(base: Settings, tag: str) -> Settings:
 
 
 def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: argparse.Namespace,
-                    workdir: Path) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
-    """Isolated topics and keyspace, the follow graph published, and the stream started on them."""
+                    workdir: Path, buckets: int | None = None) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
+    """Isolated topics and keyspace, the follow graph published, and the stream started on them
+    (``buckets``: the new checkpoint's state buckets, docs/state-buckets.md; None: the default)."""
     from feed_service.kafka.producer import EventProducer
 
     tag = f"{name}{uuid.uuid4().hex[:4]}"
-    settings = _pipeline(base, tag)
+    settings = _pipeline(base if buckets is None else replace(base, state_buckets=buckets), tag)
     graph = _graph(args.authors, args.users, args.fanout, random.Random(seed), prefix=f"{tag}-")
     with EventProducer(settings) as producer:
         for event in _follow_events(graph):
@@ -136,15 +142,20 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int) -> f
 
 # -- 2. throughput -------------------------------------------------------------------------------
 def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path,
-               hide_share: float = 0.0) -> dict[str, float]:
+               hide_share: float = 0.0, buckets: int | None = None) -> dict[str, float]:
     """The backlog of ``args.tweets`` tweets (plus block and mute changes, ``hide_share`` of all
-    events) through a caught-up stream: events/s and timeline rows written/s."""
+    events) through a caught-up stream: events/s, timeline rows written/s, and the CPU seconds of
+    the stream's process tree (Spark driver, executors, Python workers; Kafka and Cassandra apart)
+    per event, from /proc."""
     from feed_service.kafka.producer import EventProducer
 
     settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}{'h' if hide_share else ''}", 7,
-                                              operator, args, workdir)
+                                              operator, args, workdir, buckets)
+    batches: dict[int, int] = {}
     try:
         stream.wait_caught_up(timeout=600)
+        watcher = _BatchWatcher(stream, batches)
+        cpu_before = tree_cpu(stream.proc.pid)
         rows_before = stream.progress()["timeline_rows_written"]
         authors = list(graph)
         now = int(time.time() * 1000)
@@ -163,24 +174,79 @@ def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir:
         started = time.perf_counter()
         progress = stream.wait_caught_up(timeout=1800)
         elapsed = time.perf_counter() - started
+        cpu = tree_cpu(stream.proc.pid) - cpu_before
+        watcher.stop()
         rows = progress["timeline_rows_written"] - rows_before
     finally:
         stream.stop()
-    return {"tweets_per_s": args.tweets / elapsed, "events_per_s": (args.tweets + extra) / elapsed,
-            "inserts_per_s": rows / elapsed, "rows": rows, "seconds": elapsed, "events": args.tweets + extra}
+    events = args.tweets + extra
+    return {"tweets_per_s": args.tweets / elapsed, "events_per_s": events / elapsed,
+            "inserts_per_s": rows / elapsed, "rows": rows, "seconds": elapsed, "events": events,
+            "cpu_s": cpu.total, "worker_cpu_s": cpu.python_workers, "batches": len(batches),
+            "mean_batch_rows": (sum(batches.values()) / len(batches)) if batches else float("nan")}
+
+
+class _BatchWatcher:
+    """Input rows of every batch the stream completes while it runs (polled from its progress file)."""
+
+    def __init__(self, stream: StreamProcess, into: dict[int, int]) -> None:
+        self.stream, self.into = stream, into
+        self.first = (stream.progress() or {}).get("timeline-join", {}).get("batch_id")
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            self._poll()
+            time.sleep(0.1)
+
+    def _poll(self) -> None:
+        join = (self.stream.progress() or {}).get("timeline-join") or {}
+        batch, rows = join.get("batch_id"), join.get("input_rows")
+        if batch is not None and batch != self.first and rows:
+            self.into[batch] = rows
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._poll()
+
+
+def engine_cpu_per_event(graph: dict[str, list[str]], tweets: int, batch_rows: float, inbox_cap: int) -> float:
+    """CPU seconds per tweet of the engine's own steps (bench/bench_engine.py's ``run_steps``: states
+    in memory, no codec, no Spark) on the throughput run's events, cut into batches of its size."""
+    from bench_engine import batches_by_key, run_steps
+
+    from feed_service.core.events import FollowChange, TweetUpsert
+
+    follows = [FollowChange(f, a, 1, "follow") for a, fs in graph.items() for f in fs]
+    authors = list(graph)
+    now = int(time.time() * 1000)
+    stream = [TweetUpsert(f"{authors[n % len(authors)]}-t{n}", authors[n % len(authors)], 1, now + n,
+                          f"tweet {n}", 1) for n in range(tweets)]
+    states: dict = {}
+    run_steps(states, batches_by_key(follows, len(follows)), inbox_cap, None, 10**9)
+    size = max(1, round(batch_rows)) if batch_rows == batch_rows else 1000
+    seconds, events, *_ = run_steps(states, batches_by_key(stream, size), inbox_cap, None, 10**9)
+    return seconds / events
 
 
 # -- 3. freshness --------------------------------------------------------------------------------
-def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: int | None = None) -> dict[str, float]:
+    """``args.rate`` tweets/s on a stream that was idle (caught up on the follow graph): for a sample
+    of tweets, the time from the broker's ack to the row being readable in a follower's partition,
+    over the first ``args.warmup_seconds`` (``cold``) and the ``args.seconds`` after (``steady``);
+    and over the steady window the CPU of the stream's Python workers per author key stepped."""
     from feed_service.kafka.producer import EventProducer
     from feed_service.store.session import connect
 
-    settings, graph, stream = _graph_pipeline(base, "fresh", 11, args.operator, args, workdir)
+    settings, graph, stream = _graph_pipeline(base, "fresh", 11, args.operator, args, workdir, buckets)
     cluster, session = connect(settings, keyspace=settings.keyspace)
     lookup = session.prepare("SELECT tweet_id FROM home_timeline WHERE timeline_id = ? AND created_at = ? "
                              "AND tweet_id = ?")
-    pending: dict[str, tuple[float, tuple]] = {}
-    latencies: list[float] = []
+    pending: dict[str, tuple[float, tuple, bool]] = {}
+    latencies: dict[bool, list[float]] = {True: [], False: []}  # cold? -> seconds
     lock = threading.Lock()
     done = threading.Event()
 
@@ -188,37 +254,39 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
         while not done.is_set() or pending:
             with lock:
                 items = list(pending.items())
-            for tweet_id, (sent_at, key) in items:
+            for tweet_id, (sent_at, key, cold) in items:
                 if session.execute(lookup, key).one() is not None:
                     with lock:
-                        latencies.append(time.perf_counter() - sent_at)
+                        latencies[cold].append(time.perf_counter() - sent_at)
                         del pending[tweet_id]
             time.sleep(0.02)
             if done.is_set() and time.perf_counter() - done_at[0] > 60:
                 break
 
     batch_ms: dict[int, float] = {}
+    batch_rows: dict[int, int] = {}
     sampling = threading.Event()
 
     def batches() -> None:
-        """Durations of the micro-batches that ran while sampling (from the progress file)."""
+        """Durations and input rows of the micro-batches of the steady window (from the progress file)."""
         while not done.is_set():
             join = (stream.progress() or {}).get("timeline-join") or {}
             if sampling.is_set() and join.get("batch_id") is not None and join.get("duration_ms") is not None:
                 batch_ms[join["batch_id"]] = join["duration_ms"]
-            time.sleep(0.2)
+                batch_rows[join["batch_id"]] = join.get("input_rows") or 0
+            time.sleep(0.1)
 
     done_at = [0.0]
+    cpu_window = [TreeCpu(0.0, 0.0)] * 2
     try:
         stream.wait_caught_up(timeout=600)
+        time.sleep(args.idle_seconds)  # an idle stream: empty triggers only
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
         threading.Thread(target=batches, daemon=True).start()
         authors = list(graph)
-        # The first seconds after a start are slower (JIT, fresh Python workers: batches of 2-3 s
-        # instead of ~1 s); the same rate runs unsampled for --warmup-seconds, then the sampling starts.
-        warmup = int(args.rate * args.warmup_seconds)
-        total = warmup + int(args.rate * args.seconds)
+        cold_tweets = int(args.rate * args.warmup_seconds)
+        total = cold_tweets + int(args.rate * args.seconds)
         with EventProducer(settings) as producer:
             started = time.perf_counter()
             for n in range(total):
@@ -229,25 +297,36 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path) -> dict[s
                 now_ms = int(time.time() * 1000)
                 event = _tweet(author, n, now_ms)
                 producer.publish_event(event)
-                if n == warmup:
+                if n == cold_tweets:
                     sampling.set()
-                if n >= warmup and n % 5 == 0:
+                    cpu_window[0] = tree_cpu(stream.proc.pid)
+                if n % 5 == 0:
                     producer.flush()  # the sample's clock starts when the broker has the record
                     with lock:
                         pending[event["tweet_id"]] = (time.perf_counter(),
-                                                      (graph[author][0], now_ms, event["tweet_id"]))
+                                                      (graph[author][0], now_ms, event["tweet_id"]), n < cold_tweets)
+            cpu_window[1] = tree_cpu(stream.proc.pid)
         done_at[0] = time.perf_counter()
         done.set()
         poller.join(120)
     finally:
         stream.stop()
         cluster.shutdown()
-    latencies.sort()
-    q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))]  # noqa: E731
+    out: dict[str, float] = {"lost": len(pending)}
+    for cold, name in ((True, "cold"), (False, "steady")):
+        values = sorted(latencies[cold]) or [float("nan")]
+        q = lambda p: values[min(len(values) - 1, int(p * len(values)))]  # noqa: E731
+        out.update({f"{name}_samples": len(latencies[cold]), f"{name}_p50_s": q(0.50), f"{name}_p99_s": q(0.99),
+                    f"{name}_max_s": values[-1]})
     durations = sorted(batch_ms.values()) or [float("nan")]
-    return {"samples": len(latencies), "lost": len(pending), "p50_s": q(0.50), "p99_s": q(0.99),
-            "max_s": latencies[-1], "mean_s": statistics.mean(latencies),
-            "batch_p50_ms": durations[len(durations) // 2]}
+    # Tweets go round robin over the authors, so a batch of r tweets steps min(r, authors) author keys.
+    key_steps = sum(min(rows, len(authors)) for rows in batch_rows.values())
+    cpu = cpu_window[1] - cpu_window[0]
+    out.update({"batch_p50_ms": durations[len(durations) // 2], "batches": len(batch_ms), "key_steps": key_steps,
+                "worker_cpu_s": cpu.python_workers, "cpu_s": cpu.total,
+                "worker_ms_per_key": 1000 * cpu.python_workers / key_steps if key_steps else float("nan"),
+                "engine_ms_per_key": 1000 * engine_cpu_per_event(graph, 2000, len(authors) / 2, settings.inbox_cap)})
+    return out
 
 
 def main() -> int:
@@ -259,7 +338,12 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=30.0, help="sampled seconds of the freshness run")
     parser.add_argument("--warmup-seconds", type=float, default=15.0,
-                        help="seconds at the same rate before sampling starts (0: sample from the start)")
+                        help="the first seconds of the freshness run, reported apart (cold: right after an idle stream)")
+    parser.add_argument("--idle-seconds", type=float, default=10.0,
+                        help="seconds the caught-up stream idles before the freshness run starts")
+    parser.add_argument("--state-buckets", default=f"0,{DEFAULT_STATE_BUCKETS}",
+                        help="comma list of state layouts (0: one state per key) for the transformWithState runs, "
+                             "side by side (docs/state-buckets.md)")
     parser.add_argument("--writer-procs", type=int, default=2)
     parser.add_argument("--operators", default=",".join(OPERATORS), help="comma list, for the throughput runs")
     parser.add_argument("--operator", default=DEFAULT_OPERATOR, help="for the freshness run")
@@ -288,29 +372,50 @@ def main() -> int:
         results["raw"] = ceiling
         print(f"raw Cassandra ceiling, UNLOGGED batches of {DEFAULT_BATCH_ROWS}: {ceiling:,.0f} timeline inserts/s "
               f"({rows:,} rows, {args.writer_procs} procs)")
+    layouts = [int(b) for b in args.state_buckets.split(",") if b.strip()]
+
+    def layouts_of(operator: str) -> list[int]:
+        return layouts if operator == "transformWithState" else [0]
+
+    def layout_name(operator: str, buckets: int) -> str:
+        return f"{operator}, {f'{buckets} state buckets' if buckets else 'one state per key'}"
+
     if "throughput" not in skip:
         for operator in args.operators.split(","):
-            r = throughput(base, operator, args, workdir)
-            results[operator] = r
-            share = f", {100 * r['inserts_per_s'] / results['raw']:.0f}% of raw" if "raw" in results else ""
-            print(f"{operator}: {r['tweets_per_s']:,.0f} tweets/s, {r['inserts_per_s']:,.0f} timeline inserts/s "
-                  f"({r['rows']:,} rows in {r['seconds']:.1f}s, fan-out {args.fanout}{share}); load average {_load()}",
-                  flush=True)
+            for buckets in layouts_of(operator):
+                r = throughput(base, operator, args, workdir, buckets=buckets)
+                results[(operator, buckets)] = r
+                engine = engine_cpu_per_event(_graph(args.authors, args.users, args.fanout, random.Random(7), "e-"),
+                                              args.tweets, r["mean_batch_rows"], base.inbox_cap)
+                share = f", {100 * r['inserts_per_s'] / results['raw']:.0f}% of raw" if "raw" in results else ""
+                print(f"{layout_name(operator, buckets)}: {r['tweets_per_s']:,.0f} tweets/s, "
+                      f"{r['inserts_per_s']:,.0f} timeline inserts/s ({r['rows']:,} rows in {r['seconds']:.1f}s, "
+                      f"fan-out {args.fanout}{share}); {r['batches']} batches of {r['mean_batch_rows']:,.0f} rows; "
+                      f"stream CPU {1e6 * r['cpu_s'] / r['events']:,.0f} us/event (Python workers "
+                      f"{1e6 * r['worker_cpu_s'] / r['events']:,.0f}), engine alone {1e6 * engine:,.0f} us/event: "
+                      f"{r['cpu_s'] / r['events'] / engine:.1f}x; load average {_load()}", flush=True)
         if args.hide_share > 0:
-            plain = results.get(DEFAULT_OPERATOR) or throughput(base, DEFAULT_OPERATOR, args, workdir)
-            r = throughput(base, DEFAULT_OPERATOR, args, workdir, hide_share=args.hide_share)
-            print(f"{DEFAULT_OPERATOR} with {args.hide_share:.0%} blocks and mutes: {r['events_per_s']:,.0f} events/s "
+            key = (DEFAULT_OPERATOR, layouts[-1] if layouts else 0)
+            plain = results.get(key) or throughput(base, DEFAULT_OPERATOR, args, workdir, buckets=key[1])
+            r = throughput(base, DEFAULT_OPERATOR, args, workdir, hide_share=args.hide_share, buckets=key[1])
+            print(f"{layout_name(*key)} with {args.hide_share:.0%} blocks and mutes: {r['events_per_s']:,.0f} events/s "
                   f"({r['events']:,} events, {r['rows']:,} timeline rows in {r['seconds']:.1f}s) against "
                   f"{plain['events_per_s']:,.0f} events/s without them: {r['events_per_s'] / plain['events_per_s']:.2f}x, "
                   f"the same tweets in {r['seconds'] / plain['seconds']:.2f}x the time; load average {_load()}", flush=True)
     if "freshness" not in skip:
         for name, conf in _variants(args.variants):
             os.environ[SPARK_CONF_ENV] = conf  # read by the stream process's build_session
-            f = freshness(base, args, workdir)
-            print(f"freshness [{name}: {conf or 'defaults'}] at {args.rate:.0f} tweets/s for {args.seconds:.0f}s after"
-                  f" {args.warmup_seconds:.0f}s of warm-up ({args.operator}): "
-                  f"p50 {f['p50_s']:.2f}s, p99 {f['p99_s']:.2f}s, max {f['max_s']:.2f}s over {f['samples']} samples "
-                  f"({f['lost']} not seen), batch p50 {f['batch_p50_ms']:.0f} ms; load average {_load()}", flush=True)
+            for buckets in layouts_of(args.operator):
+                f = freshness(base, args, workdir, buckets=buckets)
+                print(f"freshness [{name}: {conf or 'defaults'}] at {args.rate:.0f} tweets/s, fan-out {args.fanout} "
+                      f"({layout_name(args.operator, buckets)}): first {args.warmup_seconds:.0f}s after "
+                      f"{args.idle_seconds:.0f}s idle p50 {f['cold_p50_s']:.2f}s, p99 {f['cold_p99_s']:.2f}s, "
+                      f"max {f['cold_max_s']:.2f}s ({f['cold_samples']} samples); the {args.seconds:.0f}s after "
+                      f"p50 {f['steady_p50_s']:.2f}s, p99 {f['steady_p99_s']:.2f}s, max {f['steady_max_s']:.2f}s "
+                      f"({f['steady_samples']} samples, {f['lost']} not seen), batch p50 {f['batch_p50_ms']:.0f} ms; "
+                      f"steady window: {f['key_steps']:,} author-key steps in {f['batches']} batches, Python workers "
+                      f"{f['worker_ms_per_key']:.2f} ms CPU per author key (engine alone {f['engine_ms_per_key']:.3f} ms), "
+                      f"stream {f['cpu_s']:.1f} s CPU; load average {_load()}", flush=True)
     return 0
 
 

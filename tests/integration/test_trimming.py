@@ -15,6 +15,7 @@ from typing import Any
 
 from feed_service.core.reference import reference_tables, reference_timelines, trim_rule_violations
 from feed_service.core.rows import Entry, TimelineWrite
+from feed_service.core.trim_tracker import default_margin
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import WORKLOAD_EPOCH_MS, generate
@@ -24,9 +25,9 @@ from .pipeline import StreamProcess, grpc_server, publish, read_all_home_timelin
 CAP, SLACK, THRESHOLD = 20, 5, 4
 
 
-def _isolated(settings: Settings, unique: str) -> Settings:
+def _isolated(settings: Settings, unique: str, *, trim_slack: int = SLACK, pull_threshold: int = THRESHOLD) -> Settings:
     isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", inbox_cap=CAP,
-                       trim_slack=SLACK, pull_threshold=THRESHOLD)
+                       trim_slack=trim_slack, pull_threshold=pull_threshold)
     provision(isolated)
     return isolated
 
@@ -137,7 +138,8 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, uniq
     with grpc_server(pipeline) as server:
         users = sorted({e["follower_id"] for e in events if e["type"] == "follow"})
         read = read_all_home_timelines(server, users)
-    assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK) == []
+    # background trims cut above cap + slack - margin: the stream's exact set is that slack's
+    assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK - default_margin(SLACK)) == []
     expected = reference_timelines(events, inbox_cap=CAP)
     # No removal ever touched reader's authors, so its timeline is exact (the rule's exact set is
     # conservative: it sees the removals elsewhere in the history). other's may be short.
@@ -155,3 +157,36 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, uniq
     hidden = tables.hidden()  # the workload's blocks and mutes: a hidden pair merges nothing
     want = sorted((f, a) for a, fs in followers.items() if len(fs) >= THRESHOLD for f in fs if (f, a) not in hidden)
     assert want and sorted(read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")) == want
+
+
+def test_background_trims_keep_every_inbox_within_cap_plus_slack(settings: Settings, unique: str,
+                                                                 tmp_path: Path) -> None:
+    """Readers receiving 8 to 12 entries a batch (a margin's worth) cross cap + slack - margin (50)
+    and are trimmed in the background while the next batch runs; at the end no partition holds more
+    than cap + slack (60) and every read keeps the rule. (A reader holds at most the cap per
+    followed author, so they follow 4 to 6 authors to go past 60 rows untrimmed.)"""
+    slack = 40
+    pipeline = _isolated(settings, unique, trim_slack=slack, pull_threshold=1000)
+    prefix = f"bg{unique[-6:]}-"
+    authors = [f"{prefix}a{i}" for i in range(6)]
+    readers = {f"{prefix}r{i}": authors[: 4 + i % 3] for i in range(6)}
+    events: list[dict[str, Any]] = [{"type": "profile", "user_id": a, "version": 1, "display_name": a} for a in authors]
+    events += [{"type": "follow", "op": "follow", "follower_id": r, "followee_id": a, "version": 1}
+               for r, followed in readers.items() for a in followed]
+    for n in range(40):
+        for i, a in enumerate(authors):
+            events.append({"type": "tweet", "op": "upsert", "tweet_id": f"{a}-{n}", "author_id": a, "version": 1,
+                           "created_at": WORKLOAD_EPOCH_MS + n * 50 + i, "text": f"{a} #{n}", "profile_version": 1})
+    publish(pipeline, events)
+    args = ["--max-offsets-per-trigger", "12"]  # about 2 tweets per author a batch
+    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "run.log", extra_args=args)) as stream:
+        stream.wait_caught_up()
+        trims = (stream.progress() or {}).get("trimming") or {}
+    counts = dict(read_table(pipeline, "SELECT timeline_id, COUNT(*) FROM home_timeline GROUP BY timeline_id"))
+    assert set(counts) == set(readers) and max(counts.values()) <= CAP + slack
+    assert trims.get("trim_background_timelines", 0) > 0 and trims.get("trim_background_failures") == 0, trims
+
+    with grpc_server(pipeline) as server:
+        read = read_all_home_timelines(server, sorted(readers))
+    assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=slack - default_margin(slack)) == []
+    assert read == reference_timelines(events, inbox_cap=CAP)  # no removals: every timeline exact

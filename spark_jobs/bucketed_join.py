@@ -10,7 +10,10 @@ engine's output is the same; only where its state lives changes.
 
 A key's *edges* part (keys with many follow edges, docs/fan-out.md) is not in the bucket blob: it
 is large and rarely needed, so it lives in a MapState of the bucket under the key, read and written
-(one round trip each) only by the steps that need it.
+(one round trip each) only by the steps that need it. A key whose core part outgrows
+:data:`INLINE_CORE_LIMIT` (an author with many retained tweets) moves to another MapState the same
+way, its blob entry left empty: every batch that touches a bucket rewrites the bucket's blob, so
+the blob holds small keys only and its size stays bounded by keys × limit.
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ BUCKET_COLUMN = "bucket"
 #: State variable names of the bucketed layout (``feedctl state-stats`` reads them by name).
 CORES_STATE = "bucket_cores"
 EDGES_STATE = "bucket_edges"
+LARGE_CORES_STATE = "bucket_large_cores"
+
+INLINE_CORE_LIMIT = 8192
+"""Bytes of a core part kept in the bucket's blob; a larger one is kept apart (docs/state-buckets.md:
+rewriting 8 KB with every touched bucket costs about what the two round trips of a key kept apart
+cost when it is touched). Changing it is safe: a key moves at its next write."""
+APART = b""
+"""The blob entry of a key whose core part is kept apart (a real core part is never empty)."""
 
 
 def bucket_of(column: "Column | str", buckets: int) -> "Column":
@@ -58,6 +69,7 @@ def bucketed_processor(config: JoinConfig) -> Any:
         def init(self, handle: Any) -> None:
             self.cores = handle.getValueState(CORES_STATE, blob_schema)
             self.edges = handle.getMapState(EDGES_STATE, key_schema, blob_schema)
+            self.large = handle.getMapState(LARGE_CORES_STATE, key_schema, blob_schema)
 
         def _load(self) -> dict[str, bytes]:
             value = self.cores.get()  # one round trip; None for a bucket without state
@@ -66,6 +78,27 @@ def bucketed_processor(config: JoinConfig) -> Any:
         def _edges_of(self, key: str) -> bytes | None:
             value = self.edges.getValue((key,))
             return bytes(value[0]) if value is not None and value[0] is not None else None
+
+        def _core_of(self, cores: dict[str, bytes], key: str) -> bytes | None:
+            core = cores.get(key)
+            if core != APART:
+                return core
+            value = self.large.getValue((key,))
+            if value is None or value[0] is None:
+                raise ValueError(f"state of {key!r}: its bucket says its core part is kept apart, but there is none")
+            return bytes(value[0])
+
+        def _put_core(self, cores: dict[str, bytes], key: str, core: bytes) -> bool:
+            """Store ``core`` inline or apart; True if the bucket's blob changed."""
+            was_apart = cores.get(key) == APART
+            if len(core) > INLINE_CORE_LIMIT:
+                self.large.updateValue((key,), (core,))
+                cores[key] = APART
+                return not was_apart
+            if was_apart:
+                self.large.removeKey((key,))
+            cores[key] = core
+            return True
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             if key[0] == ROUTE_DEAD_LETTER:
@@ -79,12 +112,11 @@ def bucketed_processor(config: JoinConfig) -> Any:
             changed = False
             out: list[tuple[Any, ...]] = []
             for join_key, key_rows in by_key.items():
-                done, key_out = run_key(cores.get(join_key), partial(self._edges_of, join_key), key_rows, config,
-                                        key=join_key)
+                done, key_out = run_key(self._core_of(cores, join_key), partial(self._edges_of, join_key), key_rows,
+                                        config, key=join_key)
                 if done is not None:
                     if done.core is not None:
-                        cores[join_key] = done.core
-                        changed = True
+                        changed = self._put_core(cores, join_key, done.core) or changed
                     if done.edges is not None:
                         self.edges.updateValue((join_key,), (done.edges,))
                     elif done.clear_edges:
@@ -100,7 +132,7 @@ def bucketed_processor(config: JoinConfig) -> Any:
             cores = self._load()
             for entry in initialState.states:
                 core, edges = stored_parts(bytes(entry.state))
-                cores[entry.key] = core
+                self._put_core(cores, entry.key, core)
                 if edges is not None:
                     self.edges.updateValue((entry.key,), (edges,))
             self.cores.update((encode_bucket(cores),))

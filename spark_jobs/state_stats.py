@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from feed_service.distribution import EMPTY, Distribution
 from feed_service.core.state_buckets import entry_sizes
 from feed_service.errors import CheckpointError
-from spark_jobs.bucketed_join import CORES_STATE, EDGES_STATE
+from spark_jobs.bucketed_join import CORES_STATE, EDGES_STATE, LARGE_CORES_STATE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -100,7 +100,8 @@ def state_value_sizes(spark: "SparkSession", query_checkpoint: Path, batch_id: i
     key as a struct) and ``bytes`` of the value.
 
     In the bucketed layout (docs/state-buckets.md) a bucket's blob is split into its join keys'
-    entries and the edges MapState is read per join key, so the figures stay per join key in both layouts.
+    entries and its MapStates (edges, core parts kept apart) are read per join key, so the figures
+    stay per join key in both layouts.
     """
     from pyspark.sql import functions as F
 
@@ -116,7 +117,7 @@ def state_value_sizes(spark: "SparkSession", query_checkpoint: Path, batch_id: i
             frames.append(df.select(F.col("key.route").alias("route"), entry).select(
                 F.lit(name).alias("var"), F.struct("route", F.col("entry.key").alias("key")).alias("key"),
                 F.col("entry.bytes").alias("bytes")))
-        elif name == EDGES_STATE:
+        elif name in (EDGES_STATE, LARGE_CORES_STATE):
             frames.append(df.select(F.lit(name).alias("var"),
                                     F.struct(F.col("key.route").alias("route"),
                                              F.col("user_map_key.key").alias("key")).alias("key"),

@@ -18,12 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import Row
 
-from feed_service.core.events import BlockChange, Event, FollowChange, TweetUpsert, join_keys
+from feed_service.core.events import BlockChange, Event, FollowChange, TweetDelete, TweetUpsert, join_keys
 from feed_service.core.join import step
 from feed_service.core.state import encode_state
 from feed_service.core.state_buckets import decode_bucket, encode_bucket, entry_sizes
 from feed_service.core.stored_step import stored_parts
-from spark_jobs.bucketed_join import CORES_STATE, EDGES_STATE, bucketed_processor
+from spark_jobs.bucketed_join import (
+    APART, CORES_STATE, EDGES_STATE, INLINE_CORE_LIMIT, LARGE_CORES_STATE, bucketed_processor,
+)
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
 from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
 from tests.unit.test_join_properties import random_event
@@ -93,10 +95,16 @@ class BucketHarness:
         return out, calls
 
     def cores(self) -> dict[str, bytes]:
+        """Every key's core part, inline or kept apart."""
         out: dict[str, bytes] = {}
-        for value in self.handle.value_states[CORES_STATE].values.values():
-            out.update(decode_bucket(bytes(value[0])))
+        for group_key, value in self.handle.value_states[CORES_STATE].values.items():
+            large = self.handle.map_states[LARGE_CORES_STATE].values[group_key]
+            out.update({k: (core if core != APART else bytes(large[(k,)][0]))
+                        for k, core in decode_bucket(bytes(value[0])).items()})
         return out
+
+    def apart(self) -> set[str]:
+        return {k[0] for entries in self.handle.map_states[LARGE_CORES_STATE].values.values() for k in entries}
 
     def edges(self) -> dict[str, bytes]:
         return {k[0]: bytes(v[0]) for entries in self.handle.map_states[EDGES_STATE].values.values()
@@ -215,7 +223,33 @@ def test_initial_state_writes_each_bucket_once_and_the_next_batch_builds_on_it()
 
 def test_init_declares_a_value_state_and_a_map_state() -> None:
     harness = BucketHarness()
-    assert set(harness.handle.schemas) == {CORES_STATE, EDGES_STATE}
+    assert set(harness.handle.schemas) == {CORES_STATE, EDGES_STATE, LARGE_CORES_STATE}
+
+
+def test_a_large_core_is_kept_apart_and_its_tweets_leave_the_blob_alone() -> None:
+    config = JoinConfig(inbox_cap=50, pull_threshold=1000, clock_start=100)
+    keyed, bucketed = keyed_harness(config), BucketHarness(config, buckets=1)
+    rnd = random.Random(5)
+
+    def text() -> str:  # a different text each: nothing for the codec to compress away
+        return "".join(rnd.choice("abcdefghij klmnopqrstuvwxyz") for _ in range(400))
+
+    small = routed_rows([FollowChange("ann", "cat", 1, "follow"), TweetUpsert("c1", "cat", 1, 1, "hi", 1)])
+    big = routed_rows([FollowChange("ann", "bob", 1, "follow")]
+                      + [TweetUpsert(f"b{i}", "bob", 1, i, text(), 1) for i in range(30)])  # ~12 KB of tweets
+    for rows in (small, big):
+        assert same_rows(bucketed.feed(rows)[0], per_key(keyed, rows))
+    assert bucketed.apart() == {"bob"} and len(bucketed.cores()["bob"]) > INLINE_CORE_LIMIT
+    blob = bucketed.handle.value_states[CORES_STATE].values[(ROUTE_JOIN, 0)]
+    rows = routed_rows([TweetUpsert("b99", "bob", 1, 99, text(), 1)])
+    out, calls = bucketed.feed(rows)
+    assert same_rows(out, per_key(keyed, rows))
+    assert [c for c, _ in calls[(ROUTE_JOIN, 0)]] == ["get", "map.get", "map.update"]  # the blob is not rewritten
+    assert bucketed.handle.value_states[CORES_STATE].values[(ROUTE_JOIN, 0)] is blob
+    rows = routed_rows([TweetDelete(f"b{i}", "bob", 2) for i in range(31)] + [TweetDelete("b99", "bob", 2)])
+    assert same_rows(bucketed.feed(rows)[0], per_key(keyed, rows))
+    assert bucketed.apart() == set()  # small again: back in the blob
+    assert bucketed.cores() == per_key_states(keyed)[0]
 
 
 # --- the blob ----------------------------------------------------------------------------------------

@@ -208,8 +208,18 @@ def finish_pending(settings: Settings, checkpoint: Path) -> CheckpointInfo:
     return info
 
 
+def _changes_layout(settings: Settings, options: ReshardOptions) -> bool:
+    """Whether the backfill route would give the new checkpoint another state layout than the old
+    one's (docs/state-buckets.md): how a checkpoint of one state per key moves to state buckets, even
+    at the same number of partitions. The in-place repartition keeps the layout."""
+    from spark_jobs.stream.pinned import recorded_state_buckets
+
+    return options.via == "backfill" and recorded_state_buckets(options.checkpoint) != settings.state_buckets
+
+
 def run_reshard(settings: Settings, options: ReshardOptions) -> ReshardResult | None:
-    """Check, lock, build a session and reshard; None if the checkpoint already has N partitions.
+    """Check, lock, build a session and reshard; None if the checkpoint already has N partitions (and,
+    by the backfill route, the layout of ``settings.state_buckets``).
 
     With ``finish_pending``, an uncommitted last batch is first finished by :func:`finish_pending`
     (the lock is released meanwhile: the stream takes it) and everything is checked again after it.
@@ -235,7 +245,7 @@ def run_reshard(settings: Settings, options: ReshardOptions) -> ReshardResult | 
             finished = (info.last_batch, time.monotonic() - started)
     with CheckpointLock.acquire(options.checkpoint, "feedctl reshard"):
         info = check_reshard(replace(options, finish_pending=False))
-        if info.state_partitions == options.partitions:
+        if info.state_partitions == options.partitions and not _changes_layout(settings, options):
             return None
         spark = build_session("feed-reshard", shuffle_partitions=options.partitions)
         try:

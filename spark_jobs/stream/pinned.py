@@ -52,6 +52,16 @@ def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
 STATE_BUCKETS_FILE = "state_buckets"
 
 
+def recorded_state_buckets(checkpoint: Path) -> int:
+    """The state buckets a checkpoint recorded; 0 (one state per key) for one made before buckets."""
+    try:
+        return int((checkpoint / STATE_BUCKETS_FILE).read_text().strip())
+    except FileNotFoundError:
+        return 0
+    except ValueError:
+        raise CheckpointError(f"{checkpoint / STATE_BUCKETS_FILE} does not hold a number of state buckets") from None
+
+
 def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> int:
     """The checkpoint's state layout, fixed at creation (docs/state-buckets.md): the number of buckets
     of join keys it groups its state by, or 0 for one state per join key.
@@ -59,12 +69,12 @@ def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> i
     A new checkpoint takes ``requested`` (0 for an operator that cannot group by buckets); a
     checkpoint that ran before this was recorded keeps one state per key (every checkpoint of the
     releases before buckets), which the stream still runs. A different ``requested`` on an existing
-    checkpoint is logged, naming ``feedctl reshard --route backfill``, the way to move it.
+    checkpoint is logged, naming ``feedctl reshard --via backfill``, the way to move it.
     """
     path = checkpoint / STATE_BUCKETS_FILE
-    try:
-        recorded = int(path.read_text().strip())
-    except FileNotFoundError:
+    if path.exists():
+        recorded = recorded_state_buckets(checkpoint)
+    else:
         info = inspect_checkpoint(checkpoint) if (checkpoint / "join").exists() else None
         if info is not None and not info.is_new:
             recorded = 0  # created by a release before state buckets: one state per key
@@ -77,11 +87,9 @@ def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> i
         log.info("checkpoint %s: %s", checkpoint,
                  f"state in {recorded} buckets of join keys" if recorded else "one state per join key")
         return recorded
-    except ValueError:
-        raise CheckpointError(f"{path} does not hold a number of state buckets") from None
     if recorded != requested and operator in BUCKETED_OPERATORS:
         log.warning("state buckets: %d asked (FEED_STATE_BUCKETS) but checkpoint %s keeps %s; to change the"
-                    " layout stop the stream and run `feedctl reshard --checkpoint %s --route backfill`",
+                    " layout stop the stream and run `feedctl reshard --checkpoint %s --via backfill --partitions N`",
                     requested, checkpoint, recorded or "one state per key", checkpoint)
     return recorded
 

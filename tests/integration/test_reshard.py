@@ -27,6 +27,7 @@ from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.checkpoint import inspect_checkpoint
+from spark_jobs.stream.pinned import recorded_state_buckets
 
 from .pipeline import StreamProcess, publish, read_timelines, running
 
@@ -44,9 +45,12 @@ def _halves(unique: str) -> tuple[list[dict], list[dict]]:
     return events[:cut], events[cut:]
 
 
-def _first_part_on_two_partitions(pipeline: Settings, checkpoint: Path, first: list[dict], log: Path) -> None:
+def _first_part_on_two_partitions(pipeline: Settings, checkpoint: Path, first: list[dict], log: Path,
+                                  creator: Settings | None = None) -> None:
+    """The first part streamed into a new checkpoint of 2 partitions (made with ``creator``'s settings)."""
     publish(pipeline, first)
-    with running(StreamProcess(pipeline, checkpoint, log_file=log, extra_args=["--state-partitions", "2"])) as stream:
+    with running(StreamProcess(creator or pipeline, checkpoint, log_file=log,
+                               extra_args=["--state-partitions", "2"])) as stream:
         stream.wait_caught_up()
     info = inspect_checkpoint(checkpoint)
     assert info.state_partitions == 2 and info.cleanly_committed, info
@@ -157,7 +161,11 @@ def test_reshard_via_backfill_continues_exactly(settings: Settings, unique: str,
     pipeline = _isolated(settings, unique)
     first, rest = _halves(unique)
     checkpoint = tmp_path / "ckpt"
-    _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log")
+    # A checkpoint of one state per key (the layout before state buckets): the backfill route moves
+    # it to the settings' state buckets (docs/state-buckets.md).
+    _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log",
+                                  creator=replace(pipeline, state_buckets=0))
+    assert recorded_state_buckets(checkpoint) == 0
 
     seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8", "--via", "backfill")
     print(f"\nreshard via backfill 2 -> 8: {seconds:.1f}s for the command (Spark session included)\n{stderr}")
@@ -173,3 +181,4 @@ def test_reshard_via_backfill_continues_exactly(settings: Settings, unique: str,
         stream.wait_caught_up()
         assert read_timelines(pipeline) == _expected(first + rest, pipeline)
     assert inspect_checkpoint(new).state_partitions == 8
+    assert recorded_state_buckets(new) == pipeline.state_buckets > 0

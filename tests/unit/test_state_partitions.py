@@ -312,3 +312,40 @@ def test_backfill_route_paths_sit_next_to_the_old_checkpoint(tmp_path: Path) -> 
     options = reshard.ReshardOptions(tmp_path / "ckpt", 8, via="backfill")
     assert options.new_checkpoint_path() == tmp_path / "ckpt-p8"
     assert options.backfill_path() == tmp_path / "ckpt-p8.backfill"
+
+
+# --- the state layout a checkpoint records (docs/state-buckets.md) --------------------------------
+
+
+def test_a_new_checkpoint_records_the_state_buckets_asked_for(tmp_path: Path) -> None:
+    from spark_jobs.stream.pinned import recorded_state_buckets, state_buckets_for
+
+    checkpoint = tmp_path / "ckpt"
+    assert state_buckets_for(checkpoint, 16, "transformWithState") == 16
+    assert state_buckets_for(checkpoint, 64, "transformWithState") == 16  # fixed at creation
+    assert recorded_state_buckets(checkpoint) == 16
+
+
+def test_a_checkpoint_made_before_state_buckets_keeps_one_state_per_key(tmp_path: Path) -> None:
+    from spark_jobs.stream.pinned import recorded_state_buckets, state_buckets_for
+
+    checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, True))  # batches, no state_buckets file
+    assert recorded_state_buckets(checkpoint) == 0
+    assert state_buckets_for(checkpoint, 16, "transformWithState") == 0
+    assert recorded_state_buckets(checkpoint) == 0
+
+
+def test_the_pandas_operators_keep_one_state_per_key(tmp_path: Path) -> None:
+    from spark_jobs.stream.pinned import state_buckets_for
+
+    assert state_buckets_for(tmp_path / "a", 16, "applyInPandasWithState") == 0
+    assert state_buckets_for(tmp_path / "b", 16, "transformWithStateInPandas") == 0
+
+
+def test_a_damaged_layout_file_is_a_clear_error(tmp_path: Path) -> None:
+    from feed_service.errors import CheckpointError
+    from spark_jobs.stream.pinned import STATE_BUCKETS_FILE, state_buckets_for
+
+    (tmp_path / STATE_BUCKETS_FILE).write_text("many")
+    with pytest.raises(CheckpointError, match="number of state buckets"):
+        state_buckets_for(tmp_path, 16, "transformWithState")

@@ -130,11 +130,12 @@ def bucketed_processor(config: JoinConfig) -> Any:
         def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
             # One row per bucket (:func:`bucketed_initial_state`): its keys' whole-state blobs.
             cores = self._load()
-            for entry in initialState.states:
-                core, edges = stored_parts(bytes(entry.state))
-                self._put_core(cores, entry.key, core)
+            for entry in initialState.states:  # a Row, or a dict as PySpark 4.2 hands over structs in arrays
+                key = entry["key"]
+                core, edges = stored_parts(bytes(entry["state"]))
+                self._put_core(cores, key, core)
                 if edges is not None:
-                    self.edges.updateValue((entry.key,), (edges,))
+                    self.edges.updateValue((key,), (edges,))
             self.cores.update((encode_bucket(cores),))
 
         def close(self) -> None:

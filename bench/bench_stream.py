@@ -280,11 +280,16 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
     cpu_window = [TreeCpu(0.0, 0.0)] * 2
     try:
         stream.wait_caught_up(timeout=600)
+        authors = list(graph)
+        if args.prime_seconds > 0:  # a stream that has run (warm workers, known timelines), then idles
+            with EventProducer(settings) as producer:
+                for n in range(int(args.rate * args.prime_seconds)):
+                    producer.publish_event(_tweet(authors[n % len(authors)], -1 - n, int(time.time() * 1000)))
+            stream.wait_caught_up(timeout=600)
         time.sleep(args.idle_seconds)  # an idle stream: empty triggers only
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
         threading.Thread(target=batches, daemon=True).start()
-        authors = list(graph)
         cold_tweets = int(args.rate * args.warmup_seconds)
         total = cold_tweets + int(args.rate * args.seconds)
         with EventProducer(settings) as producer:
@@ -339,8 +344,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="sampled seconds of the freshness run")
     parser.add_argument("--warmup-seconds", type=float, default=15.0,
                         help="the first seconds of the freshness run, reported apart (cold: right after an idle stream)")
-    parser.add_argument("--idle-seconds", type=float, default=10.0,
-                        help="seconds the caught-up stream idles before the freshness run starts")
+    parser.add_argument("--prime-seconds", type=float, default=10.0,
+                        help="seconds of tweets at --rate, not sampled, before the stream idles (0: none)")
+    parser.add_argument("--idle-seconds", type=float, default=75.0,
+                        help="seconds the caught-up stream idles before the freshness run starts (Spark stops "
+                             "Python workers idle for a minute)")
     parser.add_argument("--state-buckets", default=f"0,{DEFAULT_STATE_BUCKETS}",
                         help="comma list of state layouts (0: one state per key) for the transformWithState runs, "
                              "side by side (docs/state-buckets.md)")
@@ -409,7 +417,7 @@ def main() -> int:
                 f = freshness(base, args, workdir, buckets=buckets)
                 print(f"freshness [{name}: {conf or 'defaults'}] at {args.rate:.0f} tweets/s, fan-out {args.fanout} "
                       f"({layout_name(args.operator, buckets)}): first {args.warmup_seconds:.0f}s after "
-                      f"{args.idle_seconds:.0f}s idle p50 {f['cold_p50_s']:.2f}s, p99 {f['cold_p99_s']:.2f}s, "
+                      f"{args.idle_seconds:.0f}s idle (after {args.prime_seconds:.0f}s of tweets) p50 {f['cold_p50_s']:.2f}s, p99 {f['cold_p99_s']:.2f}s, "
                       f"max {f['cold_max_s']:.2f}s ({f['cold_samples']} samples); the {args.seconds:.0f}s after "
                       f"p50 {f['steady_p50_s']:.2f}s, p99 {f['steady_p99_s']:.2f}s, max {f['steady_max_s']:.2f}s "
                       f"({f['steady_samples']} samples, {f['lost']} not seen), batch p50 {f['batch_p50_ms']:.0f} ms; "

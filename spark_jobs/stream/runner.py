@@ -27,6 +27,7 @@ from spark_jobs.stream.pinned import operator_for, state_partitions_for
 from spark_jobs.stream.query import RunningStream, start_stream
 from spark_jobs.stream.restarts import Restarts
 from spark_jobs.stream.supervisor import STATUS_INTERVAL_SECONDS, supervise
+from spark_jobs.stream.warm_workers import WARM_AFTER_SECONDS, WorkerWarmer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,6 +62,8 @@ class StreamDependencies:
     max_consecutive_restarts: int = MAX_CONSECUTIVE_RESTARTS
     restart_backoff_seconds: float = RESTART_BACKOFF_SECONDS
     status_interval: float = STATUS_INTERVAL_SECONDS
+    warm_after_seconds: float = WARM_AFTER_SECONDS
+    """Idle seconds before the Python workers are kept warm (spark_jobs/stream/warm_workers.py); 0: never."""
 
 
 def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path | None = None,
@@ -99,10 +102,12 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
         stats = (stream_stats(spark, settings, options.checkpoint, options.state_stats_interval,
                               sample=STATE_STATS_TIMELINE_SAMPLE) if options.state_stats_interval > 0 else None)
         metrics, stop_metrics = serve_metrics(settings, options)
+        warmer = (WorkerWarmer(spark, settings, tasks=spark.sparkContext.defaultParallelism,
+                               after=deps.warm_after_seconds) if deps.warm_after_seconds > 0 else None)
         # Every start gets the same initial state: if batch 0 never committed, a restart still bootstraps it.
         exit_code = supervise(lambda: deps.start(spark, settings, options, **bootstrap_kwargs), stop,
                               status_file=status_file or options.checkpoint / "progress.json", restarts=restarts,
-                              stats=stats, metrics=metrics, status_interval=deps.status_interval)
+                              stats=stats, metrics=metrics, status_interval=deps.status_interval, warmer=warmer)
     finally:
         stop_metrics()
         spark.stop()

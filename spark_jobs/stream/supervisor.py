@@ -13,6 +13,7 @@ from spark_jobs.stream.metrics import StreamMetrics
 from spark_jobs.stream.progress import progress_record, write_status
 from spark_jobs.stream.query import RunningStream
 from spark_jobs.stream.restarts import Restarts
+from spark_jobs.stream.warm_workers import WorkerWarmer
 
 log = logging.getLogger("feed.stream")
 
@@ -37,7 +38,7 @@ def observe(metrics: StreamMetrics | None, stream: RunningStream) -> None:
 
 def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
               restarts: Restarts, stats: PeriodicStats | None = None, metrics: StreamMetrics | None = None,
-              status_interval: float = STATUS_INTERVAL_SECONDS) -> int:
+              status_interval: float = STATUS_INTERVAL_SECONDS, warmer: WorkerWarmer | None = None) -> int:
     """Keep the query of ``start()`` running until ``stop`` is set, or until it ends by itself without
     an error when started ``until_caught_up``; returns the exit code.
 
@@ -46,7 +47,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
     (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
     supervisor to act. The progress record, with the restart counts, goes to ``status_file``, with
     the latest result of ``stats`` (started here, stopped on the way out) if given; ``metrics`` gets
-    every completed batch and every restart (:func:`observe`, once per ``status_interval`` seconds).
+    every completed batch and every restart (:func:`observe`, once per ``status_interval`` seconds);
+    ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out).
     """
     stream = start()
     last_batch = None
@@ -80,6 +82,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
             if batch is not None and batch != last_batch:
                 last_batch = batch
                 restarts.progressed()
+                if warmer is not None and record["timeline-join"].get("input_rows"):
+                    warmer.batch_ran()
                 p = stream.join.lastProgress or {}
                 sink = stream.times.record() if stream.times.batch_id == batch else {}
                 log.info("batch %s: %s input rows, %s%s", batch, p.get("numInputRows"),
@@ -87,9 +91,13 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                          "; sink " + " ".join(f"{k}={v}" for k, v in sink.items() if k != "batch_id") if sink else "")
             record.update(restarts.record())
             write_status(status_file, record)
+            if warmer is not None:
+                warmer.tick()
             stop.wait(status_interval)
         return 0
     finally:
+        if warmer is not None:
+            warmer.stop()
         if stats is not None:
             stats.stop()
         stream.stop()

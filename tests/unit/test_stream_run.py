@@ -86,6 +86,7 @@ class Driver:
             "install_signal": lambda sig, handler: self.handlers.__setitem__(sig, handler),
             "restart_backoff_seconds": 0.0,
             "status_interval": 0.01,
+            "warm_after_seconds": 0.0,
         }
         return stream.StreamDependencies(**{**fakes, **changes})
 

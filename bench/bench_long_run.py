@@ -193,6 +193,10 @@ class Batch:
     """mtime of the commit log entry (batch done)."""
     end_offset: int | None = None
     """Sum of the source end offsets in the offset log entry."""
+    trim_ms: float | None = None
+    """The batch's trim time on its critical path (the sink's ``trim_ms``, docs/trimming.md)."""
+    trim_background_ms: float | None = None
+    """Background trimming done while this batch ran (``trim_background_ms``)."""
 
 
 @dataclass(slots=True)
@@ -230,6 +234,9 @@ class BatchRecorder:
         if b is not None and duration is not None and rows:
             batch = self.batches.setdefault(b, Batch())
             batch.duration_ms, batch.input_rows = duration, rows
+            sink = (self.stream.progress() or {}).get("sink") or {}
+            if sink.get("batch_id") == b:
+                batch.trim_ms, batch.trim_background_ms = sink.get("trim_ms"), sink.get("trim_background_ms")
         query = self.stream.checkpoint / "join"
         for sub in ("offsets", "commits"):
             folder = query / sub
@@ -276,6 +283,12 @@ class BatchFigures:
     log_end_ms: float = float("nan")
     first_planned: float | None = None
     last_committed: float | None = None
+    trim_share: float = float("nan")
+    """Critical-path trim time over batch time, the compared batches."""
+    trim_share_end: float = float("nan")
+    """The same over the last 10 % of them."""
+    trim_background_share: float = float("nan")
+    """Background trim time (overlapping the batches) over batch time."""
 
     @property
     def ratio(self) -> float:
@@ -323,6 +336,13 @@ def batch_figures(batches: dict[int, Batch], after: int, batch_events: int) -> B
         m = max(1, round(len(seen) / 10))
         out.start_ms, out.end_ms = p50(seen[:m], progress), p50(seen[-m:], progress)
     out.log_start_ms, out.log_end_ms = p50(head, logs), p50(tail, logs)
+    trimmed = [batches[b] for b in full if batches[b].trim_ms is not None and batches[b].duration_ms]
+    if trimmed:
+        total = sum(b.duration_ms for b in trimmed)  # type: ignore[misc]
+        out.trim_share = sum(b.trim_ms for b in trimmed) / total  # type: ignore[misc]
+        out.trim_background_share = sum(b.trim_background_ms or 0 for b in trimmed) / total  # type: ignore[misc]
+        last = trimmed[-max(1, round(len(trimmed) / 10)):]
+        out.trim_share_end = sum(b.trim_ms for b in last) / sum(b.duration_ms for b in last)  # type: ignore[misc]
     return out
 
 
@@ -512,6 +532,9 @@ def print_result(r: Result, settings: Settings, args: argparse.Namespace) -> Non
           f"end/start {b.ratio:.2f} (target <= 1.20)")
     print(f"    duration p50, checkpoint logs (offset log -> commit, every batch): start {b.log_start_ms:,.0f} ms, "
           f"end {b.log_end_ms:,.0f} ms, end/start {b.log_ratio:.2f}")
+    print(f"    trimming on the critical path: {b.trim_share:.1%} of batch time over the compared batches, "
+          f"{b.trim_share_end:.1%} over the last 10 % (target <= 10 %); background trimming meanwhile "
+          f"{b.trim_background_share:.1%} of batch time (docs/trimming.md)")
     if r.state is not None:
         s = r.state
         print(f"  state at batch {s.batch_id}: bytes per key {_dist(s.per_key)}")

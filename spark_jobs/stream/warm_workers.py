@@ -79,9 +79,10 @@ class WorkerWarmer:
             log.warning("warming the Python workers failed", exc_info=True)
 
     def stop(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            return
         try:
             self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._thread.join(timeout=10)

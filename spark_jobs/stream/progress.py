@@ -14,7 +14,8 @@ from spark_jobs.stream.query import RunningStream
 def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -> dict[str, Any]:
     """What the stream has done: the last batch id and the source end offsets; the state size the
     last batch reported (``state``, cheap) and the latest periodic ``state_stats`` (docs/streaming.md)."""
-    record: dict[str, Any] = {"time": time.time(), "timeline_rows_written": stream.timeline_rows.value}
+    record: dict[str, Any] = {"time": time.time(), "timeline_rows_written": stream.timeline_rows.value,
+                              "state_buckets": stream.state_buckets}
     for query in (stream.join,):
         progress = query.lastProgress
         record[query.name] = {

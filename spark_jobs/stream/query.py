@@ -57,6 +57,8 @@ class RunningStream:
     """The query ends by itself once caught up (availableNow): its end without an error is the goal."""
     times: BatchTimes = field(default_factory=BatchTimes)
     """Where the last batch's sink time went."""
+    state_buckets: int = 0
+    """The checkpoint's state layout: buckets of join keys, 0 for one state per key (docs/state-buckets.md)."""
 
     def stop(self) -> None:
         try:
@@ -88,12 +90,13 @@ def start_stream(
                         clock_start=clock_start_for(options.checkpoint, clock_start),
                         horizon_ms=settings.retention.horizon_ms)
     operator = operator_for(options.checkpoint, options.operator)
+    buckets = state_buckets_for(options.checkpoint, settings.state_buckets, operator)
     outputs = join_timelines(
         routed_changes(parsed),
         config=config,
         operator=operator,
         initial_state=initial_state,
-        state_buckets=state_buckets_for(options.checkpoint, settings.state_buckets, operator),
+        state_buckets=buckets,
     )
     counter = spark.sparkContext.accumulator(0)
     write_seconds = spark.sparkContext.accumulator(0.0)
@@ -107,4 +110,5 @@ def start_stream(
         .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times))
         .start()
     )
-    return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times)
+    return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times,
+                         state_buckets=buckets)

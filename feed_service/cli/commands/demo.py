@@ -411,7 +411,10 @@ def _bounds_line(progress: dict, settings: Settings) -> str:
     state = (progress.get("timeline-join") or {}).get("state") or {}
     trims = progress.get("trimming") or {}
     horizon = f"{settings.history_horizon_s} s" if settings.history_horizon_s else "off"
+    buckets = progress.get("state_buckets")
+    layout = (f"state in {buckets} buckets of join keys (docs/state-buckets.md)" if buckets
+              else "one state per join key")
     return (f"bounds: state {state.get('numRowsTotal', '?')} rows in RocksDB ({state.get('rocksdbSstFileSize', 0):,} B"
             f" of SST files); inboxes at most {settings.inbox_cap} + {settings.trim_slack} rows"
             f" ({trims.get('trimmed_timelines', 0)} trimmed, {trims.get('trimmed_rows', 0)} rows cut);"
-            f" history horizon {horizon}; {settings.state_partitions} state partitions")
+            f" history horizon {horizon}; {settings.state_partitions} state partitions, {layout}")

@@ -119,6 +119,7 @@ def publish(settings: Settings, records: list[Record]) -> float:
     the final flush included. Raises if any record was not delivered."""
     from confluent_kafka import Producer
 
+    from feed_service.kafka.offsets import SOURCE_ROLES
     from feed_service.kafka.producer import PRODUCER_DEFAULTS
 
     failures: list[str] = []
@@ -129,7 +130,7 @@ def publish(settings: Settings, records: list[Record]) -> float:
 
     producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": settings.kafka_bootstrap,
                          "on_delivery": on_delivery})
-    topics = {role: settings.topic(role) for role in ("tweets", "follows", "profiles")}
+    topics = {role: settings.topic(role) for role in SOURCE_ROLES}  # the workload has blocks and mutes too
     started = time.perf_counter()
     for n, r in enumerate(records):
         while True:

@@ -78,6 +78,7 @@ from feed_service.distribution import EMPTY, Distribution, summarize
 from feed_service.ops.provision import provision
 from feed_service.settings import DEFAULT_TRIM_SLACK, Settings
 from feed_service.stack.stream_process import StreamProcess
+from isolated import drop
 
 UNBOUNDED_SLACK = 10**9
 WARMUP_BATCHES = 3
@@ -158,28 +159,6 @@ def pipeline(base: Settings, tag: str) -> Settings:
     settings = settings.replace(topics=topics)
     provision(settings)
     return settings
-
-
-def drop(settings: Settings) -> None:
-    """Best effort: the keyspace and the topics."""
-    from confluent_kafka.admin import AdminClient
-
-    from feed_service.store.session import connect
-
-    try:
-        cluster, session = connect(settings)
-        try:
-            session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=180)
-        finally:
-            cluster.shutdown()
-    except Exception as exc:  # noqa: BLE001 - clean-up
-        print(f"  (could not drop keyspace {settings.keyspace}: {exc})")
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 4})
-    for future in admin.delete_topics([s.name for s in settings.topics.values()]).values():
-        try:
-            future.result(30)
-        except Exception:  # noqa: BLE001 - clean-up
-            pass
 
 
 # -- micro-batches ---------------------------------------------------------------------------------

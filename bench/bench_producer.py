@@ -27,6 +27,7 @@ from feed_service.kafka.producer import EventProducer  # noqa: E402
 from feed_service.settings import Settings  # noqa: E402
 from feed_service.kafka.topics import ensure_topics  # noqa: E402
 from feed_service.workload.generator import generate  # noqa: E402
+from isolated import drop  # noqa: E402
 
 TARGET = 50_000
 
@@ -37,17 +38,6 @@ def _fresh_settings(bootstrap: str) -> Settings:
     topics = {r: dataclasses.replace(s, name=f"{s.name}.{suffix}") for r, s in base.topics.items()}
     ensure_topics(bootstrap, topics.values())
     return dataclasses.replace(base, topics=topics)
-
-
-def _drop(settings: Settings) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 4})
-    for future in admin.delete_topics([s.name for s in settings.topics.values()]).values():
-        try:
-            future.result(30)
-        except Exception:  # noqa: BLE001 - best effort clean-up
-            pass
 
 
 def run(bootstrap: str, n: int, users: int) -> dict[str, float]:
@@ -81,7 +71,7 @@ def run(bootstrap: str, n: int, users: int) -> dict[str, float]:
             results[label] = n / (done - started)
             results[label + " queue only"] = n / (queued - started)
         finally:
-            _drop(settings)
+            drop(settings, keyspace=False)
     print(f"bench_producer: {n:,} workload events ({users:,} users, mean value {size:.0f} B) to {bootstrap}")
     for label, rate in results.items():
         print(f"  {label:<42} {rate:>10,.0f} events/s")

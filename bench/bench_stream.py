@@ -4,7 +4,9 @@ Runs against the developer stack (``feedctl stack up``; settings from the enviro
 topics (suffix) and keyspaces, and prints figures; it asserts nothing.
 
 1. raw ceiling: the same timeline rows written straight from the driver (CassandraWriter, prepared
-   statements, bounded concurrency) in ``--writer-procs`` processes, no Spark;
+   statements, bounded concurrency) in ``--writer-procs`` processes, no Spark: one statement per row,
+   UNLOGGED batches of rows, and one fan-out statement per tweet and chunk of ``--fanout`` timelines
+   (the stream's form, docs/idempotent-writes.md); shares are of the best of them;
 2. throughput, per stateful operator: a graph where every author has ``--fanout`` followers is
    streamed first; then a backlog of ``--tweets`` tweets is published at once and the time until the
    stream has caught up gives tweets/s and timeline inserts/s; with ``--hide-share`` the default
@@ -34,7 +36,9 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from feed_service.core.rows import Entry, TimelineWrite
+from typing import Any
+
+from feed_service.core.rows import Entry, TimelineFanout, TimelineWrite
 from feed_service.ops.provision import provision
 from feed_service.settings import DEFAULT_STATE_BUCKETS, Settings
 from spark_jobs.runtime.session import SPARK_CONF_ENV
@@ -42,6 +46,7 @@ from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream.options import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS
 
+from isolated import drop
 from process_cpu import TreeCpu, tree_cpu
 
 
@@ -85,8 +90,13 @@ def _hides(graph: dict[str, list[str]], count: int, rng: random.Random) -> list[
     return out
 
 
+_CREATED: list[Settings] = []
+"""Every isolated pipeline this run provisioned: dropped when it ends (bench/isolated.py)."""
+
+
 def _pipeline(base: Settings, tag: str) -> Settings:
     settings = replace(base.with_topic_suffix(f".bench.{tag}"), keyspace=f"bench_{tag}")
+    _CREATED.append(settings)
     provision(settings)
     return settings
 
@@ -109,29 +119,40 @@ def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: a
 
 
 # -- 1. raw ceiling ------------------------------------------------------------------------------
-def _raw_writer(settings: Settings, rows: list[tuple], batch_rows: int, out: "multiprocessing.Queue[float]") -> None:
+def _raw_writer(settings: Settings, rows: list[tuple], batch_rows: int, fanout: int,
+                out: "multiprocessing.Queue[float]") -> None:
     from feed_service.store.session import connect
     from feed_service.store.cassandra_writer import CassandraWriter
 
     cluster, session = connect(settings)
     writer = CassandraWriter(session, settings.keyspace, concurrency=128, batch_rows=batch_rows)
-    writer.write(timeline=rows[:200])  # warm the connection pool
+    form = "timeline_fanout" if fanout else "timeline"
+    step = 5000 // max(fanout, 1)  # 5,000 timeline rows a call either way
+    writer.write(**{form: rows[:step // 25]})  # warm the connection pool
     started = time.perf_counter()
-    for i in range(0, len(rows), 5000):
-        writer.write(timeline=rows[i:i + 5000])
+    for i in range(0, len(rows), step):
+        writer.write(**{form: rows[i:i + step]})
     out.put(time.perf_counter() - started)
     cluster.shutdown()
 
 
-def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int) -> float:
+def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int, fanout: int = 0) -> float:
+    """Timeline rows/s written by ``procs`` processes: one row per write (``fanout`` 0, in batches
+    of ``batch_rows``) or one :class:`TimelineFanout` per tweet to ``fanout`` timelines."""
     per_proc = rows // procs
     now = int(time.time() * 1000)
     queue: multiprocessing.Queue[float] = multiprocessing.Queue()
     workers = []
     for p in range(procs):
-        batch = [TimelineWrite("insert", f"raw{p}-u{i % 2000}", Entry(f"raw{p}-t{i}", f"a{i % 200}", now + i, 1, f"tweet {i}", 1), 1)
-                 for i in range(per_proc)]
-        workers.append(multiprocessing.Process(target=_raw_writer, args=(settings, batch, batch_rows, queue)))
+        if fanout:
+            per_proc = per_proc // fanout * fanout
+            batch: list[Any] = [TimelineFanout("insert", tuple(f"raw{p}-u{(i * fanout + k) % 2000}" for k in range(fanout)),
+                                               Entry(f"raw{p}-f{i}", f"a{i % 200}", now + i, 1, f"tweet {i}", 1), 1)
+                                for i in range(per_proc // fanout)]
+        else:
+            batch = [TimelineWrite("insert", f"raw{p}-u{i % 2000}", Entry(f"raw{p}-t{i}", f"a{i % 200}", now + i, 1, f"tweet {i}", 1), 1)
+                     for i in range(per_proc)]
+        workers.append(multiprocessing.Process(target=_raw_writer, args=(settings, batch, batch_rows, fanout, queue)))
     for w in workers:
         w.start()
     times = [queue.get(timeout=600) for _ in workers]
@@ -376,10 +397,14 @@ def main() -> int:
         single = raw_ceiling(raw_settings, rows, args.writer_procs, batch_rows=1)
         print(f"raw Cassandra, one statement per request: {single:,.0f} timeline inserts/s "
               f"({rows:,} rows, {args.writer_procs} procs)")
-        ceiling = raw_ceiling(raw_settings, rows, args.writer_procs, batch_rows=DEFAULT_BATCH_ROWS)
-        results["raw"] = ceiling
-        print(f"raw Cassandra ceiling, UNLOGGED batches of {DEFAULT_BATCH_ROWS}: {ceiling:,.0f} timeline inserts/s "
+        batched = raw_ceiling(raw_settings, rows, args.writer_procs, batch_rows=DEFAULT_BATCH_ROWS)
+        print(f"raw Cassandra, UNLOGGED batches of {DEFAULT_BATCH_ROWS}: {batched:,.0f} timeline inserts/s "
               f"({rows:,} rows, {args.writer_procs} procs)")
+        fanned = raw_ceiling(raw_settings, rows, args.writer_procs, batch_rows=DEFAULT_BATCH_ROWS, fanout=args.fanout)
+        print(f"raw Cassandra, one fan-out statement per tweet to {args.fanout} timelines: {fanned:,.0f} timeline "
+              f"inserts/s ({rows:,} rows, {args.writer_procs} procs)")
+        results["raw"] = ceiling = max(single, batched, fanned)
+        print(f"raw Cassandra ceiling (the best of the three): {ceiling:,.0f} timeline inserts/s")
     layouts = [int(b) for b in args.state_buckets.split(",") if b.strip()]
 
     def layouts_of(operator: str) -> list[int]:
@@ -443,4 +468,9 @@ def _load() -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        code = main()
+    finally:
+        for created in _CREATED:
+            drop(created)
+    raise SystemExit(code)

@@ -1,9 +1,10 @@
 """The stateful operator's output rows: one schema, and the one place a step result becomes rows.
 
 A step's outputs leave the operator as compact rows (one row per delta, its follower list inside),
-so the JVM carries ``len(deltas)`` rows, not ``sum(len(timeline_ids))``; the sink explodes them
-into the write rows of :mod:`feed_service.core.rows` on the executors. :func:`result_rows` and
-:func:`writes_of` are inverses up to that explosion (a unit test holds them together).
+so the JVM carries ``len(deltas)`` rows, not ``sum(len(timeline_ids))``; the sink turns them
+into the write rows of :mod:`feed_service.core.rows` on the executors, a timeline delta still
+compact (:class:`~feed_service.core.rows.TimelineFanout`: Cassandra writes it per chunk of
+timelines). :func:`result_rows` and :func:`writes_of` are inverses (a unit test holds them together).
 
 A row's ``kind`` says where it goes: ``timeline`` (inboxes: ``timeline_ids`` holds the followers),
 ``tweet``, ``profile``, ``author`` (the author timeline), ``pull_follow`` (``timeline_ids`` holds
@@ -31,7 +32,7 @@ from feed_service.core.rows import (
     ProfileRow,
     ProfileWrite,
     PullFollowWrite,
-    TimelineWrite,
+    TimelineFanout,
     TweetWrite,
 )
 from feed_service.core.view_changes import (
@@ -69,7 +70,7 @@ OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
 class Writes(NamedTuple):
     """Output rows sorted by destination: Cassandra rows per table, and dead letters (key, value)."""
 
-    timeline: list[TimelineWrite]
+    timeline: list[TimelineFanout]
     tweets: list[TweetWrite]
     profiles: list[ProfileWrite]
     author_timeline: list[AuthorTimelineWrite]
@@ -124,14 +125,14 @@ def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
 
 
 def writes_of(rows: Iterable[Any]) -> Writes:
-    """Compact output rows (anything indexable by column name) -> write rows, timelines exploded."""
+    """Compact output rows (anything indexable by column name) -> write rows; a timeline delta stays
+    one :class:`TimelineFanout` (the store writes it per chunk of timelines), pull follows are exploded."""
     out = Writes([], [], [], [], [], [], [])
     for r in rows:
         kind = r["kind"]
         if kind == "timeline":
             entry = Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
-            op, ts = r["op"], r["ts"]
-            out.timeline.extend(TimelineWrite(op, tid, entry, ts) for tid in r["timeline_ids"])
+            out.timeline.append(TimelineFanout(r["op"], tuple(r["timeline_ids"]), entry, r["ts"]))
         elif kind == "tweet":
             entry = None if r["op"] == "delete" else Entry(
                 r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])

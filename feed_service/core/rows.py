@@ -12,6 +12,8 @@ quarter of it with keywords; docs/join-engine.md, named records on the hot path)
 - :class:`BlockDelta`: an author starts or stops blocking a user (the ``blocks`` table).
 - :class:`TimelineWrite` / :class:`TweetWrite` / :class:`ProfileWrite`: one Cassandra row each,
   with the write timestamp of the step that produced it (docs/idempotent-writes.md).
+- :class:`TimelineFanout`: one timeline row's write in many timelines at once, as the stream
+  writes a delta (one statement per chunk of timelines: docs/idempotent-writes.md, fan-out writes).
 """
 
 from __future__ import annotations
@@ -79,6 +81,26 @@ class TimelineWrite(NamedTuple):
     timeline_id: str
     entry: Entry
     ts: int
+
+
+class TimelineFanout(NamedTuple):
+    """The same ``home_timeline`` row written in every timeline of ``timeline_ids``: a delta kept
+    compact down to the store, which writes it with one statement per chunk of timelines rather
+    than one per row (the rows differ only in their partition key)."""
+
+    op: DeltaOp
+    timeline_ids: tuple[str, ...]
+    entry: Entry
+    ts: int
+
+    def rows(self) -> list[TimelineWrite]:
+        """The one-row writes this stands for.
+
+        >>> e = Entry("t1", "bob", 5, 1, "hi", 1)
+        >>> [(w.op, w.timeline_id) for w in TimelineFanout("insert", ("ann", "cat"), e, 7).rows()]
+        [('insert', 'ann'), ('insert', 'cat')]
+        """
+        return [TimelineWrite(self.op, tid, self.entry, self.ts) for tid in self.timeline_ids]
 
 
 class TweetWrite(NamedTuple):

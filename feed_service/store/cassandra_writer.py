@@ -11,7 +11,10 @@ cell, the write with the highest timestamp (a tombstone wins a tie), so:
 
 Rows are the write rows of :mod:`feed_service.core.rows` (``TimelineWrite``, ``TweetWrite``,
 ``ProfileWrite``, ``AuthorTimelineWrite``, ``PullFollowWrite``, ``BlockWrite``), one Cassandra row
-each. :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
+each, and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
+(or ``DELETE``) ``WHERE timeline_id IN ?`` per chunk of timelines, which sets every regular column
+at one timestamp exactly as the one-row ``INSERT`` does (docs/idempotent-writes.md, fan-out
+writes). :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from feed_service.core.rows import (
     BlockWrite,
     ProfileWrite,
     PullFollowWrite,
+    TimelineFanout,
     TimelineWrite,
     TweetWrite,
 )
@@ -41,6 +45,11 @@ DEFAULT_CONCURRENCY = 64
 #: Unlogged batches spanning partitions load their coordinator; keep this small on large clusters.
 DEFAULT_BATCH_ROWS = 16
 
+#: Timelines per fan-out statement (``WHERE timeline_id IN ?``). One such statement costs the
+#: client about a fifth of the same rows in batches and the node about half (bench/bench_stream.py,
+#: docs/idempotent-writes.md); its coordinator applies every partition, so a chunk stays moderate.
+DEFAULT_FANOUT_PARTITIONS = 100
+
 
 class CassandraWriter:
     """Prepared statements for the view's tables, executed with bounded concurrency."""
@@ -52,10 +61,12 @@ class CassandraWriter:
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         batch_rows: int = DEFAULT_BATCH_ROWS,
+        fanout_partitions: int = DEFAULT_FANOUT_PARTITIONS,
     ) -> None:
         self.session = session
         self.concurrency = concurrency
         self.batch_rows = batch_rows
+        self.fanout_partitions = fanout_partitions
         ks = keyspace
         self._timeline_upsert = session.prepare(
             f"INSERT INTO {ks}.home_timeline (timeline_id, created_at, tweet_id, author_id, version, text,"
@@ -63,6 +74,16 @@ class CassandraWriter:
         )
         self._timeline_delete = session.prepare(
             f"DELETE FROM {ks}.home_timeline USING TIMESTAMP ? WHERE timeline_id = ? AND created_at = ?"
+            " AND tweet_id = ?"
+        )
+        # The fan-out forms: every regular column set at one timestamp, as the INSERT does, so a row
+        # is the same whichever form wrote it (and a trim reads its time from any column).
+        self._fanout_upsert = session.prepare(
+            f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET author_id = ?, version = ?, text = ?,"
+            " profile_version = ? WHERE timeline_id IN ? AND created_at = ? AND tweet_id = ?"
+        )
+        self._fanout_delete = session.prepare(
+            f"DELETE FROM {ks}.home_timeline USING TIMESTAMP ? WHERE timeline_id IN ? AND created_at = ?"
             " AND tweet_id = ?"
         )
         self._tweet_upsert = session.prepare(
@@ -121,6 +142,17 @@ class CassandraWriter:
                     timeline_id, e.created_at, e.tweet_id, e.author_id, e.version, e.text, e.profile_version, ts
                 )
 
+    def _timeline_fanout(self, rows: Iterable[TimelineFanout]) -> Iterator[tuple]:
+        step = self.fanout_partitions
+        for op, timeline_ids, e, ts in rows:
+            for i in range(0, len(timeline_ids), step):
+                ids = list(timeline_ids[i : i + step])
+                if op == "delete":
+                    yield self._fanout_delete, (ts, ids, e.created_at, e.tweet_id)
+                else:
+                    yield self._fanout_upsert, (ts, e.author_id, e.version, e.text, e.profile_version, ids,
+                                                e.created_at, e.tweet_id)
+
     def _tweets(self, rows: Iterable[TweetWrite]) -> Iterator[tuple]:
         for tweet_id, _author_id, e, ts in rows:
             if e is None:
@@ -157,6 +189,7 @@ class CassandraWriter:
         self,
         *,
         timeline: Iterable[TimelineWrite] = (),
+        timeline_fanout: Iterable[TimelineFanout] = (),
         tweets: Iterable[TweetWrite] = (),
         profiles: Iterable[ProfileWrite] = (),
         author_timeline: Iterable[AuthorTimelineWrite] = (),
@@ -166,13 +199,14 @@ class CassandraWriter:
         """Write rows (any order: timestamps decide); raises :class:`WriteFailed` if any write failed."""
         from cassandra.concurrent import execute_concurrent
 
-        timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
+        timeline, fanout, tweets, profiles = list(timeline), list(timeline_fanout), list(tweets), list(profiles)
         author_timeline, pull_follows, blocks = list(author_timeline), list(pull_follows), list(blocks)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
                       *self._author_timeline(author_timeline), *self._pull_follows(pull_follows),
                       *self._blocks(blocks)]
         if self.batch_rows > 1:
             statements = self._batched(statements)
+        statements.extend(self._timeline_fanout(fanout))  # each one spans partitions already: unbatched
         if statements:
             results = execute_concurrent(
                 self.session, statements, concurrency=self.concurrency, raise_on_first_error=False,
@@ -181,6 +215,8 @@ class CassandraWriter:
             failures = [r.result_or_exc for r in results if not r.success]
             if failures:
                 raise WriteFailed(f"{len(failures)} of {len(statements)} writes failed; first: {failures[0]!r}")
-        deletes = sum(1 for r in timeline if r.op == "delete")
-        return WriteCounts(len(timeline) - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
+        rows = len(timeline) + sum(len(f.timeline_ids) for f in fanout)
+        deletes = sum(1 for r in timeline if r.op == "delete") + sum(
+            len(f.timeline_ids) for f in fanout if f.op == "delete")
+        return WriteCounts(rows - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
                            len(pull_follows), len(blocks))

@@ -28,6 +28,7 @@ from feed_service.core.rows import (
     ProfileRow,
     ProfileWrite,
     PullFollowWrite,
+    TimelineFanout,
     TimelineWrite,
     TweetWrite,
 )
@@ -96,12 +97,15 @@ class ViewWriter(Protocol):
         self,
         *,
         timeline: Iterable[TimelineWrite] = (),
+        timeline_fanout: Iterable[TimelineFanout] = (),
         tweets: Iterable[TweetWrite] = (),
         profiles: Iterable[ProfileWrite] = (),
         author_timeline: Iterable[AuthorTimelineWrite] = (),
         pull_follows: Iterable[PullFollowWrite] = (),
         blocks: Iterable[BlockWrite] = (),
-    ) -> WriteCounts: ...
+    ) -> WriteCounts:
+        """Home-timeline rows come one per row (``timeline``) or one per row and many timelines
+        (``timeline_fanout``, counted per timeline); both land as the same rows."""
 
 
 @dataclass(frozen=True, slots=True)

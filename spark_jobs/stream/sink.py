@@ -126,12 +126,13 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     for chunk in _chunks(rows, chunk_rows):
         writes = writes_of(chunk)
         started = time.perf_counter()
-        total = total + writer.write(timeline=writes.timeline, tweets=writes.tweets, profiles=writes.profiles,
-                                     author_timeline=writes.author_timeline, pull_follows=writes.pull_follows,
-                                     blocks=writes.blocks)
+        total = total + writer.write(timeline_fanout=writes.timeline, tweets=writes.tweets,
+                                     profiles=writes.profiles, author_timeline=writes.author_timeline,
+                                     pull_follows=writes.pull_follows, blocks=writes.blocks)
         for w in writes.timeline:
             if w.op != "delete":
-                upserts[w.timeline_id] = upserts.get(w.timeline_id, 0) + 1
+                for tid in w.timeline_ids:
+                    upserts[tid] = upserts.get(tid, 0) + 1
         if writes.dead_letters:
             outputs.publish_dead_letters(settings, writes.dead_letters)
             for _, value in writes.dead_letters:

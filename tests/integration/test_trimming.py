@@ -13,8 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from feed_service.core.reference import reference_tables, reference_timelines, trim_rule_violations
-from feed_service.core.rows import Entry, TimelineWrite
+from feed_service.core.rows import Entry, TimelineFanout, TimelineWrite
 from feed_service.core.trim_tracker import default_margin
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
@@ -37,7 +39,10 @@ def _rows(pipeline: Settings, timeline_id: str) -> list[tuple[str, int]]:
                                        f" WHERE timeline_id = '{timeline_id}'"))
 
 
-def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, unique: str) -> None:
+@pytest.mark.parametrize("form", ["row", "fanout"])
+def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, unique: str, form: str) -> None:
+    """Both write forms: one INSERT per row, and the stream's one UPDATE/DELETE over a list of
+    timelines (the same row in "u" and "v"), which must leave rows a trim treats the same way."""
     from feed_service.store.cassandra_trimmer import CassandraTrimmer
     from feed_service.store.cassandra_writer import CassandraWriter
     from feed_service.store.session import connect
@@ -50,7 +55,11 @@ def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, uniq
 
         def write(op: str, n: int, ts: int, text: str = "x") -> None:
             author = "fast" if n % 2 else "slow"  # two author keys whose clocks are far apart
-            writer.write(timeline=[TimelineWrite(op, "u", Entry(f"t{n}", author, n, 1, text, 1), ts)])
+            entry = Entry(f"t{n}", author, n, 1, text, 1)
+            if form == "row":
+                writer.write(timeline=[TimelineWrite(op, "u", entry, ts)])
+            else:
+                writer.write(timeline_fanout=[TimelineFanout(op, ("u", "v"), entry, ts)])
 
         clock = {"fast": 1_000_000, "slow": 10}
         for n in range(6):
@@ -72,6 +81,10 @@ def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, uniq
         result = trimmer.trim(["u"])
         assert (result.kept, result.trimmed_timelines, result.trimmed_rows) == ({"u": 3}, 1, 3)
         assert [t for t, _ in _rows(pipeline, "u")] == ["t4", "t5", "t6"]
+        if form == "fanout":  # "v" got every write "u" got, and was never trimmed
+            assert [t for t, _ in _rows(pipeline, "v")] == ["t0", "t1", "t2", "t3", "t4", "t5", "t6"]
+            write("delete", 6, 17)
+            assert [t for t, _ in _rows(pipeline, "v")] == ["t0", "t1", "t2", "t3", "t4", "t5"]
     finally:
         cluster.shutdown()
 

@@ -35,7 +35,7 @@ from feed_service.core.events import (
     join_key,
 )
 from feed_service.core.join import step
-from feed_service.core.rows import BlockWrite, Entry, TimelineWrite
+from feed_service.core.rows import BlockWrite, Entry, TimelineFanout, TimelineWrite
 from feed_service.core.state import AuthorState, decode_parts, encode_state
 from feed_service.core.stored_step import stored_parts
 from spark_jobs.envelope import EVENT_COLUMNS, ROUTE_DEAD_LETTER, ROUTE_JOIN
@@ -274,9 +274,10 @@ def test_new_key_tweet_and_follow_in_one_batch() -> None:
     assert harness.peek(BOB) == AuthorState(key="bob", clock=1, followers={"ann": (1, True)}, active=("ann",),
                                             tweets={"t1": (1, 10, "hello", 1)}, cold={}, deleted=frozenset(),
                                             profiles={}, pull=False)
-    # What the sink makes of the compact rows: one timeline write per follower, one tweet row.
+    # What the sink makes of the compact rows: one timeline write to every follower, one tweet row.
     writes = writes_of(out)
-    assert writes.timeline == [TimelineWrite("insert", "ann", entry(t1), 1)]
+    assert writes.timeline == [TimelineFanout("insert", ("ann",), entry(t1), 1)]
+    assert [r for w in writes.timeline for r in w.rows()] == [TimelineWrite("insert", "ann", entry(t1), 1)]
     assert [(w.tweet_id, w.entry) for w in writes.tweets] == [("t1", entry(t1))]
     assert (writes.profiles, writes.dead_letters, writes.pull_follows) == ([], [], [])
     assert [(w.op, w.entry) for w in writes.author_timeline] == [("insert", entry(t1))]

@@ -337,8 +337,8 @@ def test_write_partition_reports_upserts_per_timeline() -> None:
     from spark_jobs.output_rows import OUTPUT_COLUMNS, result_rows
 
     class Writer:
-        def write(self, *, timeline=(), **_):  # type: ignore[no-untyped-def]
-            timeline = list(timeline)
+        def write(self, *, timeline_fanout=(), **_):  # type: ignore[no-untyped-def]
+            timeline = [r for f in timeline_fanout for r in f.rows()]
             deletes = sum(1 for r in timeline if r.op == "delete")
             return WriteCounts(len(timeline) - deletes, deletes)
 

@@ -384,8 +384,8 @@ class FakeWriter:
     def __init__(self, log: list[Any]) -> None:
         self.log = log
 
-    def write(self, *, timeline=(), tweets=(), **_: Any) -> WriteCounts:  # type: ignore[no-untyped-def]
-        timeline, tweets = list(timeline), list(tweets)
+    def write(self, *, timeline_fanout=(), tweets=(), **_: Any) -> WriteCounts:  # type: ignore[no-untyped-def]
+        timeline, tweets = [r for f in timeline_fanout for r in f.rows()], list(tweets)
         self.log.append(("write", len(timeline)))
         deletes = sum(1 for w in timeline if w.op == "delete")
         return WriteCounts(len(timeline) - deletes, deletes, len(tweets))

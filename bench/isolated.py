@@ -1,0 +1,28 @@
+"""Clean-up of a benchmark's isolated keyspace and topics, so runs do not pile up on the stack."""
+
+from __future__ import annotations
+
+from feed_service.settings import Settings
+
+
+def drop(settings: Settings, *, keyspace: bool = True) -> None:
+    """Best effort: drop ``settings``' keyspace (``keyspace``) and delete its topics; a failure is printed."""
+    from confluent_kafka.admin import AdminClient
+
+    from feed_service.store.session import connect
+
+    if keyspace:
+        try:
+            cluster, session = connect(settings)
+            try:
+                session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=180)
+            finally:
+                cluster.shutdown()
+        except Exception as exc:  # noqa: BLE001 - clean-up
+            print(f"  (could not drop keyspace {settings.keyspace}: {exc})")
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 4})
+    for future in admin.delete_topics([s.name for s in settings.topics.values()]).values():
+        try:
+            future.result(30)
+        except Exception:  # noqa: BLE001 - clean-up
+            pass

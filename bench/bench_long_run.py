@@ -177,6 +177,10 @@ class Batch:
     """The batch's trim time on its critical path (the sink's ``trim_ms``, docs/trimming.md)."""
     trim_background_ms: float | None = None
     """Background trimming done while this batch ran (``trim_background_ms``)."""
+    rows_written_total: int | None = None
+    """The stream's home-timeline rows written so far, read with this batch's sink record: the
+    difference from the previous batch's is this batch's work (approximately: the accumulator may
+    already hold part of the next batch)."""
 
 
 @dataclass(slots=True)
@@ -217,6 +221,8 @@ class BatchRecorder:
             sink = (self.stream.progress() or {}).get("sink") or {}
             if sink.get("batch_id") == b:
                 batch.trim_ms, batch.trim_background_ms = sink.get("trim_ms"), sink.get("trim_background_ms")
+                if batch.rows_written_total is None:
+                    batch.rows_written_total = (self.stream.progress() or {}).get("timeline_rows_written")
         query = self.stream.checkpoint / "join"
         for sub in ("offsets", "commits"):
             folder = query / sub
@@ -269,6 +275,12 @@ class BatchFigures:
     """The same over the last 10 % of them."""
     trim_background_share: float = float("nan")
     """Background trim time (overlapping the batches) over batch time."""
+    rows_start: float = float("nan")
+    rows_end: float = float("nan")
+    """Home-timeline rows written per batch, p50 over the first / last 10 % (the work per batch)."""
+    ms_per_krow_start: float = float("nan")
+    ms_per_krow_end: float = float("nan")
+    """Batch time per 1,000 rows written, p50 over the same windows (the cost per unit of work)."""
 
     @property
     def ratio(self) -> float:
@@ -316,6 +328,18 @@ def batch_figures(batches: dict[int, Batch], after: int, batch_events: int) -> B
         m = max(1, round(len(seen) / 10))
         out.start_ms, out.end_ms = p50(seen[:m], progress), p50(seen[-m:], progress)
     out.log_start_ms, out.log_end_ms = p50(head, logs), p50(tail, logs)
+    written: dict[int, int] = {}
+    for prev, b in zip(ids, ids[1:]):
+        before, now = batches[prev].rows_written_total, batches[b].rows_written_total
+        if before is not None and now is not None and now > before:
+            written[b] = now - before
+    worked = [b for b in full if b in written and batches[b].duration_ms is not None]
+    if worked:
+        k = max(1, round(len(worked) / 10))
+        out.rows_start = statistics.median(written[b] for b in worked[:k])
+        out.rows_end = statistics.median(written[b] for b in worked[-k:])
+        out.ms_per_krow_start = statistics.median(1000 * batches[b].duration_ms / written[b] for b in worked[:k])
+        out.ms_per_krow_end = statistics.median(1000 * batches[b].duration_ms / written[b] for b in worked[-k:])
     trimmed = [batches[b] for b in full if batches[b].trim_ms is not None and batches[b].duration_ms]
     if trimmed:
         total = sum(b.duration_ms for b in trimmed)  # type: ignore[misc]
@@ -512,6 +536,9 @@ def print_result(r: Result, settings: Settings, args: argparse.Namespace) -> Non
           f"end/start {b.ratio:.2f} (target <= 1.20)")
     print(f"    duration p50, checkpoint logs (offset log -> commit, every batch): start {b.log_start_ms:,.0f} ms, "
           f"end {b.log_end_ms:,.0f} ms, end/start {b.log_ratio:.2f}")
+    print(f"    home-timeline rows written per batch p50: start {b.rows_start:,.0f}, end {b.rows_end:,.0f}; batch time "
+          f"per 1,000 rows: start {b.ms_per_krow_start:,.0f} ms, end {b.ms_per_krow_end:,.0f} ms, end/start "
+          f"{b.ms_per_krow_end / b.ms_per_krow_start if b.ms_per_krow_start else float('nan'):.2f} (cost per unit of work)")
     print(f"    trimming on the critical path: {b.trim_share:.1%} of batch time over the compared batches, "
           f"{b.trim_share_end:.1%} over the last 10 % (target <= 10 %); background trimming meanwhile "
           f"{b.trim_background_share:.1%} of batch time (docs/trimming.md)")

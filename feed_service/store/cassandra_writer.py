@@ -50,6 +50,14 @@ DEFAULT_BATCH_ROWS = 16
 #: docs/idempotent-writes.md); its coordinator applies every partition, so a chunk stays moderate.
 DEFAULT_FANOUT_PARTITIONS = 100
 
+#: A fan-out to fewer timelines than this is written as rows in batches instead: a statement per
+#: row of one timeline (a follow's back-fill of the followee's tweets) would cost a request per row.
+MIN_FANOUT_PARTITIONS = 8
+
+
+def _timeline_of(row: TimelineWrite) -> str:
+    return row.timeline_id
+
 
 class CassandraWriter:
     """Prepared statements for the view's tables, executed with bounded concurrency."""
@@ -200,6 +208,13 @@ class CassandraWriter:
         from cassandra.concurrent import execute_concurrent
 
         timeline, fanout, tweets, profiles = list(timeline), list(timeline_fanout), list(tweets), list(profiles)
+        narrow = [f for f in fanout if len(f.timeline_ids) < MIN_FANOUT_PARTITIONS]
+        if narrow:
+            fanout = [f for f in fanout if len(f.timeline_ids) >= MIN_FANOUT_PARTITIONS]
+            timeline = [*timeline, *(row for f in narrow for row in f.rows())]
+        # Rows of one timeline next to each other: batches of them stay single-partition (cheap on
+        # the node); the order of writes does not matter (timestamps decide).
+        timeline.sort(key=_timeline_of)
         author_timeline, pull_follows, blocks = list(author_timeline), list(pull_follows), list(blocks)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
                       *self._author_timeline(author_timeline), *self._pull_follows(pull_follows),

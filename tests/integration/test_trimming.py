@@ -42,12 +42,13 @@ def _rows(pipeline: Settings, timeline_id: str) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("form", ["row", "fanout"])
 def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, unique: str, form: str) -> None:
     """Both write forms: one INSERT per row, and the stream's one UPDATE/DELETE over a list of
-    timelines (the same row in "u" and "v"), which must leave rows a trim treats the same way."""
+    timelines (the same row in "u", "v" and others), which must leave rows a trim treats the same way."""
     from feed_service.store.cassandra_trimmer import CassandraTrimmer
-    from feed_service.store.cassandra_writer import CassandraWriter
+    from feed_service.store.cassandra_writer import MIN_FANOUT_PARTITIONS, CassandraWriter
     from feed_service.store.session import connect
 
     pipeline = _isolated(settings, unique)
+    others = tuple(f"w{i}" for i in range(MIN_FANOUT_PARTITIONS))  # wide enough for the IN form
     cluster, session = connect(pipeline)
     try:
         writer = CassandraWriter(session, pipeline.keyspace)
@@ -59,7 +60,7 @@ def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, uniq
             if form == "row":
                 writer.write(timeline=[TimelineWrite(op, "u", entry, ts)])
             else:
-                writer.write(timeline_fanout=[TimelineFanout(op, ("u", "v"), entry, ts)])
+                writer.write(timeline_fanout=[TimelineFanout(op, ("u", "v", *others), entry, ts)])
 
         clock = {"fast": 1_000_000, "slow": 10}
         for n in range(6):

@@ -83,6 +83,36 @@ def test_authorization_rule() -> None:
     assert auth.may_read_timeline(auth.Claims("feed-api", "service", 0), "bob")
 
 
+def test_verified_tokens_forget_the_least_recently_used_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret, clock = b"0123456789abcdef0123", [1_000.0]
+    now = lambda: clock[0]  # noqa: E731
+    tokens = [auth.mint(secret, subject=f"u{i}", role="user", ttl_s=60, now=now) for i in range(4)]
+    memo = auth.VerifiedTokens(secret, now=now, capacity=3)
+    verified: list[str] = []
+    real_verify = auth.verify
+
+    def counting_verify(key: bytes, token: str, *, now):  # type: ignore[no-untyped-def]
+        verified.append(token)
+        return real_verify(key, token, now=now)
+
+    monkeypatch.setattr(auth, "verify", counting_verify)
+    for t in tokens[:3]:
+        memo.claims(t)
+    memo.claims(tokens[0])  # a hit: u0 is now the most recently used
+    memo.claims(tokens[3])  # full: u1, the least recently used, goes, and only it
+    assert len(memo) == 3 and len(verified) == 4
+    assert memo.claims(tokens[0]).subject == "u0" and memo.claims(tokens[2]).subject == "u2"
+    assert len(verified) == 4  # still remembered: no burst of re-verification
+    memo.claims(tokens[1])  # forgotten: verified again
+    assert verified[-1] == tokens[1] and len(verified) == 5
+    with pytest.raises(AuthError):  # a forged token is refused and not remembered
+        memo.claims(tokens[2][:-2] + ("A" if tokens[2][-2] != "A" else "B") + tokens[2][-1])
+    assert len(memo) == 3
+    clock[0] += 61  # a remembered token still expires
+    with pytest.raises(AuthError, match="expired"):
+        memo.claims(tokens[0])
+
+
 def test_mint_validates_its_input() -> None:
     with pytest.raises(ValueError):
         auth.mint(SECRET, subject="ann", role="admin")  # type: ignore[arg-type]

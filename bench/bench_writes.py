@@ -95,7 +95,7 @@ def main() -> int:
     finally:
         cassandra_writer.MIN_FANOUT_PARTITIONS = default_min
         cluster.shutdown()
-        drop(settings)
+        drop(settings, topics=False)  # the stack's own topics: provision only made sure they exist
     return 0
 
 

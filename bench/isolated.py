@@ -5,8 +5,10 @@ from __future__ import annotations
 from feed_service.settings import Settings
 
 
-def drop(settings: Settings, *, keyspace: bool = True) -> None:
-    """Best effort: drop ``settings``' keyspace (``keyspace``) and delete its topics; a failure is printed."""
+def drop(settings: Settings, *, keyspace: bool = True, topics: bool = True) -> None:
+    """Best effort: drop ``settings``' keyspace (``keyspace``) and delete its topics (``topics``); a
+    failure is printed. Only for settings of the bench's own (a suffix on every topic, a keyspace of
+    its own): dropping the stack's own would break its checkpoints."""
     from confluent_kafka.admin import AdminClient
 
     from feed_service.store.session import connect
@@ -20,6 +22,8 @@ def drop(settings: Settings, *, keyspace: bool = True) -> None:
                 cluster.shutdown()
         except Exception as exc:  # noqa: BLE001 - clean-up
             print(f"  (could not drop keyspace {settings.keyspace}: {exc})")
+    if not topics:
+        return
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 4})
     for future in admin.delete_topics([s.name for s in settings.topics.values()]).values():
         try:

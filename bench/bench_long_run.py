@@ -78,7 +78,7 @@ from feed_service.distribution import EMPTY, Distribution, summarize
 from feed_service.ops.provision import provision
 from feed_service.settings import DEFAULT_TRIM_SLACK, Settings
 from feed_service.stack.stream_process import StreamProcess
-from isolated import drop
+from isolated import drop, exit_on_sigterm
 
 UNBOUNDED_SLACK = 10**9
 WARMUP_BATCHES = 3
@@ -653,4 +653,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())

@@ -46,7 +46,7 @@ from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream.options import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS
 
-from isolated import drop
+from isolated import drop, exit_on_sigterm
 from process_cpu import TreeCpu, tree_cpu
 
 
@@ -468,6 +468,7 @@ def _load() -> str:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     try:
         code = main()
     finally:

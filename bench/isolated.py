@@ -30,3 +30,12 @@ def drop(settings: Settings, *, keyspace: bool = True, topics: bool = True) -> N
             future.result(30)
         except Exception:  # noqa: BLE001 - clean-up
             pass
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into :class:`SystemExit`, so a bench that is killed runs its ``finally`` blocks:
+    it stops the stream processes it started and drops what it provisioned instead of leaving them."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

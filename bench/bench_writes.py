@@ -22,11 +22,10 @@ import time
 import uuid
 from dataclasses import replace
 
-import feed_service.store.cassandra_writer as cassandra_writer
 from feed_service.core.rows import Entry, TimelineFanout
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.store.cassandra_writer import CassandraWriter
+from feed_service.store.cassandra_writer import MIN_FANOUT_PARTITIONS, CassandraWriter
 from feed_service.store.session import connect
 from isolated import drop
 
@@ -44,9 +43,9 @@ def _deltas(shape: str, tag: str, args: argparse.Namespace) -> list[TimelineFano
             for u in range(10) for i in range(args.narrow_rows)]
 
 
-def _run(writer: CassandraWriter, deltas: list[TimelineFanout], form: str) -> tuple[float, float]:
+def _run(writers: dict[str, CassandraWriter], deltas: list[TimelineFanout], form: str) -> tuple[float, float]:
     """(client CPU µs per row, wall µs per row) of writing ``deltas`` in ``form`` (rows or in)."""
-    cassandra_writer.MIN_FANOUT_PARTITIONS = 10**9 if form == "rows" else 1
+    writer = writers[form]
     rows = sum(len(d.timeline_ids) for d in deltas)
     cpu, wall = time.process_time(), time.perf_counter()
     batch: list[TimelineFanout] = []
@@ -72,17 +71,18 @@ def main() -> int:
     base = Settings.from_env()
     settings = replace(base, keyspace=f"bench_writes{uuid.uuid4().hex[:6]}")
     provision(settings)
-    default_min = cassandra_writer.MIN_FANOUT_PARTITIONS
     cluster, session = connect(settings)
     try:
-        writer = CassandraWriter(session, settings.keyspace)
-        _run(writer, _deltas("wide", "warm", args), "rows")
+        # the same writer but for the threshold: every delta as rows, or every one as a fan-out statement
+        writers = {"rows": CassandraWriter(session, settings.keyspace, min_fanout_partitions=10**9),
+                   "in": CassandraWriter(session, settings.keyspace, min_fanout_partitions=1)}
+        _run(writers, _deltas("wide", "warm", args), "rows")
         print(f"bench_writes: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for shape in ("wide", "narrow"):
             figures: dict[str, list[tuple[float, float]]] = {"rows": [], "in": []}
             for r in range(args.rounds):
                 for form in ("rows", "in"):
-                    figures[form].append(_run(writer, _deltas(shape, f"{shape}{r}{form}", args), form))
+                    figures[form].append(_run(writers, _deltas(shape, f"{shape}{r}{form}", args), form))
             what = (f"{args.tweets} tweets x {args.fanout} timelines" if shape == "wide"
                     else f"10 timelines x {args.narrow_rows} rows, one timeline per delta")
             print(f"{shape} ({what}), medians of {args.rounds}:")
@@ -91,9 +91,8 @@ def main() -> int:
                 wall = statistics.median(w for _, w in figures[form])
                 print(f"  {label:36s} client CPU {cpu:6.1f} us/row, wall {wall:6.1f} us/row")
         print(f"bench_writes: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; the writer sends "
-              f"deltas to >= {default_min} timelines as UPDATE ... IN, narrower ones as rows")
+              f"deltas to >= {MIN_FANOUT_PARTITIONS} timelines as UPDATE ... IN, narrower ones as rows")
     finally:
-        cassandra_writer.MIN_FANOUT_PARTITIONS = default_min
         cluster.shutdown()
         drop(settings, topics=False)  # the stack's own topics: provision only made sure they exist
     return 0

@@ -70,11 +70,13 @@ class CassandraWriter:
         concurrency: int = DEFAULT_CONCURRENCY,
         batch_rows: int = DEFAULT_BATCH_ROWS,
         fanout_partitions: int = DEFAULT_FANOUT_PARTITIONS,
+        min_fanout_partitions: int = MIN_FANOUT_PARTITIONS,
     ) -> None:
         self.session = session
         self.concurrency = concurrency
         self.batch_rows = batch_rows
         self.fanout_partitions = fanout_partitions
+        self.min_fanout_partitions = min_fanout_partitions
         ks = keyspace
         self._timeline_upsert = session.prepare(
             f"INSERT INTO {ks}.home_timeline (timeline_id, created_at, tweet_id, author_id, version, text,"
@@ -207,11 +209,13 @@ class CassandraWriter:
         """Write rows (any order: timestamps decide); raises :class:`WriteFailed` if any write failed."""
         from cassandra.concurrent import execute_concurrent
 
-        timeline, fanout, tweets, profiles = list(timeline), list(timeline_fanout), list(tweets), list(profiles)
-        narrow = [f for f in fanout if len(f.timeline_ids) < MIN_FANOUT_PARTITIONS]
-        if narrow:
-            fanout = [f for f in fanout if len(f.timeline_ids) >= MIN_FANOUT_PARTITIONS]
-            timeline = [*timeline, *(row for f in narrow for row in f.rows())]
+        timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
+        fanout: list[TimelineFanout] = []
+        for f in timeline_fanout:
+            if len(f.timeline_ids) >= self.min_fanout_partitions:
+                fanout.append(f)
+            else:
+                timeline.extend(f.rows())
         # Rows of one timeline next to each other: batches of them stay single-partition (cheap on
         # the node); the order of writes does not matter (timestamps decide).
         timeline.sort(key=_timeline_of)

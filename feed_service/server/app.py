@@ -31,7 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from feed_service.api import timeline_pb2 as pb
-from feed_service.api import timeline_pb2_grpc as pb_grpc
+from feed_service.server.registration import add_timeline_service
 from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
 from feed_service.core.view_changes import ProfileChange
@@ -119,7 +119,7 @@ class TimelineServer:
             options=[("grpc.so_reuseport", 1 if self._reuse_port else 0)],
             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
         )
-        pb_grpc.add_TimelineServiceServicer_to_server(self._servicer, server)
+        add_timeline_service(self._servicer, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(

@@ -73,6 +73,10 @@ class ProfileCache:
         self.misses += 1
         return None
 
+    def holds(self, key: ProfileKey) -> bool:
+        """Whether ``key``'s row is cached (no lookup counted, no LRU touch)."""
+        return key in self._data
+
     def put(self, row: ProfileRow) -> None:
         if self.capacity <= 0:
             return

@@ -51,6 +51,12 @@ class Pager:
             before, served = cursor.position, cursor.served
         return before, served, min(size, self.inbox_cap - served)
 
+    def hydrated(self, rows: list[Entry]) -> bool:
+        """Whether every entry of ``rows`` has its profile version cached: their response is then
+        final (profile versions never change), so it may be kept encoded."""
+        holds = self.hydrator.cache.holds
+        return all(holds((r.author_id, r.profile_version)) for r in rows)
+
     async def page(self, store: TimelineStore, timeline_id: str, kind: int, rows: list[Entry], limit: int,
                    served: int, budget: float) -> tuple[list[dict[str, Any]], str]:
         """The hydrated entries of a page read with one row beyond ``limit``, and the next page's

@@ -1,10 +1,17 @@
 """An exact, bounded cache of the first rows of active timelines, kept current by the view's changes.
 
 What a home-timeline page is made of is cached per source (docs/api.md#read-cache): the head of the
-user's inbox (``home_timeline``), the user's pull authors (``pull_follows``) and the head of each pull
-author's own timeline (``author_timeline``); a page is their merge, as on the uncached path. Every
-source is filled from Cassandra on a miss and then changed only by the change topic, so the cache
-is never older than what Cassandra returned once the stream's changes of that moment are applied.
+user's inbox (``home_timeline``) with the user's pull authors (its static ``pull_authors``, read with
+it), and the head of each pull author's own timeline (``author_timeline``); a page is their merge, as
+on the uncached path. Every source is filled from Cassandra on a miss and then changed only by the
+change topic, so the cache is never older than what Cassandra returned once the stream's changes of
+that moment are applied.
+
+On top of the sources, a cached inbox head keeps the encoded responses of its latest pages
+(:meth:`ReadCache.page_memo`): a page is merged, hydrated and encoded once, and served as bytes until
+one of its sources changes. Every change of a head gives it a new ``stamp``; a memo notes the stamps
+of the pull authors' heads it was built from and is used only while each of them is still the
+cached head with that stamp (a change of the inbox head itself clears its memos).
 
 A fill races the changes published while its Cassandra read runs: one of them may be in the read
 already, or may be an older change of a row the read shows newer (a delete the read already saw,
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Hashable
@@ -29,6 +37,7 @@ from cachetools import Cache, LRUCache
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
 from feed_service.server.change_feed import ChangeFeed, Consumed, Positions
+from feed_service.store.ports import InboxSlice
 
 #: Rows kept per cached timeline or pull author: two pages of the default size and the row that
 #: says whether a next page exists.
@@ -38,23 +47,53 @@ DEFAULT_MAX_KEYS = 20_000
 #: A fill the feed does not confirm within this many seconds is dropped (the feed is lagging).
 SETTLE_TIMEOUT_S = 5.0
 
+#: Encoded pages kept per cached inbox head (the first page and the next one, say): bounded memory.
+MAX_PAGES_PER_HEAD = 2
+
 CacheKey = tuple[str, str]
-"""("home", user) | ("author", author) | ("pull", user)."""
+"""("home", user) | ("author", author)."""
+PageKey = Hashable
+"""What identifies an encoded page of one timeline: the request's page token and page size."""
+Sources = tuple[tuple[CacheKey, "TimelineHead", int], ...]
+"""The pull authors' heads a page was merged from, with their stamps then."""
+
+#: Stamps of heads: unique across the process, so a refilled head never takes an old head's stamp.
+_stamps = itertools.count(1)
 
 
 class TimelineHead:
     """The newest rows of one timeline-shaped table, exact down to the oldest row held (or whole,
     when ``complete``: its read returned fewer rows than it asked for). Kept oldest first, so that
-    positions bisect on the cursors ``(created_at, tweet_id)`` themselves."""
+    positions bisect on the cursors ``(created_at, tweet_id)`` themselves. An inbox head also holds
+    its user's pull authors (``pull``; None when filled without them) and encoded pages (``pages``)."""
 
-    __slots__ = ("rows", "cursors", "by_id", "complete", "depth")
+    __slots__ = ("rows", "cursors", "by_id", "complete", "depth", "pull", "stamp", "pages")
 
-    def __init__(self, newest_first: list[Entry], depth: int) -> None:
+    def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None) -> None:
         self.depth = depth
         self.complete = len(newest_first) < depth
         self.rows = list(reversed(newest_first[:depth]))
         self.cursors = [e.cursor for e in self.rows]
         self.by_id = {e.tweet_id: e for e in self.rows}
+        self.pull = pull
+        self.stamp = next(_stamps)
+        self.pages: dict[PageKey, tuple[Sources, bytes]] = {}
+
+    def changed(self) -> None:
+        """Something this head holds changed: a new stamp, and its encoded pages are gone."""
+        self.stamp = next(_stamps)
+        if self.pages:
+            self.pages = {}
+
+    def follow(self, change: PullFollowChange) -> None:
+        """A change of the user's pull authors (an inbox head filled with them)."""
+        if self.pull is None:
+            return
+        if change.op == "insert":
+            self.pull.add(change.author_id)
+        else:
+            self.pull.discard(change.author_id)
+        self.changed()
 
     def first(self, n: int, before: Cursor | None = None) -> list[Entry] | None:
         """The ``n`` newest rows older than ``before``, newest first, or None when the head cannot say."""
@@ -73,6 +112,7 @@ class TimelineHead:
 
     def apply(self, op: str, entry: Entry) -> None:
         """One change of one row, in order."""
+        self.changed()
         old = self.by_id.pop(entry.tweet_id, None)
         if old is not None:
             i = bisect.bisect_left(self.cursors, old.cursor)
@@ -174,17 +214,102 @@ class ReadCache:
         rows = await self._fill(ck, lambda: read(self.depth), lambda rows: TimelineHead(rows, self.depth))
         return rows[:n]
 
-    async def pull_authors(self, user_id: str, read: Callable[[], Awaitable[list[str]]]) -> list[str]:
-        """The pull authors ``user_id`` follows (cached like a head)."""
-        ck = ("pull", user_id)
-        authors = self._data.get(ck) if self.usable else None
-        if authors is not None:
-            self.hits += 1
-            return sorted(authors)
+    async def home(self, user_id: str, n: int, before: Cursor | None,
+                   read: Callable[[int], Awaitable[InboxSlice]]) -> InboxSlice:
+        """The ``n`` newest inbox rows of ``user_id`` older than ``before`` and the user's pull
+        authors: from the cached head when it can say, else ``read(limit)`` (one store read, which
+        fills the head and its pull authors from the top). Pull authors None: not known (a read
+        below a cursor that returned no row)."""
+        ck = ("home", user_id)
+        head = self._data.get(ck) if self.usable else None
+        if head is not None and head.pull is not None:
+            rows = head.first(n, before)
+            if rows is not None:
+                self.hits += 1
+                return InboxSlice(rows, sorted(head.pull))
         self.misses += 1
-        if not self.usable or ck in self._pending:
-            return await read()
-        return await self._fill(ck, read, set)
+        if before is not None or n > self.depth or not self.usable or ck in self._pending:
+            got = await read(n)
+            if got.pull_authors is None and head is not None and head.pull is not None:
+                return InboxSlice(got.entries, sorted(head.pull))
+            return got
+        got = await self._fill(ck, lambda: read(self.depth),
+                               lambda s: TimelineHead(s.entries, self.depth, set(s.pull_authors or ())))
+        return InboxSlice(got.entries[:n], got.pull_authors)
+
+    async def pull_authors(self, user_id: str, read: Callable[[], Awaitable[list[str]]]) -> list[str]:
+        """The pull authors ``user_id`` follows: from the cached inbox head, else ``read()``."""
+        head = self._data.get(("home", user_id)) if self.usable else None
+        if head is not None and head.pull is not None:
+            self.hits += 1
+            return sorted(head.pull)
+        self.misses += 1
+        return await read()
+
+    # -- the hit path: no await, no task ----------------------------------------------------
+    def home_rows(self, user_id: str, n: int, before: Cursor | None) -> tuple[list[list[Entry]], Sources] | None:
+        """The ``n`` newest rows older than ``before`` of every source of ``user_id``'s home
+        timeline (its inbox first, then each pull author's), newest first, and the pull authors'
+        heads with their stamps; None unless every source is cached and can say."""
+        if not self.usable:
+            return None
+        data = self._data
+        head = data.get(("home", user_id))
+        if head is None or head.pull is None:
+            return None
+        inbox = head.first(n, before)
+        if inbox is None:
+            return None
+        sources = [inbox]
+        stamps = []
+        for author in sorted(head.pull):
+            ck = ("author", author)
+            author_head = data.get(ck)
+            if author_head is None:
+                return None
+            rows = author_head.first(n, before)
+            if rows is None:
+                return None
+            sources.append(rows)
+            stamps.append((ck, author_head, author_head.stamp))
+        self.hits += 1 + len(stamps)
+        return sources, tuple(stamps)
+
+    def page_memo(self, user_id: str, key: PageKey) -> bytes | None:
+        """The encoded page ``key`` of ``user_id``'s home timeline, if one is kept and none of its
+        sources changed since it was built."""
+        if not self.usable:
+            return None
+        head = self._data.get(("home", user_id))
+        if head is None or not head.pages:
+            return None
+        memo = head.pages.get(key)
+        if memo is None:
+            return None
+        sources, encoded = memo
+        data = self._data
+        for ck, author_head, stamp in sources:
+            if author_head.stamp != stamp or data.get(ck) is not author_head:
+                del head.pages[key]
+                return None
+        self.hits += 1 + len(sources)
+        return encoded
+
+    def remember_page(self, user_id: str, key: PageKey, sources: Sources, encoded: bytes, stamp: int) -> None:
+        """Keep an encoded page built from the inbox head of stamp ``stamp`` and ``sources``
+        (:meth:`home_rows`); nothing if the head changed meanwhile."""
+        head = self._data.get(("home", user_id))
+        if head is None or head.stamp != stamp:
+            return
+        pages = head.pages
+        if key not in pages and len(pages) >= MAX_PAGES_PER_HEAD:
+            del pages[next(iter(pages))]
+        pages[key] = (sources, encoded)
+
+    def head_stamp(self, user_id: str) -> int | None:
+        """The stamp of ``user_id``'s cached inbox head (None: not cached)."""
+        head = self._data.get(("home", user_id))
+        return None if head is None else head.stamp
 
     def cached(self, kind: str, key: str) -> bool:
         return (kind, key) in self._data
@@ -219,17 +344,16 @@ class ReadCache:
         self._data[ck] = value
 
     @staticmethod
-    def _settle_one(value: object, change: object, after_read: bool) -> bool:
-        if isinstance(value, TimelineHead):  # its changes are timeline or author changes (apply routes by kind)
-            if after_read:
-                value.apply(change.op, change.entry)  # type: ignore[union-attr]
-                return True
-            return value.settles(change.op, change.entry)  # type: ignore[union-attr]
-        assert isinstance(value, set) and isinstance(change, PullFollowChange)
-        if not after_read:
-            return False
-        _apply_follow(value, change)
-        return True
+    def _settle_one(head: TimelineHead, change: object, after_read: bool) -> bool:
+        if isinstance(change, PullFollowChange):  # a change of the pull authors the read returned
+            if not after_read:
+                return False  # it may or may not be in the read: the fill is dropped
+            head.follow(change)
+            return True
+        if after_read:
+            head.apply(change.op, change.entry)  # type: ignore[union-attr]
+            return True
+        return head.settles(change.op, change.entry)  # type: ignore[union-attr]
 
     # -- changes ---------------------------------------------------------------------------
     def apply(self, batch: list[Consumed]) -> None:
@@ -242,7 +366,7 @@ class ReadCache:
             elif isinstance(change, AuthorChange):
                 keys = [("author", change.entry.author_id)]
             elif isinstance(change, PullFollowChange):
-                keys = [("pull", f) for f in change.follower_ids]
+                keys = [("home", f) for f in change.follower_ids]
             else:
                 continue
             for ck in keys:
@@ -251,13 +375,13 @@ class ReadCache:
                     fill.changes.append(consumed)
                 if ck not in data:
                     continue
-                value = Cache.__getitem__(data, ck)  # a change is not a use: no LRU touch
-                if isinstance(value, TimelineHead):
-                    value.apply(change.op, change.entry)  # type: ignore[union-attr]
-                    if value.empty_and_unknown:
-                        del data[ck]
-                else:
-                    _apply_follow(value, change)  # type: ignore[arg-type]
+                head = Cache.__getitem__(data, ck)  # a change is not a use: no LRU touch
+                if isinstance(change, PullFollowChange):
+                    head.follow(change)
+                    continue
+                head.apply(change.op, change.entry)  # type: ignore[union-attr]
+                if head.empty_and_unknown:
+                    del data[ck]
 
     def drop_all(self, reason: str = "") -> None:
         """Forget everything (a gap in the changes): the next reads fill again."""
@@ -265,9 +389,3 @@ class ReadCache:
         for fill in self._pending.values():
             fill.dropped = True
 
-
-def _apply_follow(authors: set, change: PullFollowChange) -> None:
-    if change.op == "insert":
-        authors.add(change.author_id)
-    else:
-        authors.discard(change.author_id)

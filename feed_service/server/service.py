@@ -16,7 +16,10 @@ budget, error mapping), :mod:`.timeline_reads` (inbox and pull authors merged at
 
 GetHomeTimeline reads ``page_size + 1`` rows in one single-partition slice (the extra row says
 whether a next page exists, so the last page never ends in an empty one), then hydrates display
-names by ``(author_id, profile_version)`` through the profile cache. Entries carry the text and
+names by ``(author_id, profile_version)`` through the profile cache. With the read cache, a page
+whose sources are all cached is merged without a task per source, and its encoded response is kept
+with the cached head until a source changes: a repeated read returns those bytes as they are
+(docs/api.md#read-cache). Entries carry the text and
 version of the timeline row, which the join keeps current (an edit is an ``update`` delta of every
 inbox row of the tweet), so a page costs one query, not one per entry (docs/api.md#consistency).
 
@@ -126,14 +129,27 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         user_id = check_id(request.user_id, "user_id")
         size = page_size(request.page_size)
         authorize_timeline(claims, user_id)
+        cache = self.reads.live_cache()
+        # an encoded page is kept under the token it answered: that token was verified for this user
+        page_key = (request.page_token, size)
+        if cache is not None:
+            encoded = cache.page_memo(user_id, page_key)
+            if encoded is not None:
+                return encoded
         before, served, limit = self.pages.start(request.page_token, user_id, KIND_PAGE, size)
         if limit <= 0:
             return pb.GetHomeTimelineResponse()
         store = self.calls.store()
         budget = self.calls.budget(context)
-        rows = await self.reads.home_page(store, user_id, before, limit + 1, budget)
+        cached = self.reads.cached_home_page(user_id, before, limit + 1)
+        rows = cached[0] if cached is not None else await self.reads.home_page(store, user_id, before, limit + 1, budget)
         entries, next_token = await self.pages.page(store, user_id, KIND_PAGE, rows, limit, served, budget)
-        return pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
+        response = pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
+        if cache is None or cached is None or not self.pages.hydrated(rows[:limit]):
+            return response
+        encoded = response.SerializeToString()
+        cache.remember_page(user_id, page_key, cached[1], encoded, cached[2])
+        return encoded
 
     @rpc("GetTweet")
     async def GetTweet(self, request: pb.GetTweetRequest, context: grpc.aio.ServicerContext,

@@ -2,9 +2,10 @@
 with the author timelines of the pull authors the user follows (docs/fan-out.md).
 
 Each source is read from the read cache while the view's change topic keeps it exact
-(docs/api.md#read-cache), else from the store, with pull authors through the process's TTL'd
-:class:`.pull_sources.PullSources`. Pages go newest first (:func:`merge_newest`), a watch's catch-up
-oldest first (:func:`merge_oldest`).
+(docs/api.md#read-cache), else from the store, with pull authors' heads through the process's TTL'd
+:class:`.pull_sources.PullSources`. The user's pull authors come with the inbox slice (one read: a
+static column of the inbox partition). Pages go newest first (:func:`merge_newest`), a watch's
+catch-up oldest first (:func:`merge_oldest`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
 from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.pull_sources import PullSources
-from feed_service.server.read_cache import ReadCache
+from feed_service.server.read_cache import ReadCache, Sources
 from feed_service.store.ports import TimelineStore
 
 
@@ -52,27 +53,52 @@ class TimelineReads:
             return await store.pull_authors(user_id, timeout=budget)
         return await self.pull.authors(store, user_id, timeout=budget)
 
+    def cached_home_page(self, user_id: str, before: Cursor | None,
+                         limit: int) -> tuple[list[Entry], Sources, int] | None:
+        """:meth:`home_page` when the read cache holds every source: the rows, the pull authors'
+        heads they came from and the inbox head's stamp (what an encoded page depends on); no
+        await, no task. None when some source is not cached (or no cache is live)."""
+        cache = self.live_cache()
+        if cache is None:
+            return None
+        stamp = cache.head_stamp(user_id)
+        got = cache.home_rows(user_id, limit, before)
+        if got is None or stamp is None:
+            return None
+        sources, authors = got
+        rows = sources[0] if len(sources) == 1 else merge_newest(sources, limit)
+        return rows, authors, stamp
+
     async def home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
                         budget: float) -> list[Entry]:
         """Up to ``limit`` entries of the home timeline older than ``before``, newest first: the
-        inbox slice merged with the pull authors the user follows."""
-        authors = await self.pull_authors(store, user_id, budget)
+        inbox slice merged with the pull authors the user follows. One store read when the user
+        follows no pull author (the slice brings the list), more only for pull authors' heads."""
         cache = self.live_cache()
         if cache is None:
-            inbox = store.page(user_id, before=before, limit=limit, timeout=budget)
+            got = await store.inbox(user_id, before=before, limit=limit, timeout=budget)
+            authors = got.pull_authors
+            if authors is None:  # nothing below the cursor came back, so neither did the list
+                authors = await self.pull.authors(store, user_id, timeout=budget)
             if not authors:
-                return await inbox
-            sources = await asyncio.gather(inbox, self.pull.pages(store, authors, before=before, limit=limit,
-                                                                  timeout=budget))
-            return merge_newest([sources[0], *sources[1]], limit)
-        inbox = cache.rows("home", user_id, limit, before,
-                           lambda n: store.page(user_id, before=before, limit=n, timeout=budget))
+                return got.entries
+            pulled = await self.pull.pages(store, authors, before=before, limit=limit, timeout=budget)
+            return merge_newest([got.entries, *pulled], limit)
+        hit = cache.home_rows(user_id, limit, before)
+        if hit is not None:
+            sources, _ = hit
+            return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
+        got = await cache.home(user_id, limit, before,
+                               lambda n: store.inbox(user_id, before=before, limit=n, timeout=budget))
+        authors = got.pull_authors
+        if authors is None:
+            authors = await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
         if not authors:
-            return await inbox
-        pulled = (cache.rows("author", a, limit, before,
+            return got.entries
+        pulled = [cache.rows("author", a, limit, before,
                              lambda n, a=a: store.author_page(a, before=before, limit=n, timeout=budget))
-                  for a in authors)
-        return merge_newest(list(await asyncio.gather(inbox, *pulled)), limit)
+                  for a in authors]
+        return merge_newest([got.entries, *(await asyncio.gather(*pulled))], limit)
 
     def author_page(self, store: TimelineStore, author_id: str, before: Cursor | None, limit: int,
                     budget: float) -> Awaitable[list[Entry]]:

@@ -13,7 +13,8 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
 ``page``           ``WHERE timeline_id = ? [AND (created_at, tweet_id) < (?, ?)] LIMIT ?``: newest first
 ``newer``          ``WHERE timeline_id = ? [AND (created_at, tweet_id) > (?, ?)] ORDER BY ... ASC LIMIT ?``
 ``author_*``       the same two slices of ``author_timeline`` by ``author_id``
-``pull_authors``   ``pull_follows WHERE follower_id = ?``
+``inbox``          ``page`` with the static ``pull_authors`` of the partition: one read for both
+``pull_authors``   ``home_timeline``'s static ``pull_authors`` alone (``LIMIT 1``)
 ``tweet``          ``tweets WHERE tweet_id = ?``
 ``profile``        ``profiles WHERE user_id = ? AND version = ?`` (or ``LIMIT 1``: the latest)
 ``blocks``         ``blocks WHERE blocker_id = ? AND blocked_id = ?``: one row or none
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
 from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
+from feed_service.store.ports import InboxSlice
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -146,7 +148,11 @@ class CassandraReader:
         p = session.prepare
         self._inbox = _Slices(session, f"{ks}.home_timeline", "timeline_id")
         self._authors = _Slices(session, f"{ks}.author_timeline", "author_id")
-        self._pull_authors = p(f"SELECT author_id FROM {ks}.pull_follows WHERE follower_id = ?")
+        # the inbox with the partition's static pull_authors, so a page needs no read of pull_follows
+        with_pull = f"SELECT {_ENTRY_COLUMNS}, pull_authors FROM {ks}.home_timeline WHERE timeline_id = ?"
+        self._inbox_first = p(f"{with_pull} LIMIT ?")
+        self._inbox_before = p(f"{with_pull} AND (created_at, tweet_id) < (?, ?) LIMIT ?")
+        self._pull_authors = p(f"SELECT pull_authors FROM {ks}.home_timeline WHERE timeline_id = ? LIMIT 1")
         self._tweet = p(f"SELECT {_ENTRY_COLUMNS} FROM {ks}.tweets WHERE tweet_id = ?")
         profile_columns = "user_id, version, display_name, avatar_url, bio"
         self._profile_at = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? AND version = ?")
@@ -202,6 +208,17 @@ class CassandraReader:
     async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         return await self._older(self._inbox, timeline_id, before, limit, timeout)
 
+    async def inbox(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> InboxSlice:
+        if before is None:
+            rows = await self._execute(self._inbox_first, (timeline_id, limit), timeout)
+        else:
+            rows = await self._execute(self._inbox_before, (timeline_id, before[0], before[1], limit), timeout)
+        if not rows:  # no partition at all (first slice), or nothing below the cursor
+            return InboxSlice([], [] if before is None else None)
+        # every row carries the static column; a partition holding only it reads as one keyless row
+        pull = rows[0][6]
+        return InboxSlice([_new_entry(Entry, r[:6]) for r in rows if r[0] is not None], sorted(pull) if pull else [])
+
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         return await self._newer(self._inbox, timeline_id, after, limit, timeout)
 
@@ -212,7 +229,8 @@ class CassandraReader:
         return await self._newer(self._authors, author_id, after, limit, timeout)
 
     async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
-        return [r[0] for r in await self._execute(self._pull_authors, (user_id,), timeout)]
+        rows = await self._execute(self._pull_authors, (user_id,), timeout)
+        return sorted(rows[0][0]) if rows and rows[0][0] else []
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         rows = await self._execute(self._tweet, (tweet_id,), timeout)

@@ -115,7 +115,9 @@ class CassandraTrimmer:
             deletes: list[tuple[Any, Any]] = []
             for tid, result in zip(chunk, scans):
                 try:
-                    keys = list(result)  # later pages, if any, are fetched here
+                    # later pages, if any, are fetched here; a partition holding only its static
+                    # pull_authors reads as one row without a clustering key
+                    keys = [r for r in result if r[0] is not None]
                 except Exception as exc:
                     raise translate_driver_error(exc) from exc
                 if len(keys) <= limit:

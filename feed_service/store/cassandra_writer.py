@@ -119,6 +119,13 @@ class CassandraWriter:
         self._pull_follow_delete = session.prepare(
             f"DELETE FROM {ks}.pull_follows USING TIMESTAMP ? WHERE follower_id = ? AND author_id = ?"
         )
+        # the same follows, as the inbox partition's static pull_authors: read with the inbox slice
+        self._pull_author_add = session.prepare(
+            f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET pull_authors = pull_authors + ? WHERE timeline_id = ?"
+        )
+        self._pull_author_remove = session.prepare(
+            f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET pull_authors = pull_authors - ? WHERE timeline_id = ?"
+        )
         self._block_insert = session.prepare(
             f"INSERT INTO {ks}.blocks (blocker_id, blocked_id) VALUES (?, ?) USING TIMESTAMP ?"
         )
@@ -183,10 +190,14 @@ class CassandraWriter:
 
     def _pull_follows(self, rows: Iterable[PullFollowWrite]) -> Iterator[tuple]:
         for op, follower_id, author_id, ts in rows:
+            # A set element carries its own timestamp, so the static copy orders like the row: the
+            # highest timestamp wins, a removal at an equal one (docs/idempotent-writes.md).
             if op == "delete":
                 yield self._pull_follow_delete, (ts, follower_id, author_id)
+                yield self._pull_author_remove, (ts, {author_id}, follower_id)
             else:
                 yield self._pull_follow_insert, (follower_id, author_id, ts)
+                yield self._pull_author_add, (ts, {author_id}, follower_id)
 
     def _blocks(self, rows: Iterable[BlockWrite]) -> Iterator[tuple]:
         for op, blocker_id, blocked_id, ts in rows:

@@ -17,7 +17,7 @@ Contract of every implementation:
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping, NamedTuple, Protocol
 
 from feed_service.core.rows import (
     AuthorTimelineWrite,
@@ -34,6 +34,15 @@ from feed_service.core.rows import (
 )
 
 
+class InboxSlice(NamedTuple):
+    """A slice of a home timeline's inbox and the pull authors its reader merges in, read together
+    (one single-partition read: the pull authors are a static column of the inbox partition)."""
+
+    entries: list[Entry]
+    pull_authors: list[str] | None
+    """Sorted; None when the read cannot tell: a slice below a cursor that returned no row."""
+
+
 class TimelineStore(Protocol):
     """The reads the service needs. Every method raises only :class:`StoreError` subclasses.
 
@@ -42,6 +51,10 @@ class TimelineStore(Protocol):
 
     async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         """Up to ``limit`` entries strictly older than ``before`` (all if None), newest first."""
+
+    async def inbox(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> InboxSlice:
+        """:meth:`page` and, from the same read, the user's pull authors (None when no row came back
+        below a cursor: then only :meth:`pull_authors` can tell)."""
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         """Up to ``limit`` entries strictly newer than ``after`` (from the oldest if None), oldest first."""

@@ -4,11 +4,12 @@
 
 Two ways to count, both read-only and at consistency ONE like every read of this service:
 
-* **every partition** (default): one paged scan of the partition key column alone
-  (``SELECT timeline_id FROM home_timeline``), rows counted per key in Python. It reads every row once,
+* **every partition** (default): one paged scan of the partition key and the first clustering column
+  (``SELECT timeline_id, created_at FROM home_timeline``), rows counted per key in Python (a partition
+  holding only its static ``pull_authors`` reads as one row without ``created_at``: not counted). It reads every row once,
   so it costs about what a full read of the table costs: right for the local and test scale.
 * **a sample** of ``n`` partitions: ``SELECT DISTINCT`` partition keys in token order from a random
-  token (a uniform sample, since tokens are hashes), then one ``COUNT(*)`` per sampled partition. The
+  token (a uniform sample, since tokens are hashes), then one ``COUNT(created_at)`` per sampled partition. The
   number of partitions is then estimated from the share of the token ring the sample covered; a
   sample that wraps the whole ring is exact.
 
@@ -120,8 +121,10 @@ class TimelineRows:
     def _count_all(self, table: str, key: str) -> TableRows:
         from cassandra.query import SimpleStatement
 
-        statement = SimpleStatement(f"SELECT {key} FROM {self._keyspace}.{table}", fetch_size=SCAN_FETCH_SIZE)
-        counts = Counter(row[0] for row in self.session.execute(statement, execution_profile=self._profile))
+        statement = SimpleStatement(f"SELECT {key}, created_at FROM {self._keyspace}.{table}", fetch_size=SCAN_FETCH_SIZE)
+        # a home_timeline partition holding only its static pull_authors reads as a row without created_at
+        counts = Counter(row[0] for row in self.session.execute(statement, execution_profile=self._profile)
+                         if row[1] is not None)
         rows = summarize(counts.values())
         return TableRows(table, rows, rows.count, True, rows.count)
 
@@ -134,7 +137,7 @@ class TimelineRows:
         if len(keys) < sample:  # on around the ring, from its start up to where the sample began
             keys += list(self.session.execute(f"{distinct} <= %s LIMIT %s", (start, sample - len(keys)),
                                               execution_profile=self._profile))
-        count = self.session.prepare(f"SELECT COUNT(*) FROM {self._keyspace}.{table} WHERE {key} = ?")
+        count = self.session.prepare(f"SELECT COUNT(created_at) FROM {self._keyspace}.{table} WHERE {key} = ?")
         results = execute_concurrent_with_args(self.session, count, [(k,) for k, _ in keys],
                                                concurrency=COUNT_CONCURRENCY, raise_on_first_error=True,
                                                execution_profile=self._profile)

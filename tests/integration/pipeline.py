@@ -137,7 +137,8 @@ def timelines_in(session: Any) -> dict[str, list[dict[str, Any]]]:
     timelines: dict[str, list[Any]] = {}
     for r in session.execute("SELECT timeline_id, created_at, tweet_id, author_id, version, text, "
                              "profile_version FROM home_timeline"):
-        timelines.setdefault(r.timeline_id, []).append(r)
+        if r.tweet_id is not None:  # not a partition holding only its static pull_authors
+            timelines.setdefault(r.timeline_id, []).append(r)
     out = {}
     for uid in sorted(timelines):
         rows = sorted(timelines[uid], key=lambda r: (r.created_at, r.tweet_id), reverse=True)

@@ -431,7 +431,7 @@ def _home_timeline(settings: Settings) -> dict[tuple[str, str], Entry]:
     """The view changes test's rows of ``home_timeline``, by (timeline, tweet)."""
     rows = read_table(settings, "SELECT timeline_id, tweet_id, author_id, created_at, version, text, profile_version"
                                 " FROM home_timeline")
-    return {(r[0], r[1]): Entry(r[1], *r[2:]) for r in rows if r[0] in VIEW_USERS}
+    return {(r[0], r[1]): Entry(r[1], *r[2:]) for r in rows if r[0] in VIEW_USERS and r[1] is not None}
 
 
 def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Settings, stream: StreamProcess) -> None:

@@ -17,6 +17,7 @@ from feed_service.core.rows import Entry
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
 from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.read_cache import ReadCache, TimelineHead
+from feed_service.store.ports import InboxSlice
 
 
 class ScriptedFeed:
@@ -173,24 +174,31 @@ def test_pull_authors_and_author_heads_are_kept_by_their_changes() -> None:
     async def scenario() -> None:
         feed = ScriptedFeed()
         cache = feed.cache = ReadCache(feed, depth=5)
+        reads = []
+
+        async def inbox(n: int) -> InboxSlice:  # one read: the inbox slice and its static pull authors
+            reads.append(n)
+            return InboxSlice([e(3)], ["star"])
 
         async def authors() -> list[str]:
-            return ["star"]
+            raise AssertionError("the pull authors came with the inbox head")
 
         async def star(n: int) -> list[Entry]:
             return [e(1, author="star")]
 
-        assert await cache.pull_authors("u", authors) == ["star"]
+        assert await cache.home("u", 2, None, inbox) == InboxSlice([e(3)], ["star"])
         await cache.rows("author", "star", 2, None, star)
         await settle(cache)
+        assert await cache.pull_authors("u", authors) == ["star"] and reads == [5]
         feed.publish(PullFollowChange("insert", "moon", ("u", "v"), 5, None))
         feed.publish(AuthorChange("insert", e(2, author="star"), 5, None))
         feed.deliver()
         assert await cache.pull_authors("u", authors) == ["moon", "star"]
+        assert (await cache.home("u", 2, None, inbox)).pull_authors == ["moon", "star"]
         assert newest(await cache.rows("author", "star", 2, None, star)) == ["t002", "t001"]
         feed.publish(PullFollowChange("delete", "star", ("u",), 6, None))
         feed.deliver()
-        assert await cache.pull_authors("u", authors) == ["moon"]
+        assert await cache.pull_authors("u", authors) == ["moon"] and reads == [5]
 
     run(scenario())
 

@@ -1,0 +1,43 @@
+"""``feed.v1.TimelineService`` registered on a ``grpc.aio`` server, with responses that may arrive
+already encoded.
+
+The generated ``add_TimelineServiceServicer_to_server`` serializes every response with its message's
+``SerializeToString``. A handler of this service may instead return (or, on a stream, yield) the
+``bytes`` of the response, encoded earlier: a read-cache hit serves a page encoded when the cache
+last changed, and a watch change is encoded once for all its watchers (docs/api.md#read-cache,
+#watch). Bytes go to the wire as they are; a message is serialized as the generated code would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from feed_service.api import timeline_pb2 as pb
+
+SERVICE_NAME = "feed.v1.TimelineService"
+
+
+def serialize(response: Any) -> bytes:
+    """The wire form of a response: ``bytes`` as they are, a message serialized."""
+    if type(response) is bytes:
+        return response
+    return response.SerializeToString()
+
+
+def add_timeline_service(servicer: Any, server: grpc.aio.Server) -> None:
+    """Register ``servicer``'s RPCs, each with :func:`serialize` as its response serializer."""
+    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+    handlers = {
+        "GetHomeTimeline": unary(servicer.GetHomeTimeline, pb.GetHomeTimelineRequest.FromString, serialize),
+        "GetTweet": unary(servicer.GetTweet, pb.GetTweetRequest.FromString, serialize),
+        "GetProfile": unary(servicer.GetProfile, pb.GetProfileRequest.FromString, serialize),
+        "WatchHomeTimeline": stream(servicer.WatchHomeTimeline, pb.WatchHomeTimelineRequest.FromString, serialize),
+        "GetUserTimeline": unary(servicer.GetUserTimeline, pb.GetUserTimelineRequest.FromString, serialize),
+    }
+    missing = set(pb.DESCRIPTOR.services_by_name["TimelineService"].methods_by_name) - set(handlers)
+    if missing:  # a method added to the proto must be registered here too
+        raise RuntimeError(f"{SERVICE_NAME} methods not registered: {sorted(missing)}")
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -184,6 +184,12 @@ class FanoutStore:
         rows = heapq.nlargest(limit, (r for rs in per_author for r in rs), key=lambda r: (r[2], r[0]))
         return [Entry(*r) for r in rows]
 
+    async def inbox(self, timeline_id, *, before, limit, timeout):
+        """:meth:`page`, with no pull author (the server's home read asks for both at once)."""
+        from feed_service.store.ports import InboxSlice
+
+        return InboxSlice(await self.page(timeline_id, before=before, limit=limit, timeout=timeout), [])
+
     def __getattr__(self, name):  # tweet, profile(s), newer, close: the materialized reader's
         return getattr(self.reader, name)
 

@@ -185,6 +185,8 @@ class ReadCache:
         self._data: _Counted = _Counted(max_keys, self._evicted)
         self._pending: dict[CacheKey, _Fill] = {}
         self._tasks: set[asyncio.Task] = set()
+        #: fills whose reads returned, waiting to settle: (key, fill, head, when the read ended)
+        self._settling: list[tuple[CacheKey, _Fill, TimelineHead, float]] = []
 
     def _evicted(self) -> None:
         self.evictions += 1
@@ -322,17 +324,30 @@ class ReadCache:
         except BaseException:
             self._pending.pop(ck, None)
             raise
-        task = asyncio.ensure_future(self._settle(ck, fill, build(result), time.monotonic()))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Fills settle together: one task for all those whose reads ended before its watermark
+        # read, not a task (and a watermark wait) per fill.
+        self._settling.append((ck, fill, build(result), time.monotonic()))
+        if not self._tasks:
+            task = asyncio.ensure_future(self._settle_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return result
 
-    async def _settle(self, ck: CacheKey, fill: _Fill, value: object, read_done: float) -> None:
-        try:
-            highs = await self.feed.high_watermarks_after(read_done)
-            reached = await self.feed.wait_reached(highs, self.settle_timeout_s)
-        except Exception:  # noqa: BLE001 - no watermarks (Kafka down): simply do not cache
-            reached = False
+    async def _settle_all(self) -> None:
+        while self._settling:
+            batch, self._settling = self._settling, []
+            # high watermarks read after the last read of the batch ended lie after every read of it
+            read_done = max(done for *_, done in batch)
+            highs: Positions = {}
+            try:
+                highs = await self.feed.high_watermarks_after(read_done)
+                reached = await self.feed.wait_reached(highs, self.settle_timeout_s)
+            except Exception:  # noqa: BLE001 - no watermarks (Kafka down): simply do not cache
+                reached = False
+            for ck, fill, value, _ in batch:
+                self._settle(ck, fill, value, highs, reached)
+
+    def _settle(self, ck: CacheKey, fill: _Fill, value: TimelineHead, highs: Positions, reached: bool) -> None:
         if self._pending.get(ck) is fill:
             del self._pending[ck]
         if not reached or fill.dropped or not self.usable:

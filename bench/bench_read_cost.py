@@ -1,0 +1,754 @@
+"""The read server's CPU per call on each read path, each path alone on a fresh server process.
+
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py            # every path, 10 s each
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only floor,hit,miss --rounds 3
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only watch --watchers 200 --changes 5
+    .venv/bin/python bench/bench_read_cost.py --populate-only [--repopulate]         # only the data set
+
+Runs against the developer stack (``feedctl stack up``; settings from the environment) in a keyspace
+(``--keyspace``, default ``feed_readcost``) and on a change topic (suffix :data:`TOPIC_SUFFIX`) of its
+own: nothing it publishes reaches the stack's own topics. The data set is written through the
+project's ``CassandraWriter`` once and reused while its marker row matches the options and the
+schema (``--repopulate`` forces a new one): ``--users`` users without pull authors (``u*``),
+``--pull-users`` users following ``--pull-follows`` of ``--pull-authors`` pull authors (``h*``),
+``--watch-users`` (at least ``max(--watchers)``) users following the pull author ``star`` (``w*``);
+every inbox ``--entries`` entries of ``--authors`` push authors, every pull author 60 entries in
+``author_timeline``, two profile versions per author (in whatever columns the tree's schema and
+writer have: the marker holds a digest of the schema, and a changed schema repopulates).
+
+Every server is the real ``python -m feed_service serve --workers 1`` (``--server-env K=V`` changes
+its settings), except the floor's; every client runs in a process of its own: one grpc.aio channel,
+``--concurrency`` calls in flight, a service token, 20-entry first pages. A path's run is: start a
+server, warm up (unmeasured), then ``--seconds`` measured; the server's CPU (``/proc/<pid>/stat``,
+children included) over the measured window divided by the OK calls in it. Rows of the table:
+
+- ``floor``: bench_grpc.py's bare grpc.aio GetHomeTimeline with a canned 20-entry response (no
+  auth, no Cassandra): what gRPC alone costs; ``x floor`` divides every row by it (same round).
+- ``hit``: read cache on (change topic consumed, default cache size), ``--hit-users`` users without
+  pull authors, each read once, then ``--settle`` s (a fill is usable once the server has applied
+  the change topic up to its read: docs/api.md#read-cache), then random reads of them. ``cache hit``
+  is ``feed_read_cache_total`` over the window: the row is a hit run only when it is ~100 %.
+- ``hit10``: the same for ``h*`` users: the inbox merged with 10 pull authors' heads, all cached
+  (``pull/page`` counts the pull authors' entries per page: they must be there).
+- ``miss``: cache on, every call a user this server never read (``u*`` in a shuffled order): each
+  call misses and fills.
+- ``uncached``: ``FEED_CHANGE_FEED=0`` (no change topic, no read cache), ``FEED_PULL_CACHE_TTL_S=0``,
+  random ``u*`` users: every call reads Cassandra.
+
+Also printed: client CPU, Cassandra CPU (the local stack's JVM) per call, QPS, p50/p99 latency,
+calls counted, errors and ``/proc/loadavg``'s 1-minute figure before and after each run.
+
+``watch``: one server with the change topic; for each ``--watchers`` count K (ascending, streams
+added to the same server), K ``w*`` users hold WatchHomeTimeline streams (client processes of up
+to 1,000 streams each, 100 per channel). After ``--settle`` s the server's idle CPU is measured for
+``--idle-seconds``; then ``--changes`` changes are published onto the change topic, ``--spacing`` s
+apart, after one unmeasured warm-up change: an ``AuthorChange`` (a new tweet of ``star``, which
+every watcher merges in) and then a ``TimelineChange`` of the K timelines (a push author's tweet),
+their rows written to Cassandra first (``CassandraWriter``), published as the stream publishes
+(``stream_publisher.publish_view_changes``). Server CPU per change = CPU over the changes' windows
+minus the idle rate over the same time, divided by the changes; also per watcher, the client CPU,
+the time from publish to the last watcher's receipt, and whether every watcher received every change.
+
+``--rounds N`` repeats the set of paths N times, alternately (each run a fresh server). Nothing is
+asserted. ``--out FILE`` writes every figure as JSON; logs stay in a temporary directory named at the start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from feed_service.settings import Settings  # noqa: E402
+
+PATHS = ("floor", "hit", "hit10", "miss", "uncached", "watch")
+PAGE_SIZE = 20
+#: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
+TOPIC_SUFFIX = ".bench.readcost"
+#: bumped when the layout of the data set changes (the marker row then no longer matches)
+DATA_LAYOUT = 1
+BASE_MS = 1_700_000_000_000
+PULL_TWEETS = 60
+STAR = "star"
+PULL_PREFIX = "pa"
+#: streams per watch client process, and per channel
+CLIENT_STREAMS = 1000
+CHANNEL_STREAMS = 100
+
+
+# -- small helpers -----------------------------------------------------------------------------
+def loadavg1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds of the server's process tree (workers and reaped children included)."""
+    from process_cpu import tree_cpu
+
+    return tree_cpu(pid).total
+
+
+def cpu_of(pids: list[int]) -> float:
+    from bench_grpc import _cpu_seconds
+
+    return _cpu_seconds(pids)
+
+
+def pct(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] if sorted_values else math.nan
+
+
+def counter(samples: dict | None, name: str, **labels: str) -> float:
+    from bench_watch import metric
+
+    return (metric(samples, name, **labels) or 0.0) if samples else 0.0
+
+
+# -- the data set ------------------------------------------------------------------------------
+def data_params(args: argparse.Namespace) -> dict:
+    """What the marker row must match for the data set to be reused."""
+    from feed_service.store.schema import schema_statements
+
+    schema = hashlib.sha256("\n".join(schema_statements(args.keyspace)).encode()).hexdigest()[:16]
+    return {"layout": DATA_LAYOUT, "users": args.users, "pull_users": args.pull_users,
+            "pull_follows": args.pull_follows, "pull_authors": args.pull_authors,
+            "watch_users": max(args.watch_users, *args.watchers), "entries": args.entries, "authors": args.authors,
+            "tweets_per_author": args.tweets_per_author, "schema": schema}
+
+
+def read_meta(settings: Settings) -> dict | None:
+    from feed_service.store.session import connect
+
+    cluster, session = connect(settings)
+    try:
+        row = session.execute(f"SELECT v FROM {settings.keyspace}.bench_meta WHERE k = 'meta'").one()
+        return json.loads(row.v) if row else None
+    except Exception:  # noqa: BLE001 - no keyspace or table yet
+        return None
+    finally:
+        cluster.shutdown()
+
+
+def populate(settings: Settings, params: dict) -> dict:
+    """A fresh keyspace with the project's schema and the data set of ``params``, written through
+    ``CassandraWriter`` (the rows the stream would write), then the marker row."""
+    from feed_service.core.rows import (AuthorTimelineWrite, Entry, ProfileRow, ProfileWrite, PullFollowWrite,
+                                        TimelineWrite, TweetWrite)
+    from feed_service.errors import WriteFailed
+    from feed_service.store.cassandra_writer import CassandraWriter
+    from feed_service.store.schema import apply_schema
+    from feed_service.store.session import connect
+
+    if settings.keyspace == "feed":
+        raise SystemExit("refusing to populate the stack's own keyspace 'feed'")
+    started = time.monotonic()
+    cluster, session = connect(settings)
+    try:
+        session.execute(f"DROP KEYSPACE IF EXISTS {settings.keyspace}", timeout=180)
+        apply_schema(session, settings.keyspace)
+        writer = CassandraWriter(session, settings.keyspace, concurrency=64)
+
+        def write(**rows: list) -> None:  # idempotent: a chunk that timed out is simply written again
+            for attempt in range(5):
+                try:
+                    writer.write(**rows)
+                    return
+                except WriteFailed:
+                    if attempt == 4:
+                        raise
+                    time.sleep(1 + attempt)
+
+        rng = random.Random(42)
+        text = "x" * 80
+        push = [Entry(f"t{a}-{i}", f"a{a}", BASE_MS + rng.randrange(10**9), 1, f"tweet {i} of a{a}: {text}", 1 + i % 2)
+                for a in range(params["authors"]) for i in range(params["tweets_per_author"])]
+        pull_ids = [f"{PULL_PREFIX}{j}" for j in range(params["pull_authors"])] + [STAR]
+        pulled = [Entry(f"{p}-{i}", p, BASE_MS + rng.randrange(10**9), 1, f"tweet {i} of {p}: {text}", 1 + i % 2)
+                  for p in pull_ids for i in range(PULL_TWEETS)]
+        authors = [f"a{a}" for a in range(params["authors"])] + pull_ids
+        write(profiles=[ProfileWrite(ProfileRow(a, v, f"Author {a} v{v}", f"https://img/{a}/{v}.png", None), 1)
+                        for a in authors for v in (1, 2)],
+              tweets=[TweetWrite(e.tweet_id, e.author_id, e, 1) for e in push + pulled],
+              author_timeline=[AuthorTimelineWrite("insert", e, 1) for e in pulled])
+        users = ([(f"u{i}", ()) for i in range(params["users"])]
+                 + [(f"h{i}", tuple(rng.sample(pull_ids[:-1], params["pull_follows"])))
+                    for i in range(params["pull_users"])]
+                 + [(f"w{i}", (STAR,)) for i in range(params["watch_users"])])
+        chunk: list[TimelineWrite] = []
+        follows: list[PullFollowWrite] = []
+        for n, (user, followed) in enumerate(users, 1):
+            chunk += [TimelineWrite("insert", user, e, 1) for e in rng.sample(push, params["entries"])]
+            follows += [PullFollowWrite("insert", user, p, 1) for p in followed]
+            if len(chunk) >= 20_000 or n == len(users):
+                write(timeline=chunk, pull_follows=follows)
+                chunk, follows = [], []
+            if n % 10_000 == 0:
+                print(f"  {n:,} of {len(users):,} users written ({time.monotonic() - started:.0f}s)", flush=True)
+        meta = {**params, "populate_s": round(time.monotonic() - started, 1)}
+        session.execute(f"CREATE TABLE IF NOT EXISTS {settings.keyspace}.bench_meta (k text PRIMARY KEY, v text)")
+        session.execute(f"INSERT INTO {settings.keyspace}.bench_meta (k, v) VALUES ('meta', %s)", (json.dumps(meta),))
+    finally:
+        cluster.shutdown()
+    return meta
+
+
+def dataset(settings: Settings, args: argparse.Namespace) -> dict:
+    """The data set of ``args`` (reused when its marker matches) and the bench's change topic."""
+    from feed_service.kafka.topics import ensure_topics
+
+    params = data_params(args)
+    meta = None if args.repopulate else read_meta(settings)
+    # more watch users than needed is fine: a short run with fewer watchers keeps the data set
+    stale = meta is not None and (any(meta.get(k) != v for k, v in params.items() if k != "watch_users")
+                                  or meta.get("watch_users", 0) < max(args.watchers))
+    if meta is None or stale:
+        why = "--repopulate" if args.repopulate else ("options or schema changed" if stale else "none yet")
+        print(f"populating {settings.keyspace} ({why}): {params['users']:,} + {params['pull_users']:,} +"
+              f" {params['watch_users']:,} users x {params['entries']} entries", flush=True)
+        meta = populate(settings, params)
+        print(f"populated in {meta['populate_s']}s", flush=True)
+    ensure_topics(settings.kafka_bootstrap, [settings.topics["timeline_changes"]])
+    return meta
+
+
+# -- servers -----------------------------------------------------------------------------------
+class FloorServer:
+    """bench_grpc.py's bare grpc.aio server (canned 20-entry response) in a process of its own;
+    the same interface as bench_watch's ``Server`` where the runs need it."""
+
+    def __init__(self, workdir: Path, name: str) -> None:
+        from bench_grpc import free_port
+
+        self.name = name
+        self.port = free_port()
+        self.log = workdir / f"server-{name}.log"
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(self.port)], cwd=REPO,
+                                         stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ready(self) -> "FloorServer":
+        from bench_grpc import wait_serving
+
+        wait_serving(self.port)
+        return self
+
+    def scrape(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        from bench_grpc import stop_server
+
+        stop_server(self.proc)
+
+
+def serve_floor(port: int) -> None:
+    from bench_grpc import _floor_worker
+
+    _floor_worker(Settings(), port, 0)
+
+
+def real_server(settings: Settings, workdir: Path, name: str, env: dict[str, str]) -> Any:
+    """``python -m feed_service serve --workers 1`` of this tree (bench_watch's ``Server``): ready,
+    and consuming the change topic when ``env`` leaves it on."""
+    from bench_watch import Server
+
+    return Server(settings, workdir, name, env, workers=1).ready()
+
+
+# -- the load client (a process of its own) ----------------------------------------------------
+def load_client(conn: Any, spec: dict) -> None:
+    """GetHomeTimeline at a fixed concurrency on one channel. Warms up, sends ``warm``, waits for
+    ``go``, then measures ``seconds``: sends ``end`` at the window's end (before the calls in flight
+    finish, so the parent reads the server's CPU at that moment) and then the figures."""
+    import grpc
+
+    from feed_service.api import timeline_pb2 as pb
+    from feed_service.api import timeline_pb2_grpc as pb_grpc
+
+    users: list[str] = spec["users"]
+    rng = random.Random(spec["seed"])
+    order = itertools.count()
+
+    def next_user() -> str:
+        if spec["mode"] == "sequential":  # each call a user not read before (until the list wraps)
+            return users[next(order) % len(users)]
+        return users[rng.randrange(len(users))]
+
+    async def main() -> dict:
+        md = (("authorization", f"Bearer {spec['token']}"),)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{spec['port']}") as channel:
+            stub = pb_grpc.TimelineServiceStub(channel)
+            latencies: list[float] = []
+            errors: dict[str, int] = {}
+            shape = {"entries": 0, "pulled": 0}
+
+            async def run(pick: Callable[[], str | None], seconds: float, measured: bool) -> None:
+                stop_at = time.perf_counter() + seconds
+
+                async def worker() -> None:
+                    while time.perf_counter() < stop_at and (user := pick()) is not None:
+                        t = time.perf_counter()
+                        try:
+                            r = await stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=PAGE_SIZE),
+                                                           metadata=md)
+                        except grpc.aio.AioRpcError as exc:
+                            if measured and time.perf_counter() <= stop_at:
+                                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                            continue
+                        done = time.perf_counter()
+                        if measured and done <= stop_at:
+                            latencies.append(done - t)
+                            shape["entries"] += len(r.entries)
+                            shape["pulled"] += sum(1 for e in r.entries if e.author_id.startswith(PULL_PREFIX))
+
+                await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
+
+            if spec["prefill"]:  # every user read once, then the fills settle
+                todo = iter(users)
+                await run(lambda: next(todo, None), 3600, False)
+                await asyncio.sleep(spec["settle_s"])
+            await run(next_user, spec["warmup_s"], False)
+            conn.send(("warm", None))
+            if conn.recv() != "go":  # nothing in flight: blocking the loop here costs nothing
+                return {}
+            cpu0, t0 = time.process_time(), time.perf_counter()
+
+            async def closer() -> tuple[float, float]:
+                await asyncio.sleep(spec["seconds"])
+                at = (time.process_time() - cpu0, time.perf_counter() - t0)
+                conn.send(("end", None))
+                return at
+
+            ending = asyncio.ensure_future(closer())
+            await run(next_user, spec["seconds"], True)
+            cpu_s, window_s = await ending
+        latencies.sort()
+        return {"ok": len(latencies), "errors": errors, "seconds": window_s, "cpu_s": cpu_s,
+                "p50_ms": pct(latencies, 0.50) * 1000, "p99_ms": pct(latencies, 0.99) * 1000,
+                "entries_per_page": shape["entries"] / len(latencies) if latencies else 0.0,
+                "pulled_per_page": shape["pulled"] / len(latencies) if latencies else 0.0,
+                "wrapped": spec["mode"] == "sequential" and next(order) > len(users)}
+
+    conn.send(("done", asyncio.run(main())))
+
+
+def _expect(conn: Any, proc: Any, what: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while not conn.poll(0.2):
+        if not proc.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"load client: no {what!r} (alive: {proc.is_alive()})")
+    kind, payload = conn.recv()
+    if kind != what:
+        raise RuntimeError(f"load client sent {kind!r}, expected {what!r}")
+    return payload
+
+
+def measure_reads(server: Any, spec: dict) -> dict:
+    """One measured run of the load client against ``server``: the server's (and Cassandra's) CPU over
+    exactly the client's measured window, the client's figures, read-cache and profile-cache counts."""
+    from bench_grpc import cassandra_pid
+
+    ctx = multiprocessing.get_context("spawn")
+    conn, child = ctx.Pipe()
+    proc = ctx.Process(target=load_client, args=(child, spec), name="read-cost-client")
+    proc.start()
+    try:
+        _expect(conn, proc, "warm", 900)
+        m0 = server.scrape()
+        cass = cassandra_pid()
+        load0 = loadavg1()
+        c0 = cpu_of([cass]) if cass else 0.0
+        s0 = server_cpu(server.pid)
+        conn.send("go")
+        _expect(conn, proc, "end", spec["seconds"] + 60)
+        s1 = server_cpu(server.pid)
+        c1 = cpu_of([cass]) if cass else 0.0
+        client = _expect(conn, proc, "done", 120)
+        load1 = loadavg1()
+        m1 = server.scrape()
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+    ok = client["ok"]
+    per = (lambda s: s * 1e6 / ok) if ok else (lambda s: math.nan)
+    hits = counter(m1, "feed_read_cache_total", result="hit") - counter(m0, "feed_read_cache_total", result="hit")
+    misses = counter(m1, "feed_read_cache_total", result="miss") - counter(m0, "feed_read_cache_total", result="miss")
+    profile_misses = (counter(m1, "feed_profile_cache_total", result="miss")
+                      - counter(m0, "feed_profile_cache_total", result="miss"))
+    return {"ok": ok, "errors": client["errors"], "qps": ok / client["seconds"] if client["seconds"] else 0.0,
+            "p50_ms": client["p50_ms"], "p99_ms": client["p99_ms"], "server_us": per(s1 - s0),
+            "client_us": per(client["cpu_s"]), "cassandra_us": per(c1 - c0) if cass else None,
+            "cache_hit_ratio": hits / (hits + misses) if hits + misses else None,
+            "cache_lookups_per_call": (hits + misses) / ok if ok and m1 else None,
+            "profile_misses_per_call": profile_misses / ok if ok and m1 else None,
+            "entries_per_page": client["entries_per_page"], "pulled_per_page": client["pulled_per_page"],
+            "users_wrapped": client["wrapped"], "load": [load0, load1]}
+
+
+def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse.Namespace, workdir: Path,
+             token: str) -> dict:
+    """One read path on a fresh server of its own."""
+    rng = random.Random(1000 * rnd + PATHS.index(path))
+    u = [f"u{i}" for i in range(meta["users"])]
+    feed_on = {"FEED_CHANGE_FEED": "1"}
+    plans: dict[str, tuple[dict, list[str], str, bool]] = {
+        "floor": ({}, u, "random", False),
+        "hit": (feed_on, u[:args.hit_users], "random", True),
+        "hit10": (feed_on, [f"h{i}" for i in range(meta["pull_users"])], "random", True),
+        "miss": (feed_on, rng.sample(u, len(u)), "sequential", False),
+        "uncached": ({"FEED_CHANGE_FEED": "0", "FEED_PULL_CACHE_TTL_S": "0"}, u, "random", False),
+    }
+    env, users, mode, prefill = plans[path]
+    name = f"{path}-r{rnd}"
+    server = (FloorServer(workdir, name).ready() if path == "floor"
+              else real_server(settings, workdir, name, {**env, **args.server_env}))
+    try:
+        spec = {"port": server.port, "token": token, "users": users, "mode": mode, "prefill": prefill,
+                "settle_s": args.settle, "warmup_s": args.warmup, "seconds": args.seconds,
+                "concurrency": args.concurrency, "seed": rnd}
+        result = measure_reads(server, spec)
+    finally:
+        server.stop()
+    result.update(path=path, round=rnd, users=len(users), server_env={**env, **args.server_env})
+    return result
+
+
+# -- watch fan-out -----------------------------------------------------------------------------
+class WatchFanout:
+    """One server with the change topic and K watchers of ``star``; changes published by hand."""
+
+    def __init__(self, settings: Settings, args: argparse.Namespace, workdir: Path, rnd: int) -> None:
+        from feed_service.store.cassandra_writer import CassandraWriter
+        from feed_service.store.session import connect
+
+        self.settings, self.args, self.workdir, self.rnd = settings, args, workdir, rnd
+        self.server = real_server(settings, workdir, f"watch-r{rnd}", {"FEED_CHANGE_FEED": "1", **args.server_env})
+        self.clients: list[Any] = []
+        self.cluster, session = connect(settings)
+        self.writer = CassandraWriter(session, settings.keyspace)
+        self.published: list[dict] = []
+
+    def close(self) -> list[dict]:
+        """Stop the clients (they report what they received), the server and the session."""
+        received = []
+        try:
+            for client in self.clients:
+                received.append(client.finish())
+        finally:
+            self.server.stop()
+            self.cluster.shutdown()
+        return received
+
+    def open_watchers(self, k: int) -> None:
+        """Streams of ``w0``..``w{k-1}`` open on the server (the ones already open are kept)."""
+        from bench_watch import WatchClient
+
+        opened = sum(len(c.users) for c in self.clients)
+        for start in range(opened, k, CLIENT_STREAMS):
+            users = [f"w{i}" for i in range(start, min(k, start + CLIENT_STREAMS))]
+            client = WatchClient(self.server.port, users, self.workdir, f"r{self.rnd}-{start}",
+                                 channels=math.ceil(len(users) / CHANNEL_STREAMS))
+            client.users = users
+            self.clients.append(client)
+        self.server.wait_watch_streams(k, timeout=600)
+
+    def cpu(self) -> tuple[float, float, float]:
+        """(monotonic time, server CPU s, watch clients' CPU s)."""
+        return time.monotonic(), server_cpu(self.server.pid), cpu_of([c.pid for c in self.clients])
+
+    def idle(self, seconds: float) -> tuple[float, float]:
+        """Server and client CPU seconds per second with every stream open and nothing published."""
+        t0, s0, c0 = self.cpu()
+        time.sleep(seconds)
+        t1, s1, c1 = self.cpu()
+        return (s1 - s0) / (t1 - t0), (c1 - c0) / (t1 - t0)
+
+    def _entry(self, kind: str, k: int, n: int) -> Any:
+        from feed_service.core.rows import Entry
+
+        author = STAR if kind == "author" else "a0"
+        tid = f"{kind}{k}-r{self.rnd}-{n}-{uuid.uuid4().hex[:6]}"
+        return Entry(tid, author, int(time.time() * 1000) + n, 1, f"{kind} change {n} to {k} watchers", 1)
+
+    def _write(self, kind: str, k: int, entries: list[Any], ts: int) -> None:
+        """The changes' rows, as the stream writes them before it publishes: the pull author's
+        ``author_timeline`` row, or the row in each of the ``k`` inboxes; and the tweet."""
+        from feed_service.core.rows import AuthorTimelineWrite, TimelineFanout, TweetWrite
+
+        watchers = tuple(f"w{i}" for i in range(k))
+        tweets = [TweetWrite(e.tweet_id, e.author_id, e, ts) for e in entries]
+        if kind == "author":
+            self.writer.write(author_timeline=[AuthorTimelineWrite("insert", e, ts) for e in entries], tweets=tweets)
+        else:
+            self.writer.write(timeline_fanout=[TimelineFanout("insert", watchers, e, ts) for e in entries],
+                              tweets=tweets)
+
+    def _publish(self, kind: str, k: int, entry: Any, ts: int, measured: bool) -> None:
+        """One change onto the bench's change topic, as the stream publishes it."""
+        from feed_service.core.view_changes import AuthorChange, TimelineChange
+        from feed_service.kafka.stream_publisher import publish_view_changes
+
+        at = time.time()
+        change = (AuthorChange("insert", entry, ts, int(at * 1000)) if kind == "author"
+                  else TimelineChange("insert", entry, tuple(f"w{i}" for i in range(k)), ts, int(at * 1000)))
+        publish_view_changes(self.settings, [change])
+        self.published.append({"kind": kind, "k": k, "tweet": entry.tweet_id, "at": at, "measured": measured})
+
+    def _messages(self) -> float:
+        return counter(self.server.scrape(), "feed_watch_messages_total")
+
+    def _wait_messages(self, target: float, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._messages() < target:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+        return True
+
+    def deliver(self, kind: str, k: int, idle: tuple[float, float]) -> dict:
+        """``--changes`` changes of ``kind`` to the ``k`` open watchers, ``--spacing`` s apart, after
+        one unmeasured warm-up change; CPU per change net of the idle rate."""
+        args = self.args
+        load0 = loadavg1()
+        entries = [self._entry(kind, k, n) for n in range(args.changes + 1)]
+        ts = time.time_ns() // 1000
+        self._write(kind, k, entries, ts)  # before any window: rows cost this process and Cassandra
+        base = self._messages()
+        self._publish(kind, k, entries[0], ts, measured=False)  # warm-up: first message of each stream
+        self._wait_messages(base + k, 60)
+        time.sleep(args.spacing)
+        base = self._messages()
+        entries = entries[1:]
+        samples = [self.cpu()]
+        for i, entry in enumerate(entries):
+            self._publish(kind, k, entry, ts, measured=True)
+            time.sleep(max(0.0, samples[0][0] + (i + 1) * args.spacing - time.monotonic()))
+            samples.append(self.cpu())
+        complete = self._messages() >= base + k * len(entries)
+        if not complete:  # delivery outlasts the windows: extend the last one until it is done
+            complete = self._wait_messages(base + k * len(entries), 120)
+            samples[-1] = self.cpu()
+        (t0, s0, c0), (t1, s1, c1) = samples[0], samples[-1]
+        windows = sorted((b[1] - a[1]) - idle[0] * (b[0] - a[0]) for a, b in zip(samples, samples[1:]))
+        server_s = (s1 - s0) - idle[0] * (t1 - t0)
+        client_s = (c1 - c0) - idle[1] * (t1 - t0)
+        n = len(entries)
+        return {"kind": kind, "watchers": k, "changes": n, "server_ms_per_change": server_s * 1000 / n,
+                "server_ms_per_change_p50": pct(windows, 0.5) * 1000, "server_us_per_watcher": server_s * 1e6 / n / k,
+                "client_ms_per_change": client_s * 1000 / n, "idle_server_pct": idle[0] * 100,
+                "idle_client_pct": idle[1] * 100, "seconds": t1 - t0, "messages_complete": complete,
+                "load": [load0, loadavg1()]}
+
+
+def watch_runs(settings: Settings, args: argparse.Namespace, workdir: Path, rnd: int) -> list[dict]:
+    """Every ``--watchers`` count on one server, author then inbox changes; then who received what."""
+    fan = WatchFanout(settings, args, workdir, rnd)
+    rows: list[dict] = []
+    try:
+        for k in sorted(set(args.watchers)):
+            opening = time.monotonic()
+            fan.open_watchers(k)
+            print(f"[watch] {k:,} streams open ({time.monotonic() - opening:.0f}s)", flush=True)
+            time.sleep(args.settle)
+            idle = fan.idle(args.idle_seconds)
+            for kind in ("author", "inbox"):
+                row = fan.deliver(kind, k, idle)
+                row["round"] = rnd
+                rows.append(row)
+                print(f"[watch] {kind} change to {k:,} watchers: {row['server_ms_per_change']:.1f} ms server CPU"
+                      f" per change (idle {row['idle_server_pct']:.1f} %)", flush=True)
+    finally:
+        received = fan.close()
+    by_tweet: dict[str, dict[str, float]] = {}  # tweet -> watcher -> first receipt
+    for report in received:
+        for user, tid, at, _part in report["receipts"]:
+            seen = by_tweet.setdefault(tid, {})
+            seen[user] = min(at, seen.get(user, at))
+    for row in rows:
+        mine = [p for p in fan.published if p["measured"] and p["kind"] == row["kind"] and p["k"] == row["watchers"]]
+        expected = {f"w{i}" for i in range(row["watchers"])}
+        got = [len(expected & by_tweet.get(p["tweet"], {}).keys()) for p in mine]
+        spans = sorted(max(by_tweet[p["tweet"]].values()) - p["at"] for p in mine if p["tweet"] in by_tweet)
+        row["received"] = sum(got)
+        row["expected"] = row["watchers"] * len(mine)
+        row["last_receipt_ms_p50"] = pct(spans, 0.5) * 1000
+        row["last_receipt_ms_max"] = spans[-1] * 1000 if spans else math.nan
+    row_streams = [r.get("ended") for r in received if r.get("ended")]
+    for row in rows:
+        row["streams_ended_early"] = row_streams
+    return rows
+
+
+# -- output ------------------------------------------------------------------------------------
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
+
+
+def print_reads(rows: list[dict]) -> None:
+    floors = {r["round"]: r["server_us"] for r in rows if r["path"] == "floor"}
+    rounds = len({r["round"] for r in rows}) > 1
+    print(f"\n{'path':<12} {'server us/call':>14} {'x floor':>7} {'client us/call':>14} {'cass us/call':>12}"
+          f" {'QPS':>7} {'p50 ms':>7} {'p99 ms':>7} {'calls':>7} {'cache hit':>9} {'pull/page':>9}  load 1m")
+    for r in rows:
+        floor = floors.get(r["round"])
+        name = f"{r['path']} #{r['round']}" if rounds else r["path"]
+        hit = "-" if r["cache_hit_ratio"] is None else f"{r['cache_hit_ratio']:.1%}"
+        print(f"{name:<12} {_num(r['server_us']):>14} {_num(r['server_us'] / floor if floor else None, 2):>7}"
+              f" {_num(r['client_us']):>14} {_num(r['cassandra_us']):>12} {_num(r['qps']):>7}"
+              f" {_num(r['p50_ms'], 2):>7} {_num(r['p99_ms'], 2):>7} {r['ok']:>7} {hit:>9}"
+              f" {_num(r['pulled_per_page'], 1):>9}  {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
+    for r in rows:
+        notes = []
+        if r["errors"]:
+            notes.append(f"errors {r['errors']}")
+        if r["path"] in ("hit", "hit10") and (r["cache_hit_ratio"] or 0) < 0.99:
+            notes.append("NOT a hit run: cache hit ratio below 99 %")
+        if r["path"] == "miss" and (r["cache_hit_ratio"] or 0) > 0.01:
+            notes.append("not all misses")
+        if r["path"] == "miss" and r["users_wrapped"]:
+            notes.append("the users wrapped around: raise --users")
+        if r["path"] == "hit10" and not r["pulled_per_page"]:
+            notes.append("no pull authors' entries in the pages")
+        if (r["profile_misses_per_call"] or 0) > 0.01:
+            notes.append(f"{r['profile_misses_per_call']:.2f} profile reads per call")
+        if notes:
+            print(f"  {r['path']} #{r['round']}: " + "; ".join(notes))
+
+
+def print_watch(rows: list[dict]) -> None:
+    rounds = len({r["round"] for r in rows}) > 1
+    print(f"\n{'watch fan-out':<24} {'server ms/change':>16} {'(p50)':>6} {'us/watcher':>10} {'idle srv %':>10}"
+          f" {'client ms/change':>16} {'last recv ms p50/max':>20} {'received':>15}  load 1m")
+    for r in rows:
+        name = f"{r['kind']} -> {r['watchers']:,}" + (f" #{r['round']}" if rounds else "")
+        recv = f"{r['received']:,}/{r['expected']:,}"
+        print(f"{name:<24} {_num(r['server_ms_per_change'], 1):>16} {_num(r['server_ms_per_change_p50'], 1):>6}"
+              f" {_num(r['server_us_per_watcher']):>10} {_num(r['idle_server_pct'], 1):>10}"
+              f" {_num(r['client_ms_per_change'], 1):>16}"
+              f" {_num(r['last_receipt_ms_p50']) + ' / ' + _num(r['last_receipt_ms_max']):>20} {recv:>15}"
+              f"  {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
+        if not r["messages_complete"] or r["received"] != r["expected"]:
+            print(f"  {name}: not every watcher received every change (server messages complete:"
+                  f" {r['messages_complete']})")
+    if rows and rows[0]["streams_ended_early"]:
+        print(f"  streams ended early: {rows[0]['streams_ended_early']}")
+
+
+# -- main --------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--only", default=",".join(PATHS), help="comma list of: " + ",".join(PATHS))
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per read run")
+    parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds of calls before each run")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="seconds after the hit paths' fill pass, and after the watch streams opened")
+    parser.add_argument("--rounds", type=int, default=1, help="the set of paths, repeated alternately")
+    parser.add_argument("--concurrency", type=int, default=8, help="calls in flight (one channel)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="K=V", help="a server setting")
+    parser.add_argument("--out", help="also write the figures as JSON to this file")
+    g = parser.add_argument_group("watch")
+    g.add_argument("--watchers", default="1000,5000", help="comma list of open streams counts")
+    g.add_argument("--changes", type=int, default=20, help="measured changes per kind and count")
+    g.add_argument("--spacing", type=float, default=1.0, help="seconds between changes (each one's window)")
+    g.add_argument("--idle-seconds", type=float, default=10.0, help="idle window per count")
+    g = parser.add_argument_group("data set")
+    g.add_argument("--keyspace", default="feed_readcost")
+    g.add_argument("--users", type=int, default=30_000, help="users without pull authors (u*)")
+    g.add_argument("--hit-users", type=int, default=5_000, help="of which the hit path reads")
+    g.add_argument("--pull-users", type=int, default=2_000, help="users following --pull-follows pull authors (h*)")
+    g.add_argument("--pull-follows", type=int, default=10)
+    g.add_argument("--pull-authors", type=int, default=50, help="pull authors the h* users follow")
+    g.add_argument("--watch-users", type=int, default=5_000, help="users following the pull author star (w*),"
+                   " at least max(--watchers)")
+    g.add_argument("--entries", type=int, default=45, help="inbox entries per user")
+    g.add_argument("--authors", type=int, default=1_000, help="push authors (2 profile versions each)")
+    g.add_argument("--tweets-per-author", type=int, default=30)
+    g.add_argument("--repopulate", action="store_true", help="write the data set again")
+    g.add_argument("--populate-only", action="store_true")
+    g.add_argument("--drop", action="store_true", help="drop the keyspace and the change topic at the end")
+    parser.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_floor:
+        serve_floor(args.serve_floor)
+        return 0
+    only = [p.strip() for p in args.only.split(",") if p.strip()]
+    if unknown := set(only) - set(PATHS):
+        parser.error(f"--only: unknown path(s) {sorted(unknown)}; choose from {', '.join(PATHS)}")
+    args.watchers = sorted({int(k) for k in args.watchers.split(",")})
+    args.server_env = dict(kv.split("=", 1) for kv in args.server_env)
+    if args.hit_users * 2 + 1 > 20_000:
+        print("note: --hit-users x 2 cache keys exceed the default read cache (20,000 keys)", flush=True)
+
+    from bench_grpc import BENCH_SECRET
+    from isolated import drop, exit_on_sigterm
+
+    from feed_service.server import auth
+
+    exit_on_sigterm()
+    settings = replace(Settings.from_env(), keyspace=args.keyspace).with_topic_suffix(TOPIC_SUFFIX)
+    meta = dataset(settings, args)
+    if args.populate_only:
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="bench-read-cost-"))
+    started = time.monotonic()
+    print(f"bench_read_cost: {', '.join(only)}; {args.rounds} round(s) of {args.seconds:g}s; logs in {workdir};"
+          f" cpus {os.cpu_count()}; loadavg {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    token = auth.mint(BENCH_SECRET.encode(), subject="bench-read-cost", role="service", ttl_s=24 * 3600)
+    results: dict = {"args": {k: v for k, v in vars(args).items()}, "data": meta, "cpus": os.cpu_count(),
+                     "loadavg_start": Path("/proc/loadavg").read_text().strip(), "reads": [], "watch": []}
+    try:
+        for rnd in range(1, args.rounds + 1):
+            for path in only:
+                if path == "watch":
+                    results["watch"] += watch_runs(settings, args, workdir, rnd)
+                    continue
+                r = read_run(path, rnd, settings, meta, args, workdir, token)
+                results["reads"].append(r)
+                hit = "" if r["cache_hit_ratio"] is None else f", cache hit {r['cache_hit_ratio']:.1%}"
+                print(f"[{path} #{rnd}] {_num(r['server_us'])} us server CPU per call, {_num(r['qps'])} QPS"
+                      f"{hit}, load {r['load'][0]:.2f} -> {r['load'][1]:.2f}", flush=True)
+    finally:
+        if args.drop:
+            drop(settings)
+    results["loadavg_end"] = Path("/proc/loadavg").read_text().strip()
+    print(f"\n==== GetHomeTimeline server CPU per call, {PAGE_SIZE}-entry first pages, concurrency"
+          f" {args.concurrency}, {args.seconds:g}s per run, 1 server worker, {os.cpu_count()} CPUs"
+          f" ({time.monotonic() - started:.0f}s; loadavg {results['loadavg_start']} -> {results['loadavg_end']})")
+    if results["reads"]:
+        print_reads(results["reads"])
+    if results["watch"]:
+        print(f"\n{args.changes} changes per row, {args.spacing:g}s apart; CPU net of the idle rate"
+              f" ({args.idle_seconds:g}s idle per watcher count)")
+        print_watch(results["watch"])
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+        print(f"figures: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,8 @@ Small modules, one job each:
 - :mod:`.timeline_reads` the hybrid fan-out's read: inbox + pull authors merged, via the read cache
 - :mod:`.pull_sources` pull authors' heads and lists, cached per process for a TTL
 - :mod:`.hydration`  display names of entries, through the profile cache
-- :mod:`.watch`      WatchHomeTimeline streams, polled or pushed (:mod:`.watch_hub`, :mod:`.change_feed`)
+- :mod:`.watch`      WatchHomeTimeline streams, polled or pushed (:mod:`.watch_hub`, :mod:`.change_feed`);
+                     a pushed change encoded once for all its watchers (:mod:`.watch_frames`)
 - :mod:`.read_cache` the exact cache of timeline heads the change topic keeps
 - :mod:`.app`        ``TimelineServer``: lifecycle, health, reflection, metrics endpoint, shutdown
 - :mod:`.metrics`    Prometheus collectors; :mod:`.logs` structured JSON logging

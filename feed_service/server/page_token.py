@@ -39,6 +39,8 @@ KIND_AUTHOR_PAGE = 3
 _VERSION = 1
 _TAG_BYTES = 16
 _HEAD = struct.Struct(">BBIq")  # version, kind, served, created_at
+_LEN = struct.Struct(">H")
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 MAX_TOKEN_CHARS = 1024
 
 
@@ -55,16 +57,21 @@ class PageTokenCodec:
         self._key = hmac.new(secret, b"feed.v1 page token", hashlib.sha256).digest()
 
     def _tag(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, payload, hashlib.sha256).digest()[:_TAG_BYTES]
+        return hmac.digest(self._key, payload, "sha256")[:_TAG_BYTES]
 
     def encode(self, cursor: PageCursor) -> str:
-        created_at, tweet_id = cursor.position
-        tid, tl = tweet_id.encode(), cursor.timeline_id.encode()
-        payload = (
-            _HEAD.pack(_VERSION, cursor.kind, cursor.served, created_at)
-            + struct.pack(">H", len(tid)) + tid + struct.pack(">H", len(tl)) + tl
-        )
-        return base64.urlsafe_b64encode(payload + self._tag(payload)).rstrip(b"=").decode()
+        return self.encode_ascii(cursor.timeline_id, cursor.position, cursor.served, cursor.kind).decode()
+
+    def encode_ascii(self, timeline_id: str, position: tuple[int, str], served: int = 0,
+                     kind: int = KIND_PAGE) -> bytes:
+        """The token of that cursor as ASCII bytes, without a :class:`PageCursor` (a pushed watch mints
+        one per watcher and message, and embeds it in an encoded response as bytes)."""
+        created_at, tweet_id = position
+        tid, tl = tweet_id.encode(), timeline_id.encode()
+        payload = b"".join((_HEAD.pack(_VERSION, kind, served, created_at), _LEN.pack(len(tid)), tid,
+                            _LEN.pack(len(tl)), tl))
+        raw = payload + self._tag(payload)
+        return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE).rstrip(b"=")
 
     def decode(self, token: str, *, timeline_id: str, kind: int = KIND_PAGE) -> PageCursor:
         """The cursor of ``token``; raises :class:`PageTokenError` unless it is genuine, of ``kind``

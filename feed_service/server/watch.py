@@ -7,7 +7,9 @@ A stream starts at the timeline's head (or after its resume token) and then eith
   what its subscription receives, reading nothing while nothing changes; or
 - polls: without the topic, it reads entries newer than its position every ``watch_poll_s``.
 
-Every message carries a resume token (:mod:`.page_token`, kind ``KIND_WATCH``).
+Every message carries a resume token (:mod:`.page_token`, kind ``KIND_WATCH``). A pushed change's
+message is sent as bytes: its entries encoded once for all the watchers it reaches, around each
+watcher's own token (:mod:`.watch_frames`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from feed_service.server.hydration import EntryHydrator
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageCursor, PageTokenCodec
 from feed_service.server.timeline_reads import TimelineReads
+from feed_service.server.watch_frames import SharedEncodings, token_field
 from feed_service.server.watch_hub import RESYNC, Subscription, WatchHub
 from feed_service.store.ports import TimelineStore
 
 #: Entries per WatchHomeTimeline poll; a longer backlog is sent over the following polls.
 WATCH_BATCH = 200
 
-Messages = AsyncIterator[pb.WatchHomeTimelineResponse]
+#: A stream's responses: messages, or (pushed changes) their encoding, which gRPC sends as it is.
+Messages = AsyncIterator[pb.WatchHomeTimelineResponse | bytes]
 
 
 class HomeWatch:
@@ -51,6 +55,7 @@ class HomeWatch:
         self.stopping = asyncio.Event()
         #: where pushed streams subscribe, once the change topic is consumed
         self.hub: WatchHub | None = None
+        self.encodings = SharedEncodings(hydrator)
 
     def stop(self) -> None:
         """End every open stream (server shutdown)."""
@@ -79,7 +84,7 @@ class HomeWatch:
                 async for message in self._polling(store, user_id, position, context):
                     yield message
                 return
-            async for message in self._pushed(sub, store, user_id, position, bool(resume_token), context):
+            async for message in self._pushed(hub, sub, store, user_id, position, bool(resume_token), context):
                 yield message
         finally:
             if sub is not None:
@@ -132,38 +137,47 @@ class HomeWatch:
             if len(rows) < WATCH_BATCH:
                 return
 
-    async def _pushed(self, sub: Subscription, store: TimelineStore, user_id: str, position: Cursor | None,
-                      resumed: bool, context: grpc.aio.ServicerContext) -> Messages:
+    async def _pushed(self, hub: WatchHub, sub: Subscription, store: TimelineStore, user_id: str,
+                      position: Cursor | None, resumed: bool, context: grpc.aio.ServicerContext) -> Messages:
         """With the change topic: catch up from Cassandra if resuming, then send what the subscription
-        receives, reading nothing while nothing changes (docs/api.md#watch)."""
-        state = _WatchState(position)
-        self.hub.start(sub, await self.reads.pull_authors(store, user_id, self.calls.budget(context), exact=True))
-        if resumed:
-            async for message in self._catch_up(store, user_id, context, state):
-                yield message
-        while not self.stopping.is_set():
-            remaining = context.time_remaining()
-            if remaining is not None and remaining <= 0:
-                raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
-            try:
-                await asyncio.wait_for(sub.ready.wait(), remaining)
-            except asyncio.TimeoutError:
-                continue
-            if self.stopping.is_set():
-                break
-            items = sub.drain()
-            if any(item is RESYNC for item in items):
+        receives, reading nothing while nothing changes (docs/api.md#watch). The call's deadline is
+        one timer that wakes the subscription, not a timeout per wait."""
+        remaining = context.time_remaining()
+        timer = (asyncio.get_running_loop().call_later(max(remaining, 0.0), sub.expire)
+                 if remaining is not None else None)
+        try:
+            state = _WatchState(position)
+            hub.start(sub, await self.reads.pull_authors(store, user_id, self.calls.budget(context), exact=True))
+            if resumed:
                 async for message in self._catch_up(store, user_id, context, state):
                     yield message
-                continue
-            if items:
-                message = await self._changes(user_id, items, state, self.calls.budget(context))
-                if message is not None:
-                    yield message
+            stopping, ready = self.stopping, sub.ready
+            while not stopping.is_set():
+                if sub.expired:
+                    raise RpcFailure(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+                await ready.wait()
+                if stopping.is_set():
+                    break
+                if sub.expired:
+                    continue
+                items = sub.drain()
+                if any(item is RESYNC for item in items):
+                    async for message in self._catch_up(store, user_id, context, state):
+                        yield message
+                    continue
+                if items:
+                    message = await self._changes(hub, user_id, items, state, self.calls.budget(context))
+                    if message is not None:
+                        yield message
+        finally:
+            if timer is not None:
+                timer.cancel()
 
-    async def _changes(self, user_id: str, items: list, state: "_WatchState",
-                       budget: float) -> pb.WatchHomeTimelineResponse | None:
-        """One message of the changes ``items``: new entries above the position, others changed or removed."""
+    async def _changes(self, hub: WatchHub, user_id: str, items: list, state: "_WatchState",
+                       budget: float) -> bytes | None:
+        """One message of the changes ``items``: new entries above the position, others changed or
+        removed; encoded once per content for all the watchers of a delivery (:mod:`.watch_frames`),
+        with this watcher's resume token."""
         upserts: dict[str, Entry] = {}
         removed: dict[str, None] = {}
         for change in items:
@@ -182,18 +196,36 @@ class HomeWatch:
         if not upserts and not removed:
             return None
         position = state.position
-        new = sorted((e for e in upserts.values() if position is None or e.cursor > position), key=lambda e: e.cursor)
-        changed = [e for e in upserts.values() if not (position is None or e.cursor > position)]
+        new: list[Entry] = []
+        changed: list[Entry] = []
+        for e in upserts.values():
+            (new if position is None or e.cursor > position else changed).append(e)
         if new:
+            if len(new) > 1:
+                new.sort(key=_cursor)
             state.position = new[-1].cursor
-        return await self._message(self.calls.store(), user_id, state.position, new, budget, changed, list(removed))
+        content = (tuple(new), tuple(changed), tuple(removed))
+        delivery = hub.deliveries
+        store = self.calls.store()
+        parts = (self.encodings.cached(content, delivery)
+                 or await self.encodings.parts(store, content, budget, delivery))
+        self.metrics.watch_messages.inc()
+        return parts.frame(self._token_field(user_id, state))
+
+    def _token_field(self, user_id: str, state: "_WatchState") -> bytes:
+        """The encoded resume token of the stream's position, minted again only when it moved."""
+        position = state.position
+        if position != state.token_at:
+            token = self.tokens.encode_ascii(user_id, position, 0, KIND_WATCH) if position is not None else b""
+            state.token_at, state.token = position, token_field(token)
+        return state.token
 
 
 class _WatchState:
     """What one pushed watch has sent: its position, the row write timestamps seen (duplicates of an
     at-least-once topic are dropped) and the versions its catch-up reads sent."""
 
-    __slots__ = ("position", "seen", "read")
+    __slots__ = ("position", "seen", "read", "token_at", "token")
 
     #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first).
     SEEN_LIMIT = 10_000
@@ -202,6 +234,9 @@ class _WatchState:
         self.position = position
         self.seen: dict[str, int] = {}
         self.read: dict[str, int] = {}
+        #: the encoded resume token of position ``token_at`` (the last one minted)
+        self.token_at: Cursor | None = None
+        self.token = b""
 
     def fresh(self, change: TimelineChange | AuthorChange) -> bool:
         """False for a change at or below a write timestamp already applied to its row (a replay)."""
@@ -213,6 +248,10 @@ class _WatchState:
         if len(self.seen) > self.SEEN_LIMIT:
             del self.seen[next(iter(self.seen))]
         return True
+
+
+def _cursor(entry: Entry) -> Cursor:
+    return entry.cursor
 
 
 def _note(upserts: dict[str, Entry], removed: dict[str, None], op: str, entry: Entry) -> None:

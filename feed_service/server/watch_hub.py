@@ -6,11 +6,17 @@ changes (docs/api.md#watch). A subscription receives the changes of its user's i
 pull authors the user merges in (kept current by the user's pull-follow changes) and the user's
 pull-follow changes themselves; a gap in the changes (:meth:`WatchHub.gap`) tells every
 subscription to catch up from Cassandra again.
+
+Until a subscription is started (:meth:`WatchHub.start` names its pull authors) every pull author's
+change may concern it. Those changes go to one log shared by all starting subscriptions
+(:class:`_Starting`), so that a reconnect storm of starting watches costs each change one
+append, not one per starting watch.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Iterable
 
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange, ViewChange
@@ -23,15 +29,17 @@ RESYNC = object()
 class Subscription:
     """One watch's queue of changes (and :data:`RESYNC` markers), and the pull authors it follows."""
 
-    __slots__ = ("user_id", "authors", "items", "ready", "early_follows", "early_authors")
+    __slots__ = ("user_id", "authors", "items", "ready", "early_follows", "early_from", "expired")
 
     def __init__(self, user_id: str) -> None:
         self.user_id = user_id
         self.authors: set[str] = set()
         #: pull-follow changes that arrived before the watch read its pull authors (:meth:`WatchHub.start`)
         self.early_follows: dict[str, str] | None = {}
-        #: every pull author's tweet changes that arrived meanwhile (which authors matter is not known yet)
-        self.early_authors: list[AuthorChange] = []
+        #: where the hub's log of pull authors' changes stood when it subscribed; None once started
+        self.early_from: int | None = None
+        #: the stream's deadline has passed (:meth:`expire`)
+        self.expired = False
         self.items: list[object] = []
         self.ready = asyncio.Event()
 
@@ -44,6 +52,59 @@ class Subscription:
         self.ready.clear()
         return items
 
+    def expire(self) -> None:
+        """The stream's deadline passed: wake it, to end with DEADLINE_EXCEEDED (one timer per stream)."""
+        self.expired = True
+        self.ready.set()
+
+
+class _Starting:
+    """The subscriptions not started yet, and the pull authors' changes routed meanwhile, in order,
+    held once for all of them: each subscription notes the log's end when it subscribes and takes
+    what follows when it starts. The head no starting subscription needs any more is dropped (in
+    halves, so that trimming costs O(1) per change). Its length is the number of starting
+    subscriptions."""
+
+    __slots__ = ("changes", "base", "waiting", "count")
+
+    def __init__(self) -> None:
+        self.changes: list[AuthorChange] = []
+        #: the position of ``changes[0]`` since the hub began
+        self.base = 0
+        #: starting subscriptions in subscription order (so in order of ``early_from``), started ones
+        #: left in place until they reach the front
+        self.waiting: deque[Subscription] = deque()
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def enter(self, sub: Subscription) -> None:
+        sub.early_from = self.base + len(self.changes)
+        self.waiting.append(sub)
+        self.count += 1
+
+    def leave(self, sub: Subscription) -> list[AuthorChange]:
+        """The changes logged since ``sub`` entered (none if it is not starting); it no longer waits."""
+        mark = sub.early_from
+        if mark is None:
+            return []
+        held = self.changes[mark - self.base:]
+        sub.early_from = None
+        self.count -= 1
+        waiting = self.waiting
+        while waiting and waiting[0].early_from is None:
+            waiting.popleft()
+        if not waiting:
+            self.base += len(self.changes)
+            self.changes = []
+        else:
+            drop = waiting[0].early_from - self.base
+            if drop and drop * 2 >= len(self.changes):
+                del self.changes[:drop]
+                self.base += drop
+        return held
+
 
 class WatchHub:
     """Subscriptions by user and by pull author; :meth:`route` hands each change to its watchers."""
@@ -51,7 +112,9 @@ class WatchHub:
     def __init__(self) -> None:
         self._by_user: dict[str, set[Subscription]] = {}
         self._by_author: dict[str, set[Subscription]] = {}
-        self._starting: set[Subscription] = set()
+        self._starting = _Starting()
+        #: batches routed so far: what the watchers woken by one batch share is valid for that batch
+        self.deliveries = 0
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._by_user.values())
@@ -61,11 +124,11 @@ class WatchHub:
         names its pull authors, every pull author's change is held for it too."""
         sub = Subscription(user_id)
         self._by_user.setdefault(user_id, set()).add(sub)
-        self._starting.add(sub)
+        self._starting.enter(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self._starting.discard(sub)
+        self._starting.leave(sub)
         _discard(self._by_user, sub.user_id, sub)
         for author in sub.authors:
             _discard(self._by_author, author, sub)
@@ -83,11 +146,10 @@ class WatchHub:
                 self.follow(sub, (author,))
             else:
                 self.unfollow(sub, author)
-        self._starting.discard(sub)
         # the held tweet changes of the authors it merges in go first: they arrived before anything
         # routed to it through those authors from now on (the queue's other items are other rows)
-        kept = [c for c in sub.early_authors if c.entry.author_id in sub.authors]
-        sub.early_authors = []
+        followed = sub.authors
+        kept = [c for c in self._starting.leave(sub) if c.entry.author_id in followed]
         if kept:
             sub.items[:0] = kept
             sub.ready.set()
@@ -109,6 +171,8 @@ class WatchHub:
         by_user, by_author = self._by_user, self._by_author
         if not by_user:
             return
+        self.deliveries += 1
+        starting = self._starting
         for consumed in batch:
             change = consumed.change
             if isinstance(change, TimelineChange):
@@ -120,8 +184,8 @@ class WatchHub:
                 subs = by_author.get(change.entry.author_id)
                 if subs:
                     self._put(subs, change)
-                for sub in self._starting:
-                    sub.early_authors.append(change)
+                if starting.count:
+                    starting.changes.append(change)
             elif isinstance(change, PullFollowChange):
                 for f in change.follower_ids:
                     subs = by_user.get(f)

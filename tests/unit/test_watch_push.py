@@ -3,7 +3,8 @@ would (the real topic: tests/integration/test_push_watch.py).
 
 What a watch sends for each kind of change (new entry, edit, delete, an older entry coming in, a pull
 author's tweet, a pull follow and unfollow), that replays are dropped by write timestamp, that a
-resumed watch sends what it read from the store once, and that a gap makes it catch up.
+resumed watch sends what it read from the store once, that a gap makes it catch up, and that a pushed
+watch ends at its deadline (DEADLINE_EXCEEDED) and with OK when the server shuts down.
 """
 
 from __future__ import annotations
@@ -193,3 +194,29 @@ def test_a_pull_authors_tweet_arriving_before_the_watch_knows_its_authors_is_not
     assert sub.drain() == [early]  # moon is not followed: dropped
     hub.route([Consumed(0, 2, other)])
     assert sub.drain() == []
+
+
+def test_a_pushed_watch_ends_at_its_deadline_and_with_ok_at_shutdown() -> None:
+    server = PushedServer(store_with_head())
+    try:
+        short = server.thread.stub().WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id="ann"),
+                                                       metadata=server.thread.auth("ann"), timeout=1.0)
+        deadline = time.monotonic() + 10
+        while len(server.hub) == 0 or len(server.hub._starting):
+            assert time.monotonic() < deadline, "the watch did not subscribe"
+            time.sleep(0.01)
+        server.publish(tl("insert", entry(4), 10))
+        assert ids(next(short).entries) == ["t004"]
+        started = time.monotonic()
+        try:
+            next(short)
+            raise AssertionError("the stream outlived its deadline")
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - started < 5
+        long = server.watch("ann")
+        server.publish(tl("insert", entry(5), 11))
+        assert ids(long.next().entries) == ["t005"]
+        server.thread.run(server.thread.server.stop(2.0))
+        assert long.call.code() == grpc.StatusCode.OK
+    finally:
+        server.stop()

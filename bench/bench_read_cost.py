@@ -473,7 +473,10 @@ class WatchFanout:
                                  channels=math.ceil(len(users) / CHANNEL_STREAMS))
             client.users = users
             self.clients.append(client)
-        self.server.wait_watch_streams(k, timeout=600)
+            # one client at a time: with several thousand streams opened at once from several
+            # processes, grpc.aio (1.85) never hands some of them to the handler (a bare grpc.aio
+            # server too), and they hang without an error; a thousand at a time all open
+            self.server.wait_watch_streams(start + len(users), timeout=180)
 
     def cpu(self) -> tuple[float, float, float]:
         """(monotonic time, server CPU s, watch clients' CPU s)."""

@@ -28,7 +28,7 @@ children included) over the measured window divided by the OK calls in it. Rows 
   pull authors, each read once, then ``--settle`` s (a fill is usable once the server has applied
   the change topic up to its read: docs/api.md#read-cache), then random reads of them. ``cache hit``
   is ``feed_read_cache_total`` over the window: the row is a hit run only when it is ~100 %.
-- ``hit10``: the same for ``h*`` users: the inbox merged with 10 pull authors' heads, all cached
+- ``hit10``: the same for ``h*`` users: the inbox merged with ``--pull-follows`` pull authors' heads, all cached
   (``pull/page`` counts the pull authors' entries per page: they must be there).
 - ``miss``: cache on, every call a user this server never read (``u*`` in a shuffled order): each
   call misses and fills.
@@ -40,14 +40,16 @@ calls counted, errors and ``/proc/loadavg``'s 1-minute figure before and after e
 
 ``watch``: one server with the change topic; for each ``--watchers`` count K (ascending, streams
 added to the same server), K ``w*`` users hold WatchHomeTimeline streams (client processes of up
-to 1,000 streams each, 100 per channel). After ``--settle`` s the server's idle CPU is measured for
+to 1,000 streams each, 100 per channel, started one at a time: opened all at once, grpc.aio leaves
+some thousands of them unserved). After ``--settle`` s the server's idle CPU is measured for
 ``--idle-seconds``; then ``--changes`` changes are published onto the change topic, ``--spacing`` s
 apart, after one unmeasured warm-up change: an ``AuthorChange`` (a new tweet of ``star``, which
 every watcher merges in) and then a ``TimelineChange`` of the K timelines (a push author's tweet),
 their rows written to Cassandra first (``CassandraWriter``), published as the stream publishes
 (``stream_publisher.publish_view_changes``). Server CPU per change = CPU over the changes' windows
-minus the idle rate over the same time, divided by the changes; also per watcher, the client CPU,
-the time from publish to the last watcher's receipt, and whether every watcher received every change.
+minus the idle rate over the same time, divided by the changes (``(p50)``: the median of the
+changes' own windows); also per watcher, the client CPU, the time from publish to the last
+watcher's receipt (p50 and max over the changes), and whether every watcher received every change.
 
 ``--rounds N`` repeats the set of paths N times, alternately (each run a fresh server). Nothing is
 asserted. ``--out FILE`` writes every figure as JSON; logs stay in a temporary directory named at the start.

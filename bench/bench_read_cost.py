@@ -25,13 +25,17 @@ children included) over the measured window divided by the OK calls in it. Rows 
 - ``floor``: bench_grpc.py's bare grpc.aio GetHomeTimeline with a canned 20-entry response (no
   auth, no Cassandra): what gRPC alone costs; ``x floor`` divides every row by it (same round).
 - ``hit``: read cache on (change topic consumed, default cache size), ``--hit-users`` users without
-  pull authors, each read once, then ``--settle`` s (a fill is usable once the server has applied
-  the change topic up to its read: docs/api.md#read-cache), then random reads of them. ``cache hit``
+  pull authors, each read twice (a user's inbox head is filled on its second read), then
+  ``--settle`` s (a fill is usable once the server has applied the change topic up to its read:
+  docs/api.md#read-cache), then random reads of them. ``cache hit``
   is ``feed_read_cache_total`` over the window: the row is a hit run only when it is ~100 %.
 - ``hit10``: the same for ``h*`` users: the inbox merged with ``--pull-follows`` pull authors' heads, all cached
   (``pull/page`` counts the pull authors' entries per page: they must be there).
 - ``miss``: cache on, every call a user this server never read (``u*`` in a shuffled order): each
-  call misses and fills.
+  call misses (and, being a user's first read, reads the store as without the cache: the cache
+  fills on a second read).
+- ``fill``: as ``miss``, each user read twice in a row: half the calls are first reads, half fill the
+  user's head (the cost of a fill is 2 × this row − ``miss``, derived).
 - ``uncached``: ``FEED_CHANGE_FEED=0`` (no change topic, no read cache), ``FEED_PULL_CACHE_TTL_S=0``,
   random ``u*`` users: every call reads Cassandra.
 
@@ -81,7 +85,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from feed_service.settings import Settings  # noqa: E402
 
-PATHS = ("floor", "hit", "hit10", "miss", "uncached", "watch")
+PATHS = ("floor", "hit", "hit10", "miss", "fill", "uncached", "watch")
 PAGE_SIZE = 20
 #: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
 TOPIC_SUFFIX = ".bench.readcost"
@@ -327,7 +331,9 @@ def load_client(conn: Any, spec: dict) -> None:
 
                 await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
 
-            if spec["prefill"]:  # every user read once, then the fills settle
+            if spec["prefill"]:  # every user read twice (the cache fills on a second read), then the fills settle
+                todo = iter(users)
+                await run(lambda: next(todo, None), 3600, False)
                 todo = iter(users)
                 await run(lambda: next(todo, None), 3600, False)
                 await asyncio.sleep(spec["settle_s"])
@@ -421,6 +427,8 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
         "hit": (feed_on, u[:args.hit_users], "random", True),
         "hit10": (feed_on, [f"h{i}" for i in range(meta["pull_users"])], "random", True),
         "miss": (feed_on, rng.sample(u, len(u)), "sequential", False),
+        # each never-read user twice in a row: half the calls are first reads, half fill a head
+        "fill": (feed_on, [v for user in rng.sample(u, len(u)) for v in (user, user)], "sequential", False),
         "uncached": ({"FEED_CHANGE_FEED": "0", "FEED_PULL_CACHE_TTL_S": "0"}, u, "random", False),
     }
     env, users, mode, prefill = plans[path]

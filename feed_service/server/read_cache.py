@@ -157,6 +157,30 @@ class _Fill:
     dropped: bool = False
 
 
+class _SeenOnce:
+    """Users whose inbox was read once recently: the second read of a user fills a head, the first
+    reads the store as without the cache. Most users read once in a while would only churn the
+    cache (a head built, kept, evicted unread; and the garbage collector's full passes over all of
+    them), so a fill waits for the evidence of a repeat. Two generations of at most ``size`` ids
+    each: the older is forgotten whole when the newer fills up."""
+
+    __slots__ = ("size", "_new", "_old")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._new: set[str] = set()
+        self._old: set[str] = set()
+
+    def again(self, key: str) -> bool:
+        """Whether ``key`` was seen recently; remembers it either way."""
+        if key in self._new:
+            return True
+        if len(self._new) >= self.size:
+            self._old, self._new = self._new, set()
+        self._new.add(key)
+        return key in self._old
+
+
 class _Counted(LRUCache):
     """LRU that counts its evictions."""
 
@@ -183,6 +207,7 @@ class ReadCache:
         self.misses = 0
         self.evictions = 0
         self._data: _Counted = _Counted(max_keys, self._evicted)
+        self._seen = _SeenOnce(max(1, 2 * max_keys))
         self._pending: dict[CacheKey, _Fill] = {}
         self._tasks: set[asyncio.Task] = set()
         #: fills whose reads returned, waiting to settle: (key, fill, head, when the read ended)
@@ -221,7 +246,12 @@ class ReadCache:
         """The ``n`` newest inbox rows of ``user_id`` older than ``before`` and the user's pull
         authors: from the cached head when it can say, else ``read(limit)`` (one store read, which
         fills the head and its pull authors from the top). Pull authors None: not known (a read
-        below a cursor that returned no row)."""
+        below a cursor that returned no row).
+
+        A user's first page fills the head on its second miss in a while (:class:`_SeenOnce`); the
+        first is read as without the cache. A fill reads the ``n`` rows the page needs, no more: a
+        miss costs the read the page would cost without the cache. The head then holds those rows
+        (a later, larger first page fills it again); pages below it are read from the store."""
         ck = ("home", user_id)
         head = self._data.get(ck) if self.usable else None
         if head is not None and head.pull is not None:
@@ -230,14 +260,13 @@ class ReadCache:
                 self.hits += 1
                 return InboxSlice(rows, sorted(head.pull))
         self.misses += 1
-        if before is not None or n > self.depth or not self.usable or ck in self._pending:
+        if (before is not None or n > self.depth or not self.usable or ck in self._pending
+                or (head is None and not self._seen.again(user_id))):
             got = await read(n)
             if got.pull_authors is None and head is not None and head.pull is not None:
                 return InboxSlice(got.entries, sorted(head.pull))
             return got
-        got = await self._fill(ck, lambda: read(self.depth),
-                               lambda s: TimelineHead(s.entries, self.depth, set(s.pull_authors or ())))
-        return InboxSlice(got.entries[:n], got.pull_authors)
+        return await self._fill(ck, lambda: read(n), lambda s: TimelineHead(s.entries, n, set(s.pull_authors or ())))
 
     async def pull_authors(self, user_id: str, read: Callable[[], Awaitable[list[str]]]) -> list[str]:
         """The pull authors ``user_id`` follows: from the cached inbox head, else ``read()``."""

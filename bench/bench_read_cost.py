@@ -3,6 +3,7 @@
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py            # every path, 10 s each
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only floor,hit,miss --rounds 3
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only watch --watchers 200 --changes 5
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only watch,watchfloor   # server vs. floor
     .venv/bin/python bench/bench_read_cost.py --populate-only [--repopulate]         # only the data set
 
 Runs against the developer stack (``feedctl stack up``; settings from the environment) in a keyspace
@@ -17,10 +18,11 @@ every inbox ``--entries`` entries of ``--authors`` push authors, every pull auth
 writer have: the marker holds a digest of the schema, and a changed schema repopulates).
 
 Every server is the real ``python -m feed_service serve --workers 1`` (``--server-env K=V`` changes
-its settings), except the floor's; every client runs in a process of its own: one grpc.aio channel,
-``--concurrency`` calls in flight, a service token, 20-entry first pages. A path's run is: start a
-server, warm up (unmeasured), then ``--seconds`` measured; the server's CPU (``/proc/<pid>/stat``,
-children included) over the measured window divided by the OK calls in it. Rows of the table:
+its settings), except the two floors'; every client runs in a process of its own: one grpc.aio
+channel, ``--concurrency`` calls in flight, a service token, 20-entry first pages. A path's run is:
+start a server, warm up (unmeasured), then ``--seconds`` measured; the server's CPU
+(``/proc/<pid>/stat``, children included) over the measured window divided by the OK calls in it.
+Rows of the table:
 
 - ``floor``: bench_grpc.py's bare grpc.aio GetHomeTimeline with a canned 20-entry response (no
   auth, no Cassandra): what gRPC alone costs; ``x floor`` divides every row by it (same round).
@@ -55,6 +57,19 @@ minus the idle rate over the same time, divided by the changes (``(p50)``: the m
 changes' own windows); also per watcher, the client CPU, the time from publish to the last
 watcher's receipt (p50 and max over the changes), and whether every watcher received every change.
 
+``watchfloor``: the same for a bare grpc.aio server (:func:`serve_watch_floor`, a process of its
+own: no auth, Kafka, Cassandra or service code): what grpc.aio alone costs to push one message to
+each of K open server-streaming calls. Its WatchHomeTimeline encodes, when a stream opens, one
+1-entry ``WatchHomeTimelineResponse`` of the size a pushed change of ``star`` has, with a resume
+token for the stream's user; the stream then waits on one shared asyncio event and yields those
+bytes (passed through by the serializer) each time the event fires. A change is a SIGUSR1 to the
+server, which fires the event: nothing per stream but the wake-up and the send. The same clients
+(opened the same way, on a server of its own), counts, idle window, warm-up, ``--changes`` and
+``--spacing``; its rows (``floor -> K``) stand in the watch table beside the server's at the same K,
+and ``x floor`` divides each of the server's µs per watcher by the floor's. The floor's messages
+are all alike, so a stream's i-th receipt counts for the i-th change published while it was open:
+every stream must have received every change, and none more.
+
 ``--rounds N`` repeats the set of paths N times, alternately (each run a fresh server). Nothing is
 asserted. ``--out FILE`` writes every figure as JSON; logs stay in a temporary directory named at the start.
 """
@@ -70,6 +85,7 @@ import math
 import multiprocessing
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,7 +101,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from feed_service.settings import Settings  # noqa: E402
 
-PATHS = ("floor", "hit", "hit10", "miss", "fill", "uncached", "watch")
+PATHS = ("floor", "hit", "hit10", "miss", "fill", "uncached", "watch", "watchfloor")
 PAGE_SIZE = 20
 #: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
 TOPIC_SUFFIX = ".bench.readcost"
@@ -275,6 +291,147 @@ def serve_floor(port: int) -> None:
     _floor_worker(Settings(), port, 0)
 
 
+class WatchFloorServer:
+    """:func:`serve_watch_floor` in a process of its own: ``fire`` (SIGUSR1) makes every open stream
+    send one message; ``scrape`` reads its stream and message counts (one unary call) under the names
+    of the real server's metrics."""
+
+    def __init__(self, workdir: Path, name: str) -> None:
+        from bench_grpc import free_port
+
+        self.name = name
+        self.port = free_port()
+        self.log = workdir / f"server-{name}.log"
+        self.channel: Any = None
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, __file__, "--serve-watch-floor", str(self.port)], cwd=REPO,
+                                         stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ready(self) -> "WatchFloorServer":
+        import grpc
+        from bench_grpc import wait_serving
+
+        from feed_service.api import timeline_pb2 as pb
+
+        try:
+            wait_serving(self.port)
+        except BaseException:
+            self.stop()
+            raise
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self._status = self.channel.unary_unary(f"/{WATCH_FLOOR_SERVICE}/GetHomeTimeline",
+                                                request_serializer=pb.GetHomeTimelineRequest.SerializeToString,
+                                                response_deserializer=pb.GetHomeTimelineResponse.FromString)
+        return self
+
+    def fire(self) -> None:
+        os.kill(self.proc.pid, signal.SIGUSR1)
+
+    def scrape(self) -> dict:
+        from feed_service.api import timeline_pb2 as pb
+
+        counts = json.loads(self._status(pb.GetHomeTimelineRequest(user_id="status"), timeout=10).next_page_token)
+        return {("feed_watch_streams", ()): counts["streams"], ("feed_watch_messages_total", ()): counts["messages"]}
+
+    def wait_watch_streams(self, n: int, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while self.scrape()[("feed_watch_streams", ())] < n:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"server {self.name}: fewer than {n} watch streams open; log {self.log}")
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        from bench_grpc import stop_server
+
+        if self.channel is not None:
+            self.channel.close()
+        stop_server(self.proc)
+
+
+WATCH_FLOOR_SERVICE = "feed.v1.TimelineService"
+
+
+def serve_watch_floor(port: int) -> None:
+    """A bare grpc.aio server (no auth, Kafka, Cassandra or service code) with
+    ``feed.v1.TimelineService/WatchHomeTimeline``: each stream encodes its message once, when it
+    opens (a 1-entry ``WatchHomeTimelineResponse`` like a pushed change of ``star``, with a resume
+    token for its user), then waits on one shared asyncio event and, each time SIGUSR1 sets it,
+    yields those bytes once (a serializer passes them through). ``GetHomeTimeline`` answers the
+    open streams and the messages yielded so far (JSON in ``next_page_token``); health for readiness."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from feed_service.api import timeline_pb2 as pb
+    from feed_service.server.page_token import KIND_WATCH, PageTokenCodec
+    from feed_service.server.watch_frames import token_field
+
+    codec = PageTokenCodec(os.urandom(32))
+    # as the watch part's author change n=10 of its first count reaches the watchers (same field sizes)
+    tid = f"author{CLIENT_STREAMS}-r1-10-{uuid.uuid4().hex[:6]}"
+    position = (int(time.time() * 1000), tid)
+    head = pb.WatchHomeTimelineResponse(entries=[pb.TimelineEntry(
+        tweet_id=tid, author_id=STAR, created_at_ms=position[0], version=1,
+        text=f"author change 10 to {CLIENT_STREAMS} watchers", profile_version=1,
+        author_display_name=f"Author {STAR} v1", author_avatar_url=f"https://img/{STAR}/1.png")]).SerializeToString()
+
+    def passthrough(response: bytes) -> bytes:
+        return response
+
+    async def main() -> None:
+        trigger = asyncio.Event()
+        counts = {"fired": 0, "streams": 0, "messages": 0}
+
+        def fire() -> None:
+            counts["fired"] += 1
+            trigger.set()  # wakes every waiting stream ...
+            trigger.clear()  # ... and the next wait waits for the next signal
+
+        async def watch(request: Any, context: Any) -> Any:
+            message = head + token_field(codec.encode_ascii(request.user_id, position, 0, KIND_WATCH))
+            sent = counts["fired"]  # only the changes from now on, as a stream at the head
+            counts["streams"] += 1
+            try:
+                while True:
+                    while sent < counts["fired"]:  # a signal while this stream was sending is not lost
+                        sent += 1
+                        counts["messages"] += 1
+                        yield message
+                    await trigger.wait()
+            finally:
+                counts["streams"] -= 1
+
+        async def status(request: Any, context: Any) -> bytes:
+            return pb.GetHomeTimelineResponse(next_page_token=json.dumps(counts)).SerializeToString()
+
+        handlers = {
+            "WatchHomeTimeline": grpc.unary_stream_rpc_method_handler(
+                watch, pb.WatchHomeTimelineRequest.FromString, passthrough),
+            "GetHomeTimeline": grpc.unary_unary_rpc_method_handler(
+                status, pb.GetHomeTimelineRequest.FromString, passthrough),
+        }
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        # registered as feed_service.server.registration registers the real service
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(WATCH_FLOOR_SERVICE, handlers),))
+        server.add_registered_method_handlers(WATCH_FLOOR_SERVICE, handlers)
+        checks = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGUSR1, fire)  # before SERVING: SIGUSR1 would otherwise end the process
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await server.start()
+        await checks.set("", health_pb2.HealthCheckResponse.SERVING)
+        await stop.wait()
+        await server.stop(1.0)
+
+    asyncio.run(main())
+
+
 def real_server(settings: Settings, workdir: Path, name: str, env: dict[str, str]) -> Any:
     """``python -m feed_service serve --workers 1`` of this tree (bench_watch's ``Server``): ready,
     and consuming the change topic when ``env`` leaves it on."""
@@ -450,16 +607,33 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
 class WatchFanout:
     """One server with the change topic and K watchers of ``star``; changes published by hand."""
 
+    #: the part's name (log lines, client files) and the kinds of change delivered per watcher count
+    part = "watch"
+    kinds = ("author", "inbox")
+
     def __init__(self, settings: Settings, args: argparse.Namespace, workdir: Path, rnd: int) -> None:
+        self.settings, self.args, self.workdir, self.rnd = settings, args, workdir, rnd
+        self.clients: list[Any] = []
+        self.published: list[dict] = []
+        self.server = self._start()
+
+    def _start(self) -> Any:
+        """The server (ready), and what the changes need: here a Cassandra session to write their rows."""
         from feed_service.store.cassandra_writer import CassandraWriter
         from feed_service.store.session import connect
 
-        self.settings, self.args, self.workdir, self.rnd = settings, args, workdir, rnd
-        self.server = real_server(settings, workdir, f"watch-r{rnd}", {"FEED_CHANGE_FEED": "1", **args.server_env})
-        self.clients: list[Any] = []
-        self.cluster, session = connect(settings)
-        self.writer = CassandraWriter(session, settings.keyspace)
-        self.published: list[dict] = []
+        server = real_server(self.settings, self.workdir, f"watch-r{self.rnd}",
+                             {"FEED_CHANGE_FEED": "1", **self.args.server_env})
+        try:
+            self.cluster, session = connect(self.settings)
+        except BaseException:
+            server.stop()
+            raise
+        self.writer = CassandraWriter(session, self.settings.keyspace)
+        return server
+
+    def _shutdown(self) -> None:
+        self.cluster.shutdown()
 
     def close(self) -> list[dict]:
         """Stop the clients (they report what they received), the server and the session."""
@@ -469,7 +643,7 @@ class WatchFanout:
                 received.append(client.finish())
         finally:
             self.server.stop()
-            self.cluster.shutdown()
+            self._shutdown()
         return received
 
     def open_watchers(self, k: int) -> None:
@@ -479,7 +653,7 @@ class WatchFanout:
         opened = sum(len(c.users) for c in self.clients)
         for start in range(opened, k, CLIENT_STREAMS):
             users = [f"w{i}" for i in range(start, min(k, start + CLIENT_STREAMS))]
-            client = WatchClient(self.server.port, users, self.workdir, f"r{self.rnd}-{start}",
+            client = WatchClient(self.server.port, users, self.workdir, f"{self.part}-r{self.rnd}-{start}",
                                  channels=math.ceil(len(users) / CHANNEL_STREAMS))
             client.users = users
             self.clients.append(client)
@@ -576,42 +750,99 @@ class WatchFanout:
                 "load": [load0, loadavg1()]}
 
 
-def watch_runs(settings: Settings, args: argparse.Namespace, workdir: Path, rnd: int) -> list[dict]:
-    """Every ``--watchers`` count on one server, author then inbox changes; then who received what."""
-    fan = WatchFanout(settings, args, workdir, rnd)
+class FloorFanout(WatchFanout):
+    """The same watch clients, counts and timing against :func:`serve_watch_floor` (a bare grpc.aio
+    server): a change is a SIGUSR1 to the server, upon which every open stream sends its canned
+    message once; nothing is written or published."""
+
+    part = "watchfloor"
+    kinds = ("floor",)
+
+    def _start(self) -> Any:
+        return WatchFloorServer(self.workdir, f"watchfloor-r{self.rnd}").ready()
+
+    def _shutdown(self) -> None:
+        return None
+
+    def _entry(self, kind: str, k: int, n: int) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(tweet_id=f"{kind}{k}-r{self.rnd}-{n}")  # a name for the record only
+
+    def _write(self, kind: str, k: int, entries: list[Any], ts: int) -> None:
+        return None
+
+    def _publish(self, kind: str, k: int, entry: Any, ts: int, measured: bool) -> None:
+        at = time.time()
+        self.server.fire()
+        self.published.append({"kind": kind, "k": k, "tweet": entry.tweet_id, "at": at, "measured": measured})
+
+
+def receipts_per_change(received: list[dict], published: list[dict], in_order: bool) -> tuple[list[dict], int]:
+    """Per published change (``published``' order): watcher -> its first receipt time; and how many
+    receipts matched no change. The real server's messages are told apart by tweet id; the floor's
+    streams all send the same canned message (``in_order``), so the i-th message a stream received is
+    the i-th change published while it was open (``w<i>`` is open from the first count above i on)."""
+    got: list[dict[str, float]] = [{} for _ in published]
+    unmatched = 0
+    if in_order:
+        times: dict[str, list[float]] = {}
+        for report in received:
+            for user, _tid, at, _part in report["receipts"]:
+                times.setdefault(user, []).append(at)
+        for user, seen in times.items():
+            slots = [j for j, p in enumerate(published) if int(user[1:]) < p["k"]]
+            for j, at in zip(slots, seen):
+                got[j][user] = at
+            unmatched += max(0, len(seen) - len(slots))
+        return got, unmatched
+    index = {p["tweet"]: j for j, p in enumerate(published)}
+    for report in received:
+        for user, tid, at, _part in report["receipts"]:
+            j = index.get(tid)
+            if j is None:
+                unmatched += 1
+                continue
+            got[j][user] = min(at, got[j].get(user, at))
+    return got, unmatched
+
+
+def watch_runs(fanout: type[WatchFanout], settings: Settings, args: argparse.Namespace, workdir: Path,
+               rnd: int) -> list[dict]:
+    """Every ``--watchers`` count on one server (``fanout``'s), each kind of change in turn; then who
+    received what."""
+    fan = fanout(settings, args, workdir, rnd)
+    tag = f"[{fan.part}]"
     rows: list[dict] = []
     try:
         for k in sorted(set(args.watchers)):
             opening = time.monotonic()
             fan.open_watchers(k)
-            print(f"[watch] {k:,} streams open ({time.monotonic() - opening:.0f}s)", flush=True)
+            print(f"{tag} {k:,} streams open ({time.monotonic() - opening:.0f}s)", flush=True)
             time.sleep(args.settle)
             idle = fan.idle(args.idle_seconds)
-            for kind in ("author", "inbox"):
+            for kind in fan.kinds:
                 row = fan.deliver(kind, k, idle)
-                row["round"] = rnd
+                row.update(round=rnd, part=fan.part)
                 rows.append(row)
-                print(f"[watch] {kind} change to {k:,} watchers: {row['server_ms_per_change']:.1f} ms server CPU"
+                print(f"{tag} {kind} change to {k:,} watchers: {row['server_ms_per_change']:.1f} ms server CPU"
                       f" per change (idle {row['idle_server_pct']:.1f} %)", flush=True)
     finally:
         received = fan.close()
-    by_tweet: dict[str, dict[str, float]] = {}  # tweet -> watcher -> first receipt
-    for report in received:
-        for user, tid, at, _part in report["receipts"]:
-            seen = by_tweet.setdefault(tid, {})
-            seen[user] = min(at, seen.get(user, at))
+    published = fan.published
+    got, unmatched = receipts_per_change(received, published, in_order=fanout is FloorFanout)
+    ended = [r.get("ended") for r in received if r.get("ended")]
     for row in rows:
-        mine = [p for p in fan.published if p["measured"] and p["kind"] == row["kind"] and p["k"] == row["watchers"]]
+        mine = [j for j, p in enumerate(published)
+                if p["measured"] and p["kind"] == row["kind"] and p["k"] == row["watchers"]]
         expected = {f"w{i}" for i in range(row["watchers"])}
-        got = [len(expected & by_tweet.get(p["tweet"], {}).keys()) for p in mine]
-        spans = sorted(max(by_tweet[p["tweet"]].values()) - p["at"] for p in mine if p["tweet"] in by_tweet)
-        row["received"] = sum(got)
+        spans = sorted(max(got[j].values()) - published[j]["at"] for j in mine if got[j])
+        row["received"] = sum(len(expected & got[j].keys()) for j in mine)
         row["expected"] = row["watchers"] * len(mine)
         row["last_receipt_ms_p50"] = pct(spans, 0.5) * 1000
         row["last_receipt_ms_max"] = spans[-1] * 1000 if spans else math.nan
-    row_streams = [r.get("ended") for r in received if r.get("ended")]
-    for row in rows:
-        row["streams_ended_early"] = row_streams
+        row["unmatched_receipts"] = unmatched
+        row["streams_ended_early"] = ended
     return rows
 
 
@@ -652,22 +883,37 @@ def print_reads(rows: list[dict]) -> None:
 
 
 def print_watch(rows: list[dict]) -> None:
+    """The watch and watchfloor rows, by round and watcher count (the floor's beside the server's);
+    ``x floor``: µs per watcher over the floor row's of the same round and count."""
+    order = {"author": 0, "inbox": 1, "floor": 2}
+    rows = sorted(rows, key=lambda r: (r["round"], r["watchers"], order.get(r["kind"], 3)))
+    floors = {(r["round"], r["watchers"]): r["server_us_per_watcher"] for r in rows if r["kind"] == "floor"}
     rounds = len({r["round"] for r in rows}) > 1
-    print(f"\n{'watch fan-out':<24} {'server ms/change':>16} {'(p50)':>6} {'us/watcher':>10} {'idle srv %':>10}"
-          f" {'client ms/change':>16} {'last recv ms p50/max':>20} {'received':>15}  load 1m")
+    print(f"\n{'watch fan-out':<24} {'server ms/change':>16} {'(p50)':>6} {'us/watcher':>10} {'x floor':>7}"
+          f" {'idle srv %':>10} {'client ms/change':>16} {'last recv ms p50/max':>20} {'received':>15}  load 1m")
     for r in rows:
         name = f"{r['kind']} -> {r['watchers']:,}" + (f" #{r['round']}" if rounds else "")
         recv = f"{r['received']:,}/{r['expected']:,}"
+        floor = floors.get((r["round"], r["watchers"])) if r["kind"] != "floor" else None
+        x_floor = r["server_us_per_watcher"] / floor if floor else None
         print(f"{name:<24} {_num(r['server_ms_per_change'], 1):>16} {_num(r['server_ms_per_change_p50'], 1):>6}"
-              f" {_num(r['server_us_per_watcher']):>10} {_num(r['idle_server_pct'], 1):>10}"
+              f" {_num(r['server_us_per_watcher']):>10} {_num(x_floor, 2):>7} {_num(r['idle_server_pct'], 1):>10}"
               f" {_num(r['client_ms_per_change'], 1):>16}"
               f" {_num(r['last_receipt_ms_p50']) + ' / ' + _num(r['last_receipt_ms_max']):>20} {recv:>15}"
               f"  {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
         if not r["messages_complete"] or r["received"] != r["expected"]:
             print(f"  {name}: not every watcher received every change (server messages complete:"
                   f" {r['messages_complete']})")
-    if rows and rows[0]["streams_ended_early"]:
-        print(f"  streams ended early: {rows[0]['streams_ended_early']}")
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        part = r.get("part", "watch")
+        if r.get("streams_ended_early"):
+            notes.setdefault(part, []).append(f"streams ended early: {r['streams_ended_early']}")
+        if part == "watchfloor" and r.get("unmatched_receipts"):
+            notes.setdefault(part, []).append(f"{r['unmatched_receipts']:,} messages more than changes")
+    for part, lines in notes.items():
+        for line in dict.fromkeys(lines):
+            print(f"  {part}: {line}")
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -704,9 +950,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--populate-only", action="store_true")
     g.add_argument("--drop", action="store_true", help="drop the keyspace and the change topic at the end")
     parser.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-watch-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_floor:
         serve_floor(args.serve_floor)
+        return 0
+    if args.serve_watch_floor:
+        serve_watch_floor(args.serve_watch_floor)
         return 0
     only = [p.strip() for p in args.only.split(",") if p.strip()]
     if unknown := set(only) - set(PATHS):
@@ -723,7 +973,8 @@ def main(argv: list[str] | None = None) -> int:
 
     exit_on_sigterm()
     settings = replace(Settings.from_env(), keyspace=args.keyspace).with_topic_suffix(TOPIC_SUFFIX)
-    meta = dataset(settings, args)
+    # the watch floor alone needs neither the data set nor the stack
+    meta = dataset(settings, args) if args.populate_only or set(only) - {"watchfloor"} else {}
     if args.populate_only:
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="bench-read-cost-"))
@@ -736,8 +987,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for rnd in range(1, args.rounds + 1):
             for path in only:
-                if path == "watch":
-                    results["watch"] += watch_runs(settings, args, workdir, rnd)
+                if path in ("watch", "watchfloor"):
+                    results["watch"] += watch_runs(FloorFanout if path == "watchfloor" else WatchFanout,
+                                                   settings, args, workdir, rnd)
                     continue
                 r = read_run(path, rnd, settings, meta, args, workdir, token)
                 results["reads"].append(r)

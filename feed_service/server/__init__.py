@@ -14,7 +14,8 @@ Small modules, one job each:
 - :mod:`.hydration`  display names of entries, through the profile cache
 - :mod:`.watch`      WatchHomeTimeline streams, polled or pushed (:mod:`.watch_hub`, :mod:`.change_feed`);
                      a pushed change encoded once for all its watchers (:mod:`.watch_frames`)
-- :mod:`.read_cache` the exact cache of timeline heads the change topic keeps
+- :mod:`.read_cache` the exact cache of timeline heads the change topic keeps, and their encoded pages
+- :mod:`.registration` the service on a ``grpc.aio`` server, with responses that may come encoded
 - :mod:`.app`        ``TimelineServer``: lifecycle, health, reflection, metrics endpoint, shutdown
 - :mod:`.metrics`    Prometheus collectors; :mod:`.logs` structured JSON logging
 

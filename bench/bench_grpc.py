@@ -85,11 +85,25 @@ def author_tweets(a: int, per_author: int, rng: random.Random) -> list[tuple]:
              1 + i % 2) for i in range(per_author)]
 
 
+def write_retrying(writer, **rows) -> None:
+    """``writer.write(**rows)``, again after a pause when some writes failed (up to 5 tries): the
+    writes are idempotent, so a chunk that timed out on a busy node is simply written again."""
+    from feed_service.errors import WriteFailed
+
+    for attempt in range(5):
+        try:
+            writer.write(**rows)
+            return
+        except WriteFailed:
+            if attempt == 4:
+                raise
+            time.sleep(1 + attempt)
+
+
 def populate(settings: Settings, args: argparse.Namespace) -> dict:
     from feed_service.store.schema import apply_schema
     from feed_service.store.session import connect
     from feed_service.core.rows import Entry, ProfileRow, ProfileWrite, TimelineWrite
-    from feed_service.errors import WriteFailed
     from feed_service.store.cassandra_writer import CassandraWriter
 
     cluster, session = connect(settings)
@@ -100,15 +114,8 @@ def populate(settings: Settings, args: argparse.Namespace) -> dict:
             session.execute(ddl.format(ks=settings.keyspace), timeout=60)
         writer = CassandraWriter(session, settings.keyspace, concurrency=64)
 
-        def write(**rows) -> None:  # writes are idempotent: a timed-out chunk is simply written again
-            for attempt in range(5):
-                try:
-                    writer.write(**rows)
-                    return
-                except WriteFailed:
-                    if attempt == 4:
-                        raise
-                    time.sleep(1 + attempt)
+        def write(**rows) -> None:
+            write_retrying(writer, **rows)
 
         rng = random.Random(42)
         tweets = {a: author_tweets(a, args.tweets_per_author, rng) for a in range(args.authors)}

@@ -174,7 +174,7 @@ def populate(settings: Settings, params: dict) -> dict:
     ``CassandraWriter`` (the rows the stream would write), then the marker row."""
     from feed_service.core.rows import (AuthorTimelineWrite, Entry, ProfileRow, ProfileWrite, PullFollowWrite,
                                         TimelineWrite, TweetWrite)
-    from feed_service.errors import WriteFailed
+    from bench_grpc import write_retrying
     from feed_service.store.cassandra_writer import CassandraWriter
     from feed_service.store.schema import apply_schema
     from feed_service.store.session import connect
@@ -188,15 +188,8 @@ def populate(settings: Settings, params: dict) -> dict:
         apply_schema(session, settings.keyspace)
         writer = CassandraWriter(session, settings.keyspace, concurrency=64)
 
-        def write(**rows: list) -> None:  # idempotent: a chunk that timed out is simply written again
-            for attempt in range(5):
-                try:
-                    writer.write(**rows)
-                    return
-                except WriteFailed:
-                    if attempt == 4:
-                        raise
-                    time.sleep(1 + attempt)
+        def write(**rows: list) -> None:
+            write_retrying(writer, **rows)
 
         rng = random.Random(42)
         text = "x" * 80

@@ -278,10 +278,11 @@ class ReadCache:
         return await read()
 
     # -- the hit path: no await, no task ----------------------------------------------------
-    def home_rows(self, user_id: str, n: int, before: Cursor | None) -> tuple[list[list[Entry]], Sources] | None:
+    def home_rows(self, user_id: str, n: int,
+                  before: Cursor | None) -> tuple[list[list[Entry]], Sources, int] | None:
         """The ``n`` newest rows older than ``before`` of every source of ``user_id``'s home
-        timeline (its inbox first, then each pull author's), newest first, and the pull authors'
-        heads with their stamps; None unless every source is cached and can say."""
+        timeline (its inbox first, then each pull author's), newest first, the pull authors' heads
+        with their stamps, and the inbox head's stamp; None unless every source is cached and can say."""
         if not self.usable:
             return None
         data = self._data
@@ -304,7 +305,7 @@ class ReadCache:
             sources.append(rows)
             stamps.append((ck, author_head, author_head.stamp))
         self.hits += 1 + len(stamps)
-        return sources, tuple(stamps)
+        return sources, tuple(stamps), head.stamp
 
     def page_memo(self, user_id: str, key: PageKey) -> bytes | None:
         """The encoded page ``key`` of ``user_id``'s home timeline, if one is kept and none of its
@@ -336,11 +337,6 @@ class ReadCache:
         if key not in pages and len(pages) >= MAX_PAGES_PER_HEAD:
             del pages[next(iter(pages))]
         pages[key] = (sources, encoded)
-
-    def head_stamp(self, user_id: str) -> int | None:
-        """The stamp of ``user_id``'s cached inbox head (None: not cached)."""
-        head = self._data.get(("home", user_id))
-        return None if head is None else head.stamp
 
     def cached(self, kind: str, key: str) -> bool:
         return (kind, key) in self._data

@@ -61,11 +61,10 @@ class TimelineReads:
         cache = self.live_cache()
         if cache is None:
             return None
-        stamp = cache.head_stamp(user_id)
         got = cache.home_rows(user_id, limit, before)
-        if got is None or stamp is None:
+        if got is None:
             return None
-        sources, authors = got
+        sources, authors, stamp = got
         rows = sources[0] if len(sources) == 1 else merge_newest(sources, limit)
         return rows, authors, stamp
 
@@ -84,10 +83,6 @@ class TimelineReads:
                 return got.entries
             pulled = await self.pull.pages(store, authors, before=before, limit=limit, timeout=budget)
             return merge_newest([got.entries, *pulled], limit)
-        hit = cache.home_rows(user_id, limit, before)
-        if hit is not None:
-            sources, _ = hit
-            return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
         got = await cache.home(user_id, limit, before,
                                lambda n: store.inbox(user_id, before=before, limit=n, timeout=budget))
         authors = got.pull_authors

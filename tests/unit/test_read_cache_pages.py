@@ -11,7 +11,6 @@ tests/integration/test_push_watch.py.
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -19,12 +18,13 @@ import pytest
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
-from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.config import ServerConfig
 from feed_service.server.read_cache import ReadCache
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.server.watch_hub import WatchHub
 from feed_service.store.memory import MemoryStore
+
+from . import test_read_cache
 
 USER = "ann"
 PULL = ("star", "idol")
@@ -37,32 +37,13 @@ def config(**kw) -> ServerConfig:
     return ServerConfig(**{**base, **kw})
 
 
-class ScriptedFeed:
-    """One partition; ``publish`` appends a change, ``deliver`` applies what is pending (on the loop)."""
-
-    def __init__(self) -> None:
-        self.live = True
-        self.position = {0: 0}
-        self.topic: list[object] = []
-        self.cache: ReadCache | None = None
-
-    def deliver(self) -> None:
-        batch = [Consumed(0, o, self.topic[o]) for o in range(self.position[0], len(self.topic))]
-        self.position[0] = len(self.topic)
-        if batch:
-            self.cache.apply(batch)
+class ScriptedFeed(test_read_cache.ScriptedFeed):
+    """test_read_cache's scripted feed (one partition; ``deliver`` applies what is pending), which
+    also says whether changes are pending."""
 
     @property
     def pending(self) -> bool:
         return self.position[0] < len(self.topic)
-
-    async def high_watermarks_after(self, moment: float) -> dict[int, int]:
-        return {0: len(self.topic)}
-
-    async def wait_reached(self, target: dict[int, int], timeout: float) -> bool:
-        if self.position[0] < target[0]:
-            self.deliver()
-        return True
 
 
 class DeliveringStore(MemoryStore):

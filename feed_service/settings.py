@@ -40,6 +40,20 @@ Replication and consistency (docs/cluster.md; the defaults suit the single-node 
 - ``FEED_TOPIC_REPLICATION``      replication factor of every topic provisioning creates (default 0:
   ``schemas/topics.json``'s, which is 1)
 - ``FEED_TOPIC_MIN_INSYNC_REPLICAS``  ``min.insync.replicas`` of every topic (default 0: the broker's)
+
+Security (docs/security.md; the defaults are the single-node stack's plaintext on loopback, a
+``feedctl stack env`` of a secured stack prints the values that point at it):
+
+- ``FEED_KAFKA_SECURITY_PROTOCOL``  ``PLAINTEXT`` (default) or ``SASL_SSL`` (TLS, SCRAM-SHA-512 as the
+  process's role)
+- ``FEED_CASSANDRA_TLS``           1: client-to-node TLS (default 0)
+- ``FEED_CASSANDRA_AUTH``          1: log in as the process's role (PasswordAuthenticator; default 0)
+- ``FEED_TLS_CA_FILE``             the CA certificate (PEM) that Kafka brokers and Cassandra nodes are
+  verified against (default: the system's trust store)
+- ``FEED_CREDENTIALS_DIR``         a folder with one sub-folder per role holding ``kafka.password`` and
+  ``cassandra.password`` (:mod:`feed_service.security.roles`); read when a connection opens, never
+  put on a command line or in a log
+- ``FEED_ROLE``                    the role this process acts as when its command does not imply one
 """
 
 from __future__ import annotations
@@ -53,6 +67,7 @@ from feed_service import resources
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD
 from feed_service.core.retention import DEFAULT_HISTORY_HORIZON_S, Retention
 from feed_service.errors import ConfigError
+from feed_service.security.roles import check_role
 
 DEFAULT_TRIM_SLACK = 200
 """Rows above the cap a stored timeline may reach before it is trimmed (docs/trimming.md: a trim reads
@@ -201,6 +216,17 @@ def parse_flag(value: str, name: str) -> bool:
         raise ConfigError(f"{name} must be 1 or 0, got {value!r}") from None
 
 
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_SSL")
+"""Client security protocols the service speaks: plaintext (the single-node stack) or TLS with SCRAM."""
+
+
+def check_kafka_security_protocol(value: str) -> str:
+    """``value`` if it is one of :data:`KAFKA_SECURITY_PROTOCOLS`."""
+    if value not in KAFKA_SECURITY_PROTOCOLS:
+        raise ConfigError(f"kafka security protocol must be one of {', '.join(KAFKA_SECURITY_PROTOCOLS)}, got {value!r}")
+    return value
+
+
 def check_view_changes(value: bool) -> bool:
     """``value`` if it is a boolean (whether the stream publishes the view's changes)."""
     if type(value) is not bool:
@@ -257,6 +283,19 @@ class Settings:
     """Replication factor of every topic (0: the one of ``schemas/topics.json``)."""
     topic_min_insync_replicas: int = 0
     """``min.insync.replicas`` of every topic (0: the broker's default)."""
+    kafka_security_protocol: str = "PLAINTEXT"
+    """``PLAINTEXT`` or ``SASL_SSL`` (TLS to every broker, SCRAM-SHA-512 login as :attr:`role`)."""
+    cassandra_tls: bool = False
+    """Whether the driver speaks TLS to Cassandra (verified against :attr:`tls_ca_file`)."""
+    cassandra_auth: bool = False
+    """Whether the driver logs in to Cassandra as :attr:`role`."""
+    tls_ca_file: str = ""
+    """CA certificate (PEM) that brokers and Cassandra nodes are verified against ("": the system's)."""
+    credentials_dir: str = ""
+    """Folder of per-role password files (:func:`feed_service.security.roles.password_file`)."""
+    role: str = ""
+    """The role this process logs in as (one of :data:`feed_service.security.roles.ROLES`; "": none yet,
+    which is an error only once a login is needed)."""
 
     def __post_init__(self) -> None:
         check_inbox_cap(self.inbox_cap)
@@ -270,6 +309,9 @@ class Settings:
         check_consistency(self.write_consistency, "write consistency")
         check_consistency(self.read_consistency, "read consistency")
         check_topic_replication(self.topic_replication, self.topic_min_insync_replicas)
+        check_kafka_security_protocol(self.kafka_security_protocol)
+        if self.role:
+            check_role(self.role)
         if self.cassandra_local_dc and not _DATA_CENTRE.fullmatch(self.cassandra_local_dc):
             raise ConfigError(f"invalid Cassandra data centre name {self.cassandra_local_dc!r}")
         object.__setattr__(self, "topics", _with_replication(self.topics, self.topic_replication,
@@ -288,6 +330,17 @@ class Settings:
 
     def topic(self, role: str) -> str:
         return self.topics[role].name
+
+    @property
+    def secured(self) -> bool:
+        """Whether any link needs credentials or TLS material (docs/security.md)."""
+        return self.kafka_security_protocol != "PLAINTEXT" or self.cassandra_tls or self.cassandra_auth
+
+    def as_role(self, role: str) -> "Settings":
+        """These settings for a process acting as ``role`` (a command's own role: the stream, the read
+        server...); an explicit ``FEED_ROLE`` is kept, so an operator can run a tool with less."""
+        check_role(role)
+        return self if self.role else replace(self, role=role)
 
     def replace(self, **changes: object) -> "Settings":
         """A copy with ``changes`` applied, validated like any new settings."""
@@ -320,6 +373,12 @@ class Settings:
                 read_consistency=env.get("FEED_CASSANDRA_READ_CONSISTENCY", "ONE").upper(),
                 topic_replication=int(env.get("FEED_TOPIC_REPLICATION", "0")),
                 topic_min_insync_replicas=int(env.get("FEED_TOPIC_MIN_INSYNC_REPLICAS", "0")),
+                kafka_security_protocol=env.get("FEED_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper(),
+                cassandra_tls=parse_flag(env.get("FEED_CASSANDRA_TLS", "0"), "FEED_CASSANDRA_TLS"),
+                cassandra_auth=parse_flag(env.get("FEED_CASSANDRA_AUTH", "0"), "FEED_CASSANDRA_AUTH"),
+                tls_ca_file=env.get("FEED_TLS_CA_FILE", ""),
+                credentials_dir=env.get("FEED_CREDENTIALS_DIR", ""),
+                role=env.get("FEED_ROLE", ""),
             )
         except ValueError as exc:
             if isinstance(exc, ConfigError):
@@ -354,4 +413,10 @@ class Settings:
             "FEED_CASSANDRA_READ_CONSISTENCY": self.read_consistency,
             "FEED_TOPIC_REPLICATION": str(self.topic_replication),
             "FEED_TOPIC_MIN_INSYNC_REPLICAS": str(self.topic_min_insync_replicas),
+            "FEED_KAFKA_SECURITY_PROTOCOL": self.kafka_security_protocol,
+            "FEED_CASSANDRA_TLS": "1" if self.cassandra_tls else "0",
+            "FEED_CASSANDRA_AUTH": "1" if self.cassandra_auth else "0",
+            "FEED_TLS_CA_FILE": self.tls_ca_file,
+            "FEED_CREDENTIALS_DIR": self.credentials_dir,
+            "FEED_ROLE": self.role,
         }

@@ -84,6 +84,9 @@ class StackConfig:
     topology: str = SINGLE
     spark_master_port: int = 7077
     spark_webui_port: int = 8080
+    secure: bool = False
+    """TLS and logins on every link, least-privilege roles (docs/security.md): the cluster topology's
+    default; an opt-in for the single-node stack, which stays plaintext on loopback for speed."""
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -122,6 +125,10 @@ class StackConfig:
         env = {name: value for name, value in self.settings().to_env().items() if name in STACK_VARIABLES}
         if self.spark_master_url:
             env["FEED_SPARK_MASTER"] = self.spark_master_url
+        if self.secure:
+            from feed_service.stack.stack_secrets import StackSecrets
+
+            env.update(StackSecrets(self).environment())
         return env
 
     @classmethod
@@ -132,6 +139,9 @@ class StackConfig:
         env = os.environ
         topology = topology or env.get("FEED_STACK_TOPOLOGY", SINGLE)
         base = cls(topology=topology, **({**CLUSTER_HEAPS, **CLUSTER_PORTS} if topology == CLUSTER else {}))
+        from feed_service.settings import parse_flag
+
+        secure = parse_flag(env.get("FEED_STACK_SECURE", "1" if topology == CLUSTER else "0"), "FEED_STACK_SECURE")
         return replace(
             base,
             data_dir=default_data_dir(topology),
@@ -144,6 +154,7 @@ class StackConfig:
             kafka_heap=env.get("FEED_KAFKA_HEAP", base.kafka_heap),
             spark_master_port=int(env.get("FEED_SPARK_MASTER_PORT", base.spark_master_port)),
             spark_webui_port=int(env.get("FEED_SPARK_WEBUI_PORT", base.spark_webui_port)),
+            secure=secure,
         )
 
     @classmethod
@@ -154,7 +165,7 @@ class StackConfig:
         hosts = CLUSTER_HOSTS if topology == CLUSTER else (LOOPBACK,)
         ports = free_ports(6, hosts=hosts)
         if topology == CLUSTER:
-            changes = {**CLUSTER_HEAPS, **changes}
+            changes = {**CLUSTER_HEAPS, "secure": True, **changes}
         return cls(
             data_dir=data_dir,
             cache_dir=cache_dir if cache_dir is not None else default_cache_dir(),
@@ -186,6 +197,7 @@ class StackConfig:
             return None
         record["data_dir"] = Path(record["data_dir"])
         record["cache_dir"] = Path(record["cache_dir"])
+        record.setdefault("secure", False)  # recorded before stacks could be secured
         return cls(**record)
 
 

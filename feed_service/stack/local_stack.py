@@ -100,6 +100,12 @@ class LocalStack:
         """Fetch, start and wait for every service. Returns seconds per step, for the record."""
         timings = self.fetch()
         self.config.save()
+        if self.config.secure:
+            from feed_service.stack.stack_secrets import StackSecrets
+
+            started = time.monotonic()
+            StackSecrets(self.config).prepare()  # before any node renders a config that names the files
+            timings["secrets"] = time.monotonic() - started
         nodes = [(node, self.config.kafka_port, KAFKA_READY_TIMEOUT) for node in self.kafka_nodes]
         nodes += [(node, self.config.cassandra_port, CASSANDRA_READY_TIMEOUT) for node in self.cassandra_nodes]
         started_at = time.monotonic()

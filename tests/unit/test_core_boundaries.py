@@ -49,18 +49,25 @@ LAYERS: tuple[Layer, ...] = (
     Layer("errors", ("feed_service.errors",)),
     Layer("distribution", ("feed_service.distribution",)),  # pure size summaries (feedctl state-stats)
     Layer("core", ("feed_service.core",), ("errors",)),
-    Layer("settings", ("feed_service.settings", "feed_service.resources"), ("core", "errors")),
+    Layer("roles", ("feed_service.security.roles",), ("errors",)),  # pure: who may do what
+    Layer("settings", ("feed_service.settings", "feed_service.resources"), ("core", "errors", "roles")),
+    # secret files and the local CA (the cryptography package)
+    Layer("security", ("feed_service.security",), ("errors", "roles", "settings"), ("cryptography",)),
     Layer("api", ("feed_service.api",), libraries=("grpc", "google", "grpc_tools")),  # generated gRPC stubs
-    Layer("kafka", ("feed_service.kafka",), ("core", "errors", "settings"), ("confluent_kafka", "fastjsonschema")),
-    Layer("store", ("feed_service.store",), ("core", "errors", "settings", "distribution"), ("cassandra",)),
-    Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api", "kafka"),
+    Layer("kafka", ("feed_service.kafka",), ("core", "errors", "settings", "roles", "security"),
+          ("confluent_kafka", "fastjsonschema")),
+    Layer("store", ("feed_service.store",), ("core", "errors", "settings", "distribution", "roles", "security"),
+          ("cassandra",)),
+    Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api", "kafka", "roles",
+                                               "security"),
           ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
-    Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings")),
+    Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings", "roles", "security")),
     # The local stack starts processes; it probes Kafka and Cassandra and fetches the Kafka connector for Spark.
-    Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops"),
+    Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops", "roles", "security"),
           ("confluent_kafka", "cassandra", "pyspark")),
     Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
+                                          "roles", "security",
                                           # the Kafka connector's jars of a session not spark-submitted
                                           "feed_service.stack.spark_connector"),
           ("pyspark", "pandas", "pyarrow", "prometheus_client")),  # prometheus_client: the stream's /metrics

@@ -67,7 +67,7 @@ def _reap_stale_stacks() -> None:
 
 
 @contextmanager
-def _test_stack(topology: str) -> Iterator[StackConfig]:
+def _test_stack(topology: str, **changes: object) -> Iterator[StackConfig]:
     """A stack of ``topology`` in its own run folder with free ports, up for the block, then stopped
     and removed (kept with FEED_KEEP_TEST_STACK=1)."""
     from feed_service.stack.local_stack import LocalStack
@@ -76,7 +76,7 @@ def _test_stack(topology: str) -> Iterator[StackConfig]:
     run_dir = TEST_STACKS / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}-{topology}"
     run_dir.mkdir(parents=True)
     (run_dir / "owner.pid").write_text(str(os.getpid()))
-    config = StackConfig.with_free_ports(run_dir, topology=topology)
+    config = StackConfig.with_free_ports(run_dir, topology=topology, **changes)
     stack = LocalStack(config)
     try:
         timings = stack.up()
@@ -104,6 +104,16 @@ def cluster_stack_config() -> Iterator[StackConfig]:
     from feed_service.stack.config import CLUSTER
 
     with _test_stack(CLUSTER) as config:
+        yield config
+
+
+@pytest.fixture(scope="module")
+def secure_stack_config() -> Iterator[StackConfig]:
+    """A secured stack (TLS and logins on every link, least-privilege roles: docs/security.md): the
+    cluster topology, or with FEED_TEST_SECURE_TOPOLOGY=single one node of each (quicker to iterate)."""
+    from feed_service.stack.config import CLUSTER
+
+    with _test_stack(os.environ.get("FEED_TEST_SECURE_TOPOLOGY", CLUSTER), secure=True) as config:
         yield config
 
 

@@ -48,7 +48,8 @@ CLUSTER_DATA_CENTRE = "datacenter1"
 
 #: The settings a stack decides (:meth:`StackConfig.environment`).
 STACK_VARIABLES = frozenset({
-    "FEED_KAFKA_BOOTSTRAP", "FEED_CASSANDRA_HOSTS", "FEED_CASSANDRA_PORT", "FEED_CASSANDRA_REPLICATION",
+    "FEED_KAFKA_SECURITY_PROTOCOL", "FEED_CASSANDRA_TLS", "FEED_CASSANDRA_AUTH", "FEED_TLS_CA_FILE",
+    "FEED_CREDENTIALS_DIR", "FEED_KAFKA_BOOTSTRAP", "FEED_CASSANDRA_HOSTS", "FEED_CASSANDRA_PORT", "FEED_CASSANDRA_REPLICATION",
     "FEED_CASSANDRA_LOCAL_DC", "FEED_CASSANDRA_WRITE_CONSISTENCY", "FEED_CASSANDRA_READ_CONSISTENCY",
     "FEED_TOPIC_REPLICATION", "FEED_TOPIC_MIN_INSYNC_REPLICAS",
 })
@@ -107,11 +108,19 @@ class StackConfig:
         return f"spark://{self.host}:{self.spark_master_port}" if self.topology == CLUSTER else None
 
     def settings(self, *, keyspace: str = "feed") -> "Settings":
-        """The service settings that point at this stack (a cluster: replication 3, quorum reads and writes)."""
+        """The service settings that point at this stack (a cluster: replication 3, quorum reads and writes;
+        a secured stack: TLS and the roles' logins, no role chosen: each component takes its own)."""
         from feed_service.settings import Settings
 
         settings = Settings(kafka_bootstrap=self.kafka_bootstrap, cassandra_hosts=self.hosts,
                             cassandra_port=self.cassandra_port, keyspace=keyspace)
+        if self.secure:
+            from feed_service.stack.stack_secrets import StackSecrets
+
+            secrets = StackSecrets(self)
+            settings = settings.replace(kafka_security_protocol="SASL_SSL", cassandra_tls=True, cassandra_auth=True,
+                                        tls_ca_file=str(secrets.ca_file),
+                                        credentials_dir=str(secrets.credentials_dir))
         if self.topology == SINGLE:
             return settings
         return settings.replace(

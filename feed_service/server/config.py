@@ -165,7 +165,7 @@ def load_config(
     """Build the configuration (not yet validated: call :meth:`ServerConfig.validated`)."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
-    settings = Settings.from_env() if env is os.environ else _settings_from(env)
+    settings = (Settings.from_env() if env is os.environ else _settings_from(env)).as_role("server")
     path = path or env.get("FEED_CONFIG") or None
     if path is not None:
         try:

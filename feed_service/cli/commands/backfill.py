@@ -22,4 +22,4 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.settings import Settings
     from spark_jobs.backfill import options_from_args, run as run_backfill
 
-    return run_backfill(Settings.from_env(), options_from_args(args))
+    return run_backfill(Settings.from_env().as_role("backfill"), options_from_args(args))

@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.ops.provision import provision
     from feed_service.settings import Settings
 
-    settings = Settings.from_env()
+    settings = Settings.from_env().as_role("admin")
     for report in provision(settings):
         print(f"topic {report}")
     print(f"keyspace {settings.keyspace}: schema applied")

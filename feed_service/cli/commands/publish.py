@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.kind is None):
         edge_ops = ", ".join(op for kind in EDGE_KINDS.values() for op in kind.ops)
         args._parser.error(f"give either an event kind (tweet, delete, {edge_ops}, profile) or --file")
-    settings = settings_from_args(args)
+    settings = settings_from_args(args).as_role("producer")
     if args.file is not None:
         return _run_file(args, settings)
     try:

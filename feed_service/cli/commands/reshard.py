@@ -24,4 +24,4 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.settings import Settings
     from spark_jobs.reshard import options_from_args, run as run_reshard
 
-    return run_reshard(Settings.from_env(), options_from_args(args))
+    return run_reshard(Settings.from_env().as_role("stream"), options_from_args(args))

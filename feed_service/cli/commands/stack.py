@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             from feed_service.ops.provision import provision
 
             started = time.monotonic()
-            settings = Settings.from_env({**os.environ, **config.environment()})
+            settings = Settings.from_env({**os.environ, **config.environment()}).as_role("admin")
             for report in provision(settings):
                 print(f"  topic {report}")
             print(f"  {'provision':<22} {time.monotonic() - started:6.1f}s (topics, keyspace, tables)")

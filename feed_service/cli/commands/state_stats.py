@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.session import build_session
     from spark_jobs.state_stats import QUERY_SUBDIR, collect_stats
 
-    settings = Settings.from_env()
+    settings = Settings.from_env().as_role("stream")
     checkpoint = args.checkpoint.resolve()
     if not (checkpoint / QUERY_SUBDIR).is_dir():  # before paying for a Spark session
         raise CheckpointError(f"no stream checkpoint at {checkpoint} (expected {checkpoint / QUERY_SUBDIR})")

@@ -18,4 +18,4 @@ def run(args: argparse.Namespace) -> int:
     from spark_jobs.stream.cli import options_from_args
     from spark_jobs.stream.runner import run as run_stream
 
-    return run_stream(Settings.from_env(), options_from_args(args), status_file=args.status_file)
+    return run_stream(Settings.from_env().as_role("stream"), options_from_args(args), status_file=args.status_file)

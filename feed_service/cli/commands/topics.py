@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``feedctl topics``."""
     from feed_service.kafka.topics import describe_topics, ensure_topics
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(args).as_role("admin")
     specs = list(settings.topics.values())
     try:
         if args.action == "create":

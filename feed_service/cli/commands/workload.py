@@ -115,7 +115,7 @@ def _to_kafka(args: argparse.Namespace, events: Iterator[dict[str, Any]]) -> str
     from feed_service.workload.sinks import publish_workload
 
     try:
-        publish_workload(settings_from_args(args), events)
+        publish_workload(settings_from_args(args).as_role("producer"), events)
     except ProducerError as exc:
         return str(exc)
     return None

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from feed_service.errors import CheckpointError
+
+log = logging.getLogger(__name__)
 
 #: The Spark query's own checkpoint inside the stream's ``--checkpoint`` folder.
 QUERY_DIR = "join"
@@ -34,6 +38,26 @@ PROGRESS_NAME = "progress.json"
 #: A progress file younger than this says a stream may still be running (on a host whose lock this
 #: one cannot see, or of a release that did not take the lock).
 RECENT_PROGRESS_SECONDS = 10.0
+
+
+def guard_permissions(checkpoint: Path) -> None:
+    """Create ``checkpoint`` readable by its owner only, and refuse one that anybody may write.
+
+    The checkpoint holds the join's whole state (every follow edge, block, mute and retained tweet)
+    and decides what the stream writes next: whoever can write it can rewrite every timeline, whoever
+    can read it reads the social graph (docs/security.md). A group-writable folder (a shared volume
+    whose group is the job's, as a Kubernetes ``fsGroup`` makes it) is allowed with a warning.
+    """
+    if not checkpoint.exists():
+        checkpoint.mkdir(parents=True, mode=0o700)
+        return
+    mode = checkpoint.stat().st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise CheckpointError(f"checkpoint {checkpoint} is writable by every user (mode {stat.S_IMODE(mode):o}): "
+                              f"anyone could rewrite the join's state; chmod o-w it (700 is best)")
+    if mode & (stat.S_IWGRP | stat.S_IROTH):
+        log.warning("checkpoint %s is readable or writable beyond its owner (mode %o): it holds the social "
+                    "graph; chmod 700 it unless a shared volume needs the group", checkpoint, stat.S_IMODE(mode))
 
 
 def query_dir(checkpoint: Path) -> Path:
@@ -138,7 +162,7 @@ class CheckpointLock:
 
     @classmethod
     def acquire(cls, checkpoint: Path, holder: str) -> "CheckpointLock":
-        checkpoint.mkdir(parents=True, exist_ok=True)
+        guard_permissions(checkpoint)
         path = checkpoint / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -100,8 +100,11 @@ class SparkStandalone:
         worker_cores: int = 1,
         worker_memory: str = "1g",
         daemon_memory: str = "256m",
+        auth_secret_file: Path | None = None,
     ) -> None:
-        """``worker_ports``/``worker_webui_ports``: one per worker; None (or 0) lets the kernel choose."""
+        """``worker_ports``/``worker_webui_ports``: one per worker; None (or 0) lets the kernel choose.
+        ``auth_secret_file``: the shared secret that authenticates and encrypts Spark's RPC (every
+        daemon, driver and executor must hold it: docs/security.md); None runs the cluster open."""
         self.home = Path(home).absolute()
         self.master_host = master_host
         self.master_port = master_port
@@ -115,6 +118,7 @@ class SparkStandalone:
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
         self.daemon_memory = daemon_memory
+        self.auth_secret_file = auth_secret_file
         self.master = ServiceProcess("spark-master", self.home / "master" / "master.pid",
                                      self.home / "master" / "master.log")
         self.workers = [
@@ -141,10 +145,15 @@ class SparkStandalone:
         from feed_service.stack.config import CLUSTER_HOSTS
 
         hosts = tuple(h for h in CLUSTER_HOSTS if h != config.host)[:2]
+        secret = None
+        if config.secure:
+            from feed_service.stack.stack_secrets import StackSecrets
+
+            secret = StackSecrets(config).spark_secret_file
         return cls(config.data_dir / "spark", master_host=config.host, master_port=config.spark_master_port,
                    master_webui_port=config.spark_webui_port, worker_hosts=hosts,
                    worker_ports=(config.spark_master_port,) * len(hosts),
-                   worker_webui_ports=(config.spark_webui_port,) * len(hosts))
+                   worker_webui_ports=(config.spark_webui_port,) * len(hosts), auth_secret_file=secret)
 
     @property
     def master_url(self) -> str:
@@ -203,6 +212,11 @@ class SparkStandalone:
     def start(self) -> list[int]:
         """Start the master and every worker that is not running; running ones are reused. Returns pids."""
         (self.home / "conf").mkdir(parents=True, exist_ok=True)
+        if self.auth_secret_file is not None:
+            # Read by every daemon from SPARK_CONF_DIR (never a -D flag: the process list is public).
+            from feed_service.security.spark_conf import write_defaults
+
+            write_defaults(self.home / "conf", self.auth_secret_file)
         pids = [self._start_master()]
         pids += [self.start_worker(i) for i in range(len(self.workers))]
         return pids

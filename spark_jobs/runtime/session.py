@@ -128,6 +128,10 @@ def build_session(
     cache = spark_cache_dir(cache_dir)
     code_zip = None if is_local_master(effective_master) else build_code_archive(cache)
 
+    if code_zip is not None and not submitted:
+        from spark_jobs.runtime.spark_auth import prepare_driver
+
+        prepare_driver()  # a standalone cluster's shared secret, if it has one (docs/security.md)
     jars = [] if submitted else kafka_connector_jars(cache)
     conf = session_conf(jars=jars, code_zip=code_zip, submitted=submitted, shuffle_partitions=shuffle_partitions,
                         extra_conf=extra_conf)

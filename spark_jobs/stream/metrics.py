@@ -64,7 +64,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("feed.stream")
 
 DEFAULT_METRICS_PORT = 9465
-DEFAULT_METRICS_HOST = "0.0.0.0"
+DEFAULT_METRICS_HOST = "127.0.0.1"
+"""Loopback unless configured: the endpoint has no authentication (docs/security.md); a deployment
+whose Prometheus scrapes the pod sets ``--metrics-host 0.0.0.0`` (k8s/stream-sparkapplication.yaml)."""
 #: Micro-batches take ~1-2 s in steady state on this machine (docs/streaming.md) and tens of seconds
 #: for a backlog after downtime.
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)

@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from feed_service.settings import Settings
 from feed_service.stack.config import TOPOLOGIES, StackConfig
@@ -21,11 +21,18 @@ from feed_service.stack.config import TOPOLOGIES, StackConfig
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("stack", help="start, stop or inspect the local Kafka + Cassandra stack")
-    parser.add_argument("action", choices=("up", "down", "status", "env"))
+    parser.add_argument("action", choices=("up", "down", "status", "env", "rotate-certs"),
+                        help="rotate-certs: issue every node's and client's certificate again from the stack's "
+                             "CA, then restart the nodes one at a time (docs/security.md)")
     parser.add_argument("--topology", choices=TOPOLOGIES, default=None,
                         help="one node per service (single, the default: .stack/local) or a replicated "
                              "cluster on 127.0.0.1-3 (cluster: .stack/cluster, its own ports); also "
                              "FEED_STACK_TOPOLOGY")
+    parser.add_argument("--secure", action=argparse.BooleanOptionalAction, default=None,
+                        help="up: TLS and logins on every link, a role per component (docs/security.md); the "
+                             "cluster topology's default, an opt-in for the single-node stack (also FEED_STACK_SECURE)")
+    parser.add_argument("--no-restart", action="store_true",
+                        help="rotate-certs: only issue the certificates (the nodes load them at their next start)")
     parser.add_argument("--no-provision", action="store_true", help="up: skip topics and schema")
     parser.add_argument("--json", action="store_true", help="status: machine-readable output")
     parser.set_defaults(handler=run)
@@ -35,10 +42,16 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.stack.local_stack import LocalStack, StackError
 
     wanted = StackConfig.from_env(topology=args.topology)
+    if args.secure is not None:
+        wanted = replace(wanted, secure=args.secure)
     recorded = StackConfig.load(wanted.data_dir)
     config = recorded or wanted
     if args.action == "up":
         config = wanted
+        if recorded is not None and recorded.secure != config.secure and any(s.running for s in LocalStack(recorded).status()):
+            print(f"stack up failed: the running stack in {recorded.data_dir} is "
+                  f"{'secured' if recorded.secure else 'plaintext'}; `feedctl stack down` first", file=sys.stderr)
+            return 1
         if recorded is not None and recorded.topology != config.topology and any(
                 s.running for s in LocalStack(recorded).status()):
             print(f"stack up failed: a {recorded.topology} stack is running in {recorded.data_dir}; "
@@ -49,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"export {name}={shlex.quote(value)}")
         return 0
     stack = LocalStack(config)
+    if args.action == "rotate-certs":
+        return _rotate(stack, restart=not args.no_restart)
     if args.action == "up":
         try:
             timings = stack.up()
@@ -83,3 +98,26 @@ def run(args: argparse.Namespace) -> int:
             state = f"running (pid {s.pid})" if s.running else "stopped"
             print(f"{s.name:<10} {state:<22} {s.endpoint:<22} log: {s.log_file}")
     return 0 if all(s.running for s in statuses) else 3
+
+
+def _rotate(stack, *, restart: bool) -> int:
+    """Issue the stack's certificates again (new keys, same names, same CA) and restart its nodes one
+    at a time, each back and healthy before the next: a cluster keeps serving throughout."""
+    from feed_service.stack.local_stack import StackError
+    from feed_service.stack.rolling import rolling_restart
+    from feed_service.stack.stack_secrets import StackSecrets
+
+    if not stack.config.secure:
+        print("stack rotate-certs: this stack is not secured (no certificates)", file=sys.stderr)
+        return 1
+    rotated = StackSecrets(stack.config).ca.rotate()
+    print(f"issued again: {', '.join(rotated)}")
+    if restart:
+        try:
+            for name, seconds in rolling_restart(stack).items():
+                print(f"  {name:<22} {seconds:6.1f}s")
+        except StackError as exc:
+            print(f"stack rotate-certs: {exc}", file=sys.stderr)
+            return 1
+    print("read servers load the new certificate when they restart (a rollout on Kubernetes)")
+    return 0

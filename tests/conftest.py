@@ -37,6 +37,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
+    items.sort(key=_cluster_order)  # stable: the order within each group stays pytest's
 
 
 def _owner_alive(run_dir: Path) -> bool:
@@ -97,23 +98,40 @@ def stack_config() -> Iterator[StackConfig]:
         yield config
 
 
-@pytest.fixture(scope="module")
+#: Fixtures that start a cluster stack: the tests that use them run last, so that one cluster serves
+#: them all and never idles beside the single-node tests (test_cluster.py, which kills nodes, runs last).
+CLUSTER_FIXTURES = ("cluster_stack_config", "secure_stack_config")
+
+
+def _cluster_order(item: pytest.Item) -> tuple[int, int]:
+    uses = any(name in getattr(item, "fixturenames", ()) for name in CLUSTER_FIXTURES)
+    return (int(uses), int(uses and Path(str(item.fspath)).name == "test_cluster.py"))
+
+
+@pytest.fixture(scope="session")
 def cluster_stack_config() -> Iterator[StackConfig]:
     """A running cluster stack (three brokers, three Cassandra nodes, Spark standalone with two workers:
-    docs/cluster.md) for one test module; stopped when the module is done, as it holds ~6 GiB."""
+    docs/cluster.md), secured as the topology is by default (docs/security.md); one for the session's
+    cluster tests, which run last (:data:`CLUSTER_FIXTURES`), as it holds ~6 GiB."""
     from feed_service.stack.config import CLUSTER
 
     with _test_stack(CLUSTER) as config:
         yield config
 
 
-@pytest.fixture(scope="module")
-def secure_stack_config() -> Iterator[StackConfig]:
+@pytest.fixture(scope="session")
+def secure_stack_config(request: pytest.FixtureRequest) -> Iterator[StackConfig]:
     """A secured stack (TLS and logins on every link, least-privilege roles: docs/security.md): the
-    cluster topology, or with FEED_TEST_SECURE_TOPOLOGY=single one node of each (quicker to iterate)."""
+    session's cluster, or with FEED_TEST_SECURE_TOPOLOGY=single one node of each (quicker to iterate)."""
     from feed_service.stack.config import CLUSTER
 
-    with _test_stack(os.environ.get("FEED_TEST_SECURE_TOPOLOGY", CLUSTER), secure=True) as config:
+    topology = os.environ.get("FEED_TEST_SECURE_TOPOLOGY", CLUSTER)
+    if topology == CLUSTER:
+        config = request.getfixturevalue("cluster_stack_config")
+        assert config.secure
+        yield config
+        return
+    with _test_stack(topology, secure=True) as config:
         yield config
 
 

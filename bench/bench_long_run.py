@@ -75,7 +75,9 @@ from pathlib import Path
 from typing import Any
 
 from feed_service.distribution import EMPTY, Distribution, summarize
+from feed_service.kafka.client_config import client_config
 from feed_service.ops.provision import provision
+from feed_service.security.roles import PRODUCER
 from feed_service.settings import DEFAULT_TRIM_SLACK, Settings
 from feed_service.stack.stream_process import StreamProcess
 from isolated import drop, exit_on_sigterm
@@ -129,8 +131,7 @@ def publish(settings: Settings, records: list[Record]) -> float:
         if err is not None:
             failures.append(f"{msg.topic()}: {err}")
 
-    producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": settings.kafka_bootstrap,
-                         "on_delivery": on_delivery})
+    producer = Producer(client_config(settings, PRODUCER) | PRODUCER_DEFAULTS | {"on_delivery": on_delivery})
     topics = {role: settings.topic(role) for role in SOURCE_ROLES}  # the workload has blocks and mutes too
     started = time.perf_counter()
     for n, r in enumerate(records):

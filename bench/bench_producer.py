@@ -36,7 +36,7 @@ def _fresh_settings(bootstrap: str) -> Settings:
     suffix = "bench." + uuid.uuid4().hex[:8]
     base = Settings(kafka_bootstrap=bootstrap)
     topics = {r: dataclasses.replace(s, name=f"{s.name}.{suffix}") for r, s in base.topics.items()}
-    ensure_topics(bootstrap, topics.values())
+    ensure_topics(base, topics.values())
     return dataclasses.replace(base, topics=topics)
 
 

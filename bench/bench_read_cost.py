@@ -240,7 +240,7 @@ def dataset(settings: Settings, args: argparse.Namespace) -> dict:
               f" {params['watch_users']:,} users x {params['entries']} entries", flush=True)
         meta = populate(settings, params)
         print(f"populated in {meta['populate_s']}s", flush=True)
-    ensure_topics(settings.kafka_bootstrap, [settings.topics["timeline_changes"]])
+    ensure_topics(settings, [settings.topics["timeline_changes"]])
     return meta
 
 

@@ -503,7 +503,7 @@ def read_dataset(base: Settings, args: argparse.Namespace) -> tuple[Settings, di
         meta = bench_grpc.read_meta(settings)
         if meta is None:
             raise RuntimeError(f"bench_grpc.py did not populate {args.keyspace}")
-    ensure_topics(settings.kafka_bootstrap, [settings.topics["timeline_changes"]])
+    ensure_topics(settings, [settings.topics["timeline_changes"]])
     return settings, meta
 
 

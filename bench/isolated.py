@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import ADMIN
 from feed_service.settings import Settings
 
 
@@ -24,7 +26,7 @@ def drop(settings: Settings, *, keyspace: bool = True, topics: bool = True) -> N
             print(f"  (could not drop keyspace {settings.keyspace}: {exc})")
     if not topics:
         return
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 4})
+    admin = AdminClient(client_config(settings, ADMIN) | {"log_level": 4})
     for future in admin.delete_topics([s.name for s in settings.topics.values()]).values():
         try:
             future.result(30)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from feed_service.errors import PipelineError
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 
 Offsets = dict[str, dict[str, int]]
@@ -24,12 +26,13 @@ def watermarks(settings: Settings, roles: Iterable[str] = SOURCE_ROLES, *,
     """(low, high) watermarks of every partition of the topics of ``roles``, read now.
 
     A missing topic raises :class:`~feed_service.errors.PipelineError` (not provisioned, or the
-    settings of another pipeline).
+    settings of another pipeline). Reads as ``settings.role`` (the stream's or the backfill's), else
+    the stream role: listing offsets needs ``describe`` on the topics, no group access.
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-watermarks",
-                         "enable.auto.commit": False})
+    consumer = Consumer(client_config(settings, STREAM) | {"group.id": "feed-watermarks",
+                                                           "enable.auto.commit": False})
     try:
         low: Offsets = {}
         high: Offsets = {}

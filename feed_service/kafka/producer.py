@@ -33,8 +33,10 @@ from feed_service.core.events import (
     parse_event,
 )
 from feed_service.errors import DeliveryFailed, EventRejected, FailedDelivery, ProducerClosed, ProducerError
+from feed_service.kafka.client_config import client_config
 from feed_service.kafka.keys import ROLE_OF_TYPE, record_key, topic_role
 from feed_service.kafka.versions import VersionClock
+from feed_service.security.roles import PRODUCER
 from feed_service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -112,7 +114,7 @@ class EventProducer:
 
     ``client_factory`` builds the Kafka client from the librdkafka config (which carries the
     ``on_delivery`` and ``error_cb`` callbacks); it defaults to ``confluent_kafka.Producer`` and
-    lets unit tests pass an in-memory fake.
+    lets unit tests pass an in-memory fake. It connects as ``settings.role``, else the producer role.
     """
 
     def __init__(
@@ -126,7 +128,7 @@ class EventProducer:
         client_factory: Callable[[dict[str, Any]], KafkaClient] | None = None,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
-        settings = settings or Settings.from_env()
+        settings = (settings or Settings.from_env()).as_role(PRODUCER)
         self.bootstrap = bootstrap or settings.kafka_bootstrap
         self.topics: dict[str, str] = {role: settings.topic(role) for role in ROLE_OF_TYPE.values()}
         self.topics.update(topics or {})
@@ -140,7 +142,7 @@ class EventProducer:
         self._state = State.OPEN
         if client_factory is None:
             from confluent_kafka import Producer as client_factory  # noqa: N813
-        merged = {**PRODUCER_DEFAULTS, **(config or {})}
+        merged = client_config(settings, PRODUCER) | PRODUCER_DEFAULTS | (config or {})
         merged.update({"bootstrap.servers": self.bootstrap, "on_delivery": self._on_delivery,
                        "error_cb": self._on_error})
         self._client = client_factory(merged)

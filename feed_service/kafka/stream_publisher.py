@@ -21,9 +21,11 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from feed_service.core.view_changes import ViewChange, encode, message_key, split
 from feed_service.errors import DeliveryFailed
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 
-#: The producer's settings besides the bootstrap servers.
+#: The producer's settings besides how it connects (:func:`~feed_service.kafka.client_config.client_config`).
 PRODUCER_CONFIG: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
@@ -34,7 +36,14 @@ PRODUCER_CONFIG: dict[str, Any] = {
 #: Polls of 0.1 s a message waits for room in a full local queue before the BufferError is raised.
 QUEUE_FULL_POLLS = 600
 
-_producers: dict[str, Any] = {}
+_producers: dict[tuple[str, str, str], Any] = {}
+"""The worker's producers by :func:`producer_key`."""
+
+
+def producer_key(settings: Settings) -> tuple[str, str, str]:
+    """Which of the worker's producers ``settings`` publish with: one per cluster and login (the stream
+    role's unless the settings name another)."""
+    return settings.kafka_bootstrap, settings.kafka_security_protocol, settings.as_role(STREAM).role
 
 
 def publish_dead_letters(settings: Settings, letters: Sequence[tuple[str, str]], *, timeout: float = 60.0) -> int:
@@ -60,8 +69,8 @@ def _publish(settings: Settings, role: str, what: str, messages: Iterable[tuple[
              timeout: float) -> int:
     """Produce ``messages`` (key, value) to the topic of ``role`` and wait for every acknowledgement;
     the worker's producer is dropped on any failure."""
-    bootstrap = settings.kafka_bootstrap
-    producer = _producer(bootstrap)
+    which = producer_key(settings)
+    producer = _producer(settings, which)
     failures: list[str] = []
 
     def report(err: Any, msg: Any) -> None:
@@ -77,21 +86,21 @@ def _publish(settings: Settings, role: str, what: str, messages: Iterable[tuple[
             producer.poll(0)
         remaining = producer.flush(timeout) if sent else 0
     except BaseException:
-        _producers.pop(bootstrap, None)
+        _producers.pop(which, None)
         raise
     if failures or remaining:
-        _producers.pop(bootstrap, None)
+        _producers.pop(which, None)
         raise DeliveryFailed(f"{len(failures) + remaining} of {sent} {what} not delivered to {topic}: "
                              f"{failures[:1]}", count=len(failures) + remaining)
     return sent
 
 
-def _producer(bootstrap: str) -> Any:
-    producer = _producers.get(bootstrap)
+def _producer(settings: Settings, key: tuple[str, str, str]) -> Any:
+    producer = _producers.get(key)
     if producer is None:
         from confluent_kafka import Producer
 
-        producer = _producers[bootstrap] = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+        producer = _producers[key] = Producer(client_config(settings, STREAM) | PRODUCER_CONFIG)
     return producer
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from feed_service.settings import TopicSpec
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import ADMIN
+from feed_service.settings import Settings, TopicSpec
 
 ADMIN_TIMEOUT = 30.0
 
@@ -59,18 +61,19 @@ class TopicReport:
         return f"{self.name}: {state}"
 
 
-def _admin(bootstrap: str):
+def _admin(settings: Settings):
+    """An admin client of ``settings``' cluster, logged in as the admin role unless the settings name one."""
     from confluent_kafka.admin import AdminClient
 
     # log_level 4: keep librdkafka's informational lines (e.g. a purge on close) off stderr
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    return AdminClient(client_config(settings, ADMIN) | {"log_level": 4})
 
 
-def describe_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicReport]:
-    """Compare existing topics with their specs; nothing is changed."""
+def describe_topics(settings: Settings, specs: Iterable[TopicSpec]) -> list[TopicReport]:
+    """Compare existing topics of ``settings``' cluster with their specs; nothing is changed."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    admin = _admin(bootstrap)
+    admin = _admin(settings)
     specs = list(specs)
     metadata = admin.list_topics(timeout=ADMIN_TIMEOUT).topics
     reports = []
@@ -108,12 +111,13 @@ def _wait_for_metadata(admin: Any, names: set[str], timeout: float = ADMIN_TIMEO
         time.sleep(0.2)
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicReport]:
-    """Create missing topics and align configs of existing ones; return one report per topic."""
+def ensure_topics(settings: Settings, specs: Iterable[TopicSpec]) -> list[TopicReport]:
+    """Create missing topics on ``settings``' cluster and align configs of existing ones; return one
+    report per topic."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
     specs = list(specs)
-    admin = _admin(bootstrap)
+    admin = _admin(settings)
     existing = admin.list_topics(timeout=ADMIN_TIMEOUT).topics
     missing = [s for s in specs if s.name not in existing]
     created: set[str] = set()
@@ -130,7 +134,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> list[TopicRepor
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
     _wait_for_metadata(admin, created)
-    reports = describe_topics(bootstrap, specs)
+    reports = describe_topics(settings, specs)
     for spec, report in zip(specs, reports):
         report.created = spec.name in created
         if report.config_drift:

@@ -15,6 +15,8 @@ import time
 from typing import Any, NamedTuple
 
 from feed_service.core.view_changes import ChangeDecodeError, ViewChange, decode
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import SERVER
 from feed_service.settings import Settings
 
 log = logging.getLogger("feed_service.kafka.view_changes")
@@ -50,7 +52,7 @@ class ViewChangeConsumer:
     on a thread of its own; :meth:`high_watermarks` may be called from another thread)."""
 
     def __init__(self, settings: Settings, *, fetch_wait_ms: int = 10) -> None:
-        self.settings = settings
+        self.settings = settings.as_role(SERVER)
         self.topic = settings.topic("timeline_changes")
         self._fetch_wait_ms = fetch_wait_ms
         self._consumer: Any = None
@@ -61,9 +63,9 @@ class ViewChangeConsumer:
     def _client(self) -> Any:
         from confluent_kafka import Consumer
 
-        return Consumer({"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": "feed-read-service",
-                         "enable.auto.commit": False, "auto.offset.reset": "error",
-                         "fetch.wait.max.ms": self._fetch_wait_ms, "enable.partition.eof": False})
+        return Consumer(client_config(self.settings, SERVER) | {
+            "group.id": "feed-read-service", "enable.auto.commit": False, "auto.offset.reset": "error",
+            "fetch.wait.max.ms": self._fetch_wait_ms, "enable.partition.eof": False})
 
     def open(self, timeout: float = 5.0) -> Positions:
         """Assign every partition at its high watermark; returns those positions. Raises

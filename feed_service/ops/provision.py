@@ -16,7 +16,7 @@ def provision(settings: Settings) -> list[TopicReport]:
     """Idempotent: create missing topics (aligning drifted configs), the keyspace and tables, and the
     roles' ACLs and grants when the stack is secured."""
     settings = settings.as_role(ADMIN)
-    reports = ensure_topics(settings.kafka_bootstrap, settings.topics.values())
+    reports = ensure_topics(settings, settings.topics.values())
     apply_acls(settings)
     cluster, session = connect(settings)
     try:

@@ -10,7 +10,7 @@ refusals against the same tables. Least privilege per role (docs/security.md):
 | ``producer`` | write the changelog topics | none |
 | ``stream`` | read the changelogs; write the dead-letter and view-change topics | read and write the keyspace |
 | ``server`` | read the view-change topic | read the keyspace |
-| ``backfill`` | read the changelogs | read and write the keyspace |
+| ``backfill`` | read the changelogs; write the dead-letter topic (``--dead-letters``) | read and write the keyspace |
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes")
 STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
 
 #: Consumer-group name prefixes each role's readers use: Spark's Kafka source and batch relation name
-#: their groups ``spark-kafka-source-…`` / ``spark-kafka-relation-…``; the read service's
-#: view-change consumer and the watermark probe use fixed names.
+#: their groups ``spark-kafka-source-<uuid>-…`` / ``spark-kafka-relation-<uuid>`` (executors add
+#: ``-executor``; Spark 4.2's KafkaSourceProvider); the read service's view-change consumer and the
+#: watermark probe use fixed names. None of them commits offsets (Spark assigns partitions and keeps
+#: offsets in its checkpoint), so ``read`` on these groups is all a group could ever need.
 CONSUMER_GROUP_PREFIXES: Mapping[str, tuple[str, ...]] = {
     STREAM: ("spark-kafka-source-", "spark-kafka-relation-", "feed-watermarks"),
     BACKFILL: ("spark-kafka-relation-", "feed-watermarks"),
@@ -104,6 +106,7 @@ def kafka_acls(topic_names: Mapping[str, str]) -> list[KafkaAcl]:
     allow(STREAM, topics(CHANGELOG_TOPICS), "read", "describe")
     allow(STREAM, topics(STREAM_OUTPUT_TOPICS), "write", "describe")
     allow(BACKFILL, topics(CHANGELOG_TOPICS), "read", "describe")
+    allow(BACKFILL, topics(("dead_letter",)), "write", "describe")  # the backfill's --dead-letters (Spark's sink)
     allow(SERVER, topics(("timeline_changes",)), "read", "describe")
     for role, prefixes in CONSUMER_GROUP_PREFIXES.items():
         for prefix in prefixes:

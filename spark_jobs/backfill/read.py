@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from feed_service.kafka.client_config import spark_kafka_options
+from feed_service.security.roles import BACKFILL
 from feed_service.settings import Settings
 from spark_jobs.backfill.snapshot import Snapshot
 from spark_jobs.envelope import EVENT_COLUMNS, dead_letters
@@ -24,7 +26,7 @@ def read_snapshot(spark: "SparkSession", settings: Settings, snapshot: Snapshot)
     assign = {topic: [int(p) for p in parts] for topic, parts in snapshot.end.items()}
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**spark_kafka_options(settings, BACKFILL))  # TLS and the backfill's login on a secured cluster
         .option("assign", json.dumps(assign))
         .option("startingOffsets", "earliest")
         .option("endingOffsets", json.dumps(snapshot.end))
@@ -122,5 +124,5 @@ def send_dead_letters(parsed: "DataFrame", settings: Settings) -> None:
     from pyspark.sql import functions as F
 
     (dead_letters(parsed.where(~F.col("tombstone"))).write.format("kafka")
-     .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+     .options(**spark_kafka_options(settings, BACKFILL))
      .option("topic", settings.topic("dead_letter")).save())

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 #: State store provider required by transformWithState (docs/design.md, "Spark's Python stateful operators").
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+#: Options of a data source whose values Spark hides in plans, the UI and logs: its default (``url``) plus
+#: the Kafka login's JAAS config and anything named password (docs/security.md).
+OPTIONS_REDACTION_REGEX = r"(?i)url|sasl\.jaas\.config|password"
+
 SPARK_CONF_ENV = "FEED_SPARK_CONF"
 """Extra Spark settings for every session of this process, ``key=value`` pairs separated by ``;``
 (tuning and benchmarks: docs/streaming.md); applied last, so they override the defaults here."""
@@ -186,6 +190,7 @@ def session_conf(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
+        "spark.sql.redaction.options.regex": OPTIONS_REDACTION_REGEX,
         # The pandas operators get nullable Int64 columns: numpy float64 would round bigints above 2**53.
         "spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype": "true",
     }

@@ -7,7 +7,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from feed_service.kafka.client_config import spark_kafka_options
 from feed_service.kafka.offsets import SOURCE_ROLES
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.stream.batch import BatchTimes, foreach_batch
@@ -31,7 +33,7 @@ def read_changelogs(spark: "SparkSession", settings: Settings, options: StreamOp
     topics = ",".join(settings.topic(role) for role in SOURCE_ROLES)
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**spark_kafka_options(settings, STREAM))  # TLS and the stream's login on a secured cluster
         .option("subscribe", topics)
         .option("startingOffsets", options.starting_offsets)
         .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))

@@ -10,6 +10,8 @@ from typing import Any, Iterable, Iterator, NamedTuple
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from feed_service.api import timeline_pb2 as pb
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import ADMIN, PRODUCER
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
@@ -61,7 +63,7 @@ def publish(settings: Settings, events: Iterable[dict[str, Any]], garbage: Itera
         for event in events:
             producer.publish_event(event)
             count += 1
-    raw = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    raw = Producer(client_config(settings, PRODUCER) | {"enable.idempotence": True})
     reports: list[Any] = []
     errors: list[Any] = []
 
@@ -163,8 +165,9 @@ def read_table(settings: Settings, cql: str) -> list[tuple]:
 def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float = 60) -> list[Any]:
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"read-{time.time_ns()}",
-                         "auto.offset.reset": "earliest"})
+    # The test reads any topic: as the admin on a secured stack, unless the settings name a role.
+    consumer = Consumer(client_config(settings, ADMIN) | {"group.id": f"read-{time.time_ns()}",
+                                                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     out = []
     deadline = time.monotonic() + timeout

@@ -22,8 +22,10 @@ import pytest
 
 from feed_service.core.events import event_to_json, parse_event
 from feed_service.core.reference import reference_tables, reference_timelines
+from feed_service.kafka.client_config import client_config
 from feed_service.kafka.keys import ROLE_OF_TYPE
 from feed_service.ops.provision import provision
+from feed_service.security.roles import PRODUCER
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.backfill import BackfillOptions, run_backfill
@@ -279,7 +281,7 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     history = _history(seed=14, events=400)
     events = _noisy(history + _hides(history, seed=14), seed=14)
     publish(pipeline, events[: len(events) // 2])
-    raw = Producer({"bootstrap.servers": pipeline.kafka_bootstrap})
+    raw = Producer(client_config(pipeline, PRODUCER))
     tombstones = 0
     for e in events[:40]:  # compaction markers (null values) for keys of every topic, mid-log
         raw.produce(pipeline.topic(ROLE_OF_TYPE[e["type"]]), key=f"tombstone-{tombstones}".encode(), value=None)

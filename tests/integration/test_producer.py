@@ -18,6 +18,8 @@ from feed_service.kafka.keys import record_key
 from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 from feed_service.settings import Settings
 from feed_service.kafka.topics import ensure_topics
+from feed_service.kafka.client_config import client_config
+from feed_service.security.roles import ADMIN
 from feed_service.workload.generator import generate
 from feed_service.workload.sinks import publish_workload
 
@@ -29,7 +31,7 @@ ROLES = ("tweets", "follows", "profiles", "blocks_mutes")
 def private(settings: Settings, unique: str) -> Settings:
     """The test stack's settings with topics of this test's own (same specs, unique names)."""
     topics = {role: dataclasses.replace(spec, name=f"{spec.name}.{unique}") for role, spec in settings.topics.items()}
-    ensure_topics(settings.kafka_bootstrap, topics.values())
+    ensure_topics(settings, topics.values())
     return dataclasses.replace(settings, topics=topics)
 
 
@@ -44,8 +46,8 @@ def consume_all(settings: Settings, roles=ROLES, expect: int | None = None, time
     """Every record of the topics, read from the start: (topic, key, value) tuples."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"t-{time.monotonic_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(client_config(settings, ADMIN) | {"group.id": f"t-{time.monotonic_ns()}",
+                                                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     topics = [settings.topic(r) for r in roles]
     total = expect if expect is not None else sum(high for _, high in _watermarks(settings, roles).values())
     consumer.subscribe(topics)
@@ -76,7 +78,7 @@ def _retry(call, seconds: float = 30.0):
 def _watermarks(settings: Settings, roles=ROLES) -> dict[tuple[str, int], tuple[int, int]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "watermarks"})
+    consumer = Consumer(client_config(settings, ADMIN) | {"group.id": "watermarks"})
     marks = {}
     for role in roles:
         spec = settings.topics[role]
@@ -191,7 +193,7 @@ def test_single_event_cli(private: Settings, tmp_path: Path, capsys: pytest.Capt
 def test_failed_delivery_raises(private: Settings, unique: str) -> None:
     spec = dataclasses.replace(private.topics["tweets"], name=f"tiny.{unique}",
                                config={**private.topics["tweets"].config, "max.message.bytes": "1024"})
-    ensure_topics(private.kafka_bootstrap, [spec])
+    ensure_topics(private, [spec])
     tiny = dataclasses.replace(private, topics={**private.topics, "tweets": spec})
     producer = EventProducer(tiny)
     producer.publish_tweet("ann", "ok", profile_version=1)

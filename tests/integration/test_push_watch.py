@@ -51,8 +51,10 @@ from feed_service.core.view_changes import (
     decode,
     message_key,
 )
+from feed_service.kafka.client_config import client_config
 from feed_service.kafka.offsets import SOURCE_ROLES, watermarks
 from feed_service.ops.provision import provision
+from feed_service.security.roles import SERVER
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
@@ -409,8 +411,7 @@ def _read_to_end(settings: Settings, roles: tuple[str, ...]) -> list[Any]:
 
     _, high = watermarks(settings, roles)
     wanted = {(topic, int(p)): end for topic, parts in high.items() for p, end in parts.items() if end > 0}
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "view-changes-test",
-                         "enable.auto.commit": False})
+    consumer = Consumer(client_config(settings, SERVER) | {"group.id": "view-changes-test", "enable.auto.commit": False})
     out: list[Any] = []
     try:
         consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in wanted])

@@ -16,8 +16,10 @@ from typing import Any
 
 from feed_service.core.events import parse_event
 from feed_service.core.reference import reference_timelines
+from feed_service.kafka.client_config import client_config
 from feed_service.kafka.keys import record_key, topic_role
 from feed_service.ops.provision import provision
+from feed_service.security.roles import ADMIN, PRODUCER
 from feed_service.settings import Settings
 
 from .pipeline import StreamProcess, consume_all, read_table, read_timelines, running
@@ -29,7 +31,7 @@ def _publish_at(settings: Settings, timed: list[tuple[dict[str, Any], int]]) -> 
     """Publish each event with its Kafka timestamp (ms); returns (topic, partition, offset) of each."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    producer = Producer(client_config(settings, PRODUCER) | {"enable.idempotence": True})
     delivered: dict[int, tuple[str, int, int]] = {}
     errors: list[Any] = []
     for i, (event, ts) in enumerate(timed):
@@ -103,6 +105,6 @@ def test_late_changes_on_both_sides_of_the_horizon(settings: Settings, unique: s
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     resource = ConfigResource(ResourceType.TOPIC, pipeline.topic("tweets"))
-    admin = AdminClient({"bootstrap.servers": pipeline.kafka_bootstrap})  # kept alive until the answer is in
+    admin = AdminClient(client_config(pipeline, ADMIN))  # kept alive until the answer is in
     configs = admin.describe_configs([resource])[resource].result(30)
     assert configs["delete.retention.ms"].value == str(HORIZON_S * 1000)

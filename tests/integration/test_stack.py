@@ -113,16 +113,16 @@ def test_provisioning_is_idempotent_and_reports_drift(settings: Settings, unique
 
     specs = [replace(s, name=f"{s.name}.{unique}") for s in settings.topics.values()]
     names = sorted(s.name for s in specs)
-    first = ensure_topics(settings.kafka_bootstrap, specs)
+    first = ensure_topics(settings, specs)
     assert sorted((r.name, r.created) for r in first) == [(name, True) for name in names]
-    second = ensure_topics(settings.kafka_bootstrap, specs)
+    second = ensure_topics(settings, specs)
     assert sorted((r.name, r.created, r.drift) for r in second) == [(name, False, []) for name in names]
 
     drifted = [replace(specs[0], config={**specs[0].config, "min.compaction.lag.ms": "1234"})]
-    report = describe_topics(settings.kafka_bootstrap, drifted)[0]
+    report = describe_topics(settings, drifted)[0]
     assert report.drift == ["min.compaction.lag.ms=60000 (want 1234)"]
-    ensure_topics(settings.kafka_bootstrap, drifted)
-    assert describe_topics(settings.kafka_bootstrap, drifted)[0].drift == []
+    ensure_topics(settings, drifted)
+    assert describe_topics(settings, drifted)[0].drift == []
 
 
 def test_stack_up_twice_starts_no_duplicates(stack_config: StackConfig) -> None:

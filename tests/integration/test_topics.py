@@ -11,7 +11,9 @@ import pytest
 
 from feed_service.cli.main import main as feedctl
 from feed_service.settings import Settings, TopicSpec
+from feed_service.kafka.client_config import client_config
 from feed_service.kafka.topics import describe_topics, ensure_topics
+from feed_service.security.roles import ADMIN
 
 
 def _specs(settings: Settings, unique: str) -> list[TopicSpec]:
@@ -28,18 +30,18 @@ def _write(specs: list[TopicSpec], path: Path) -> Path:
 def _wait_visible(settings: Settings, spec: TopicSpec, seconds: float = 30.0) -> None:
     """Wait until broker metadata lists a just-created topic (it can lag the create call briefly)."""
     deadline = time.monotonic() + seconds
-    while describe_topics(settings.kafka_bootstrap, [spec])[0].missing:
+    while describe_topics(settings, [spec])[0].missing:
         assert time.monotonic() < deadline, f"{spec.name} not visible after {seconds}s"
         time.sleep(0.2)
 
 
 def test_ensure_topics_is_idempotent(settings: Settings, unique: str) -> None:
     specs = _specs(settings, unique)
-    first = ensure_topics(settings.kafka_bootstrap, specs)
+    first = ensure_topics(settings, specs)
     assert [r.created for r in first] == [True] * len(specs)
-    again = ensure_topics(settings.kafka_bootstrap, specs)
+    again = ensure_topics(settings, specs)
     assert [(r.created, r.drift, r.fixed) for r in again] == [(False, [], [])] * len(specs)
-    described = describe_topics(settings.kafka_bootstrap, specs)
+    described = describe_topics(settings, specs)
     assert all(not r.drift for r in described)
     assert [(r.partitions, r.replication_factor) for r in described] == [(s.partitions, s.replication_factor)
                                                                          for s in specs]
@@ -52,7 +54,7 @@ def test_drift_is_reported_and_configs_are_realigned(settings: Settings, unique:
     assert tweets.config["cleanup.policy"] == "compact"
     # someone made the topic by hand: wrong partition count and no compaction
     by_hand = dataclasses.replace(tweets, partitions=tweets.partitions + 2, config={"cleanup.policy": "delete"})
-    ensure_topics(settings.kafka_bootstrap, [by_hand])
+    ensure_topics(settings, [by_hand])
     _wait_visible(settings, by_hand)
     config = _write(specs, tmp_path / "topics.json")
     base = ["--bootstrap", settings.kafka_bootstrap, "--config", str(config)]
@@ -70,7 +72,7 @@ def test_drift_is_reported_and_configs_are_realigned(settings: Settings, unique:
 
     deadline = time.monotonic() + 30  # altered configs reach the broker's metadata a moment later
     while True:
-        after = {r.name: r for r in describe_topics(settings.kafka_bootstrap, specs)}
+        after = {r.name: r for r in describe_topics(settings, specs)}
         if len(after[tweets.name].drift) == 1 or time.monotonic() > deadline:
             break
         time.sleep(0.3)
@@ -87,10 +89,10 @@ def test_drift_is_reported_and_configs_are_realigned(settings: Settings, unique:
 
 def test_dead_letter_topic_gets_retention_not_compaction(settings: Settings, unique: str) -> None:
     spec = dataclasses.replace(settings.topics["dead_letter"], name=f"dlq.{unique}")
-    ensure_topics(settings.kafka_bootstrap, [spec])
+    ensure_topics(settings, [spec])
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(client_config(settings, ADMIN))
     resource = ConfigResource(ResourceType.TOPIC, spec.name)
     configs = admin.describe_configs([resource])[resource].result(30)
     assert configs["cleanup.policy"].value == "delete"

@@ -13,6 +13,7 @@ from feed_service.errors import DeliveryFailed
 from feed_service.settings import Settings
 
 SETTINGS = Settings(kafka_bootstrap="fake:2").with_topic_suffix(".t")
+KEY = publisher.producer_key(SETTINGS)
 
 
 class QueueFullOnce:
@@ -45,19 +46,19 @@ class QueueFullOnce:
 @pytest.fixture
 def producers() -> Any:
     yield publisher._producers
-    publisher._producers.pop("fake:2", None)
+    publisher._producers.pop(KEY, None)
 
 
 def test_dead_letters_wait_out_a_full_queue_and_are_all_acknowledged(producers: dict[str, Any]) -> None:
-    producer = producers["fake:2"] = QueueFullOnce()
+    producer = producers[KEY] = QueueFullOnce()
     assert publisher.publish_dead_letters(SETTINGS, [("k1", "v1"), ("k2", "v2")]) == 2
     assert producer.messages == [("feed.dead-letter.v1.t", b"k1", b"v1"), ("feed.dead-letter.v1.t", b"k2", b"v2")]
     assert 0.1 in producer.polls  # waited for room instead of raising
-    assert producers["fake:2"] is producer  # kept for the next batch
+    assert producers[KEY] is producer  # kept for the next batch
 
 
 def test_a_failed_dead_letter_drops_the_producer(producers: dict[str, Any]) -> None:
-    producers["fake:2"] = QueueFullOnce(fail=True)
+    producers[KEY] = QueueFullOnce(fail=True)
     with pytest.raises(DeliveryFailed, match="1 of 1 dead letters not delivered"):
         publisher.publish_dead_letters(SETTINGS, [("k", "v")])
-    assert "fake:2" not in producers  # the retry gets a fresh producer
+    assert KEY not in producers  # the retry gets a fresh producer

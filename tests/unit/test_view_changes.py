@@ -462,7 +462,7 @@ def test_the_publisher_splits_keys_and_waits_for_every_ack() -> None:
     import feed_service.kafka.stream_publisher as publisher
 
     settings = Settings(kafka_bootstrap="fake:1").with_topic_suffix(".t")
-    producer = publisher._producers["fake:1"] = FakeProducer()
+    producer = publisher._producers[publisher.producer_key(settings)] = FakeProducer()
     try:
         many = TimelineChange("insert", E1, tuple(str(i) for i in range(MAX_IDS_PER_MESSAGE + 1)), 5, 9)
         assert publisher.publish_view_changes(settings, [*ONE_OF_EACH, many]) == len(ONE_OF_EACH) + 2
@@ -471,12 +471,12 @@ def test_the_publisher_splits_keys_and_waits_for_every_ack() -> None:
         assert [k for _, k, _ in producer.messages] == [message_key(c).encode() for c in [*ONE_OF_EACH, many, many]]
         assert publisher.publish_view_changes(settings, []) == 0
         for failing in (FakeProducer(fail=True), FakeProducer(remaining=1)):
-            publisher._producers["fake:1"] = failing
+            publisher._producers[publisher.producer_key(settings)] = failing
             with pytest.raises(DeliveryFailed):
                 publisher.publish_view_changes(settings, ONE_OF_EACH[:1])
-            assert "fake:1" not in publisher._producers  # the retry gets a fresh producer
+            assert publisher.producer_key(settings) not in publisher._producers  # the retry gets a fresh producer
     finally:
-        publisher._producers.pop("fake:1", None)
+        publisher._producers.pop(publisher.producer_key(settings), None)
 
 
 def test_the_setting() -> None:

@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
     specs = list(settings.topics.values())
     try:
         if args.action == "create":
-            reports = ensure_topics(settings.kafka_bootstrap, specs)
+            reports = ensure_topics(settings, specs)
         else:
-            reports = describe_topics(settings.kafka_bootstrap, specs)
+            reports = describe_topics(settings, specs)
     except Exception as exc:  # noqa: BLE001 - admin errors (unreachable broker, bad config) end the command
         print(f"feedctl topics {args.action}: {exc}", file=sys.stderr)
         return 2

@@ -16,8 +16,9 @@ _writers: dict[tuple, CassandraWriter] = {}
 
 
 def writer_for(settings: Settings) -> CassandraWriter:
-    """The worker process's writer for ``settings`` (connected once, closed at exit)."""
-    cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace)
+    """The worker process's writer for ``settings`` (connected once, closed at exit), logged in as
+    ``settings.role`` on a secured stack: the caller (the stream's sink, the backfill) sets its own."""
+    cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace, settings.role)
     writer = _writers.get(cache_key)
     if writer is None:
         from feed_service.store.session import connect

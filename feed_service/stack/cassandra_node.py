@@ -9,6 +9,11 @@ The binary tarball of Cassandra 5.0 is not on Maven Central, so the node is star
 ``bin/cassandra`` would start it: ``CassandraDaemon`` in the foreground of a detached JVM, with the
 JVM options of Cassandra's own ``jvm17-server.options`` and a small heap for a 2-core machine. The
 start script's refusal to run as root (``-R``) lives in the script only, so it does not apply here.
+
+A secured stack's node (``StackConfig.secure``, docs/security.md) speaks TLS only, to clients and to
+the other nodes (mutual TLS), with PEM key material from the stack's CA, and takes logins
+(``PasswordAuthenticator``) checked against permissions (``CassandraAuthorizer``); its roles are
+made on the stack's first start (feed_service/stack/cassandra_roles.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from typing import Any
+
+from feed_service.security.secrets import write_private
 from feed_service.stack.config import CLUSTER_DATA_CENTRE, StackConfig
 from feed_service.stack.process import ServiceProcess
 
@@ -99,9 +107,7 @@ class CassandraNode:
         yaml = f"""\
 cluster_name: feed-local
 {topology}partitioner: org.apache.cassandra.dht.Murmur3Partitioner
-authenticator: AllowAllAuthenticator
-authorizer: AllowAllAuthorizer
-data_file_directories: [{data / 'data'}]
+{self._security_yaml()}data_file_directories: [{data / 'data'}]
 commitlog_directory: {data / 'commitlog'}
 saved_caches_directory: {data / 'saved_caches'}
 hints_directory: {data / 'hints'}
@@ -149,6 +155,44 @@ user_defined_functions_enabled: false
             (conf / "cassandra-rackdc.properties").write_text(
                 f"dc={CLUSTER_DATA_CENTRE}\nrack=rack{self.index + 1}\nprefer_local=true\n")
 
+    @property
+    def keystore_file(self) -> Path:
+        """The node's key and certificate chain in one PEM file (PEMBasedSslContextFactory's keystore)."""
+        return self.home / "conf" / "node-keystore.pem"
+
+    def _security_yaml(self) -> str:
+        """Logins, permissions and TLS of a secured node; the plaintext stack's open defaults otherwise."""
+        if not self.config.secure:
+            return "authenticator: AllowAllAuthenticator\nauthorizer: AllowAllAuthorizer\n"
+        from feed_service.stack.stack_secrets import StackSecrets
+
+        secrets = StackSecrets(self.config)
+        files = secrets.ca.files(secrets.node_name("cassandra", self.index))
+        # the key, then the certificate chain (leaf, CA); rebuilt on every start, so a rotation applies
+        write_private(self.keystore_file, files.key.read_bytes().rstrip(b"\n") + b"\n" + files.cert.read_bytes())
+        tls = f"""\
+  ssl_context_factory:
+    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory
+  keystore: {self.keystore_file}
+  truststore: {secrets.ca_file}
+  accepted_protocols: [TLSv1.2, TLSv1.3]
+"""
+        return f"""\
+authenticator: PasswordAuthenticator
+authorizer: CassandraAuthorizer
+role_manager: CassandraRoleManager
+client_encryption_options:
+  enabled: true
+  optional: false
+  require_client_auth: false
+{tls}server_encryption_options:
+  internode_encryption: all
+  optional: false
+  legacy_ssl_storage_port_enabled: false
+  require_client_auth: true
+  require_endpoint_verification: true
+{tls}"""
+
     def _command(self) -> list[str]:
         heap = self.config.cassandra_heap
         return [
@@ -186,13 +230,22 @@ user_defined_functions_enabled: false
         self._render()
         return self.process.start(self._command())
 
-    def probe(self, timeout: float = 10.0) -> None:
-        """Run a CQL query against the node; raises if it does not answer."""
+    def open_session(self, login: tuple[str, str] | None = None, timeout: float = 10.0) -> tuple[Any, Any]:
+        """A (cluster, session) to this node alone, over TLS on a secured stack, logged in as ``login``
+        (user, password) when given; the caller shuts the cluster down."""
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-
         from cassandra.policies import WhiteListRoundRobinPolicy
 
-        logging.getLogger("cassandra").setLevel(logging.CRITICAL)  # refused connections are expected here
+        options: dict[str, Any] = {}
+        if self.config.secure:
+            from feed_service.stack.stack_secrets import StackSecrets
+            from feed_service.store.session import tls_context
+
+            options["ssl_context"] = tls_context(str(StackSecrets(self.config).ca_file))
+        if login is not None:
+            from feed_service.store.session import password_login
+
+            options["auth_provider"] = password_login(*login)
         cluster = Cluster(
             [self.host],
             port=self.config.cassandra_port,
@@ -203,20 +256,46 @@ user_defined_functions_enabled: false
                 )
             },
             protocol_version=5,
+            **options,
         )
         try:
-            session = cluster.connect()
-            row = session.execute("SELECT release_version FROM system.local").one()
-            if row is None:
-                raise RuntimeError("system.local returned no row")
-            if self.clustered:
-                up = len(session.execute("SELECT peer FROM system.peers_v2").all()) + 1
-                if up < len(self.config.hosts):
-                    raise RuntimeError(f"{up} of {len(self.config.hosts)} ring members known")
-        finally:
+            return cluster, cluster.connect()
+        except Exception:
             cluster.shutdown()
+            raise
+
+    def probe(self, timeout: float = 10.0) -> None:
+        """Run a CQL query against the node; raises if it does not answer. A secured node is asked as
+        the stack's admin, or as the default superuser while the roles do not exist yet."""
+        logging.getLogger("cassandra").setLevel(logging.CRITICAL)  # refused connections are expected here
+        try:
+            cluster, session = self._probe_session(timeout)
+            try:
+                row = session.execute("SELECT release_version FROM system.local").one()
+                if row is None:
+                    raise RuntimeError("system.local returned no row")
+                if self.clustered:
+                    up = len(session.execute("SELECT peer FROM system.peers_v2").all()) + 1
+                    if up < len(self.config.hosts):
+                        raise RuntimeError(f"{up} of {len(self.config.hosts)} ring members known")
+            finally:
+                cluster.shutdown()
+        finally:
             logging.getLogger("cassandra").setLevel(logging.NOTSET)
 
+    def _probe_session(self, timeout: float) -> tuple[Any, Any]:
+        if not self.config.secure:
+            return self.open_session(None, timeout)
+        from feed_service.stack.cassandra_roles import auth_refused, superuser_logins
+
+        logins = superuser_logins(self.config)
+        for i, login in enumerate(logins):
+            try:
+                return self.open_session(login, timeout)
+            except Exception as exc:  # noqa: BLE001 - a refused login tries the next one
+                if i == len(logins) - 1 or not auth_refused(exc):
+                    raise
+        raise AssertionError("unreachable")
 
 
 def _mib(heap: str) -> int:

@@ -121,10 +121,25 @@ class LocalStack:
         for node, _, timeout in nodes:
             self._wait(node.process, node.probe, timeout, started_at)
             timings[f"{node.process.name} ready"] = time.monotonic() - started_at
+        if self.config.secure:
+            started = time.monotonic()
+            self._ensure_cassandra_roles()
+            timings["cassandra roles"] = time.monotonic() - started
         if self.spark is not None:
             self._wait_spark(started_at)
             timings["spark standalone ready"] = time.monotonic() - started_at
         return timings
+
+    def _ensure_cassandra_roles(self) -> None:
+        """The secured stack's Cassandra logins (made on its first start, checked after: cassandra_roles)."""
+        from feed_service.stack.cassandra_roles import ensure_roles
+
+        try:
+            ensure_roles(self.config, self.cassandra)
+        except Exception as exc:  # noqa: BLE001 - reported with the node's log
+            process = self.cassandra.process
+            raise StackError(f"cassandra roles could not be set up: {type(exc).__name__}: {exc}\n"
+                             f"log file: {process.log_file}") from exc
 
     def wait_healthy(self, node: KafkaNode | CassandraNode, timeout: float | None = None) -> None:
         """Until ``node`` (started again after a crash, say) answers its probe; :class:`StackError` if not."""

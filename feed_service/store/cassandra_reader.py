@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
 from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
+from feed_service.security.roles import SERVER
 from feed_service.store.ports import InboxSlice
 
 if TYPE_CHECKING:
@@ -163,7 +164,9 @@ class CassandraReader:
 
     @classmethod
     def connect(cls, settings: "Settings") -> "CassandraReader":
-        """Connect to ``settings``' cluster and prepare the statements (blocking)."""
+        """Connect to ``settings``' cluster and prepare the statements (blocking); logs in as the read
+        service's role unless ``settings`` names one."""
+        settings = settings.as_role(SERVER)
         return connected(settings, lambda session, cluster: cls(session, settings.keyspace, cluster=cluster))
 
     # -- the future bridge -----------------------------------------------------------------

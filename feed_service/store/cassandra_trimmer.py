@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from feed_service.errors import StoreError, WriteFailed
+from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
 from feed_service.store.ports import TrimResult
 
@@ -81,7 +82,9 @@ class CassandraTrimmer:
 
     @classmethod
     def connect(cls, settings: "Settings") -> "CassandraTrimmer":
-        """Connect to ``settings``' cluster with its cap and slack (blocking); :meth:`close` shuts it down."""
+        """Connect to ``settings``' cluster with its cap and slack (blocking); :meth:`close` shuts it down.
+        Trims are the stream's: it logs in as the stream's role unless ``settings`` names one."""
+        settings = settings.as_role(STREAM)
         return connected(settings, lambda session, cluster: cls(
             session, settings.keyspace, inbox_cap=settings.inbox_cap, trim_slack=settings.trim_slack, cluster=cluster))
 

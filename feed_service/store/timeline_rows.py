@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from feed_service.distribution import Distribution, summarize
+from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ class TimelineRows:
 
     @classmethod
     def connect(cls, settings: "Settings") -> "TimelineRows":
+        """Connect to ``settings``' cluster; counting is the stream's (``feedctl state-stats``): it logs
+        in as the stream's role unless ``settings`` names one."""
+        settings = settings.as_role(STREAM)
         return connected(settings, lambda session, cluster: cls(session, settings.keyspace, cluster=cluster))
 
     def close(self) -> None:

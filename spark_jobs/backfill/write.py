@@ -23,6 +23,7 @@ from feed_service.core.rows import (
     TimelineWrite,
     TweetWrite,
 )
+from feed_service.security.roles import BACKFILL
 from feed_service.settings import Settings
 from spark_jobs.backfill.winners import Winners
 
@@ -122,7 +123,7 @@ def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> C
         if write:
             from spark_jobs.cassandra_writers import writer_for
 
-            writer = writer_for(settings)
+            writer = writer_for(settings.as_role(BACKFILL))
         started, count = time.perf_counter(), 0
         for pdf in frames:
             if pdf.empty:

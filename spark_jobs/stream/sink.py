@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from feed_service.core.view_changes import ViewChange
 from feed_service.kafka.stream_publisher import publish_dead_letters, publish_view_changes
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 from feed_service.store.ports import ViewWriter, WriteCounts
 from spark_jobs.cassandra_writers import writer_for
@@ -117,6 +118,7 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     or updated per timeline) go to the driver's trim tracker (spark_jobs/stream/trimming.py, docs/trimming.md).
     A failed write or an unacknowledged message raises: the micro-batch fails and is run again.
     """
+    settings = settings.as_role(STREAM)  # the executors write and publish as the stream
     writer = outputs.writer_for(settings)
     total = WriteCounts()
     upserts: dict[str, int] = {}

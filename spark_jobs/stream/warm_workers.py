@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def warm_partition(settings: Settings, _rows: Iterator[Any]) -> list[int]:
     """What each warming task runs in its Python worker: the worker's writer, connected once."""
     from spark_jobs.cassandra_writers import writer_for
 
-    writer_for(settings)
+    writer_for(settings.as_role(STREAM))  # the sink's writer (spark_jobs/stream/sink.py)
     return [os.getpid()]
 
 

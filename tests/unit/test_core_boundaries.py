@@ -63,8 +63,10 @@ LAYERS: tuple[Layer, ...] = (
           ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
     Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings", "roles", "security")),
-    # The local stack starts processes; it probes Kafka and Cassandra and fetches the Kafka connector for Spark.
-    Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops", "roles", "security"),
+    # The local stack starts processes; it probes Kafka and Cassandra (through the store's TLS and login
+    # options) and fetches the Kafka connector for Spark.
+    Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops", "roles", "security",
+                                             "feed_service.store.session"),
           ("confluent_kafka", "cassandra", "pyspark")),
     Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
                                           "roles", "security",

@@ -14,7 +14,9 @@ watch streams end cleanly (status OK, with a resume token already sent), in-flig
 ``grace`` seconds to finish, then the Cassandra session closes.
 
 Health (``grpc.health.v1.Health``, services ``""`` and ``feed.v1.TimelineService``) and server
-reflection are served without authentication.
+reflection are served without a token, on the same port and so with the same transport: plaintext,
+TLS or mutual TLS (:mod:`.tls`, docs/api.md#tls). The abuse limits (docs/api.md#limits) are set
+here: gRPC's own caps on a request's size and its metadata, and the rate limiters the calls share.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
 from feed_service.core.view_changes import ProfileChange
 from feed_service.server.change_feed import ChangeFeed, Consumed
+from feed_service.server.rate_limit import RateLimiter
 from feed_service.server.read_cache import ReadCache
+from feed_service.server.tls import server_credentials
 from feed_service.server.service import TimelineServicer
 from feed_service.server.watch_hub import WatchHub
 from feed_service.errors import StoreError
@@ -114,9 +118,19 @@ class TimelineServer:
             metrics=self.metrics, request_timeout_s=cfg.request_timeout_s, watch_poll_s=cfg.watch_poll_s,
             profile_cache_size=cfg.profile_cache_size, access_log=cfg.access_log, now=self._now,
             inbox_cap=cfg.settings.inbox_cap, pull_cache_ttl_s=cfg.pull_cache_ttl_s,
+            user_limiter=RateLimiter(cfg.rate_limit_per_s, cfg.rate_limit_burst) if cfg.rate_limit_per_s else None,
+            service_limiter=(RateLimiter(cfg.rate_limit_service_per_s,
+                                         max(cfg.rate_limit_burst, int(cfg.rate_limit_service_per_s)))
+                             if cfg.rate_limit_service_per_s else None),
+            max_watches_per_user=cfg.max_watches_per_user,
         )
+        credentials = server_credentials(cfg)  # the files are read now (ConfigError if unreadable)
         server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 1 if self._reuse_port else 0)],
+            options=[("grpc.so_reuseport", 1 if self._reuse_port else 0),
+                     ("grpc.max_receive_message_length", cfg.max_request_bytes),
+                     # soft and hard limit alike: above the soft one gRPC refuses calls at random
+                     ("grpc.max_metadata_size", cfg.max_metadata_bytes),
+                     ("grpc.absolute_max_metadata_size", cfg.max_metadata_bytes)],
             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
         )
         add_timeline_service(self._servicer, server)
@@ -127,7 +141,8 @@ class TimelineServer:
             server,
         )
         address = f"{cfg.host}:{cfg.port if port is None else port}"
-        bound = server.add_insecure_port(address)
+        bound = (server.add_insecure_port(address) if credentials is None
+                 else server.add_secure_port(address, credentials))
         if not bound:
             raise OSError(f"cannot bind the gRPC server to {address}")
         await server.start()
@@ -144,6 +159,7 @@ class TimelineServer:
         if cfg.change_feed:
             self._feed_task = asyncio.create_task(self._feed_loop(), name="view-changes")
         log.info("serving", extra={"fields": {"port": bound, "metrics_port": self.metrics_port,
+                                              "tls": "mutual" if cfg.client_ca_file else cfg.tls,
                                               "keyspace": cfg.settings.keyspace, "demo": cfg.demo}})
         return bound
 

@@ -4,7 +4,9 @@ One decorator wraps every handler, unary and streaming alike, so each call gets 
 
 - the in-flight gauge and the latency histogram by method and code (:class:`.metrics.ServerMetrics`);
 - authentication of the bearer token before the handler runs (UNAUTHENTICATED), the claims
-  passed to the handler;
+  passed to the handler, then the caller's rate limit (RESOURCE_EXHAUSTED with a
+  ``google.rpc.RetryInfo``, :mod:`.rate_limit`; docs/api.md#limits) and a request that did not
+  decode (INVALID_ARGUMENT, :mod:`.registration`);
 - one status for whatever the handler raises (:meth:`CallPlumbing.failure_of`): :class:`RpcFailure`
   as raised, store errors as UNAVAILABLE or DEADLINE_EXCEEDED, anything else INTERNAL and logged;
 - the access log line (failures always; every call with ``access_log``).
@@ -27,25 +29,34 @@ import grpc
 from feed_service.errors import AuthError, FeedError, StoreError, StoreTimeout
 from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
+from feed_service.server.rate_limit import RateLimiter, certificate_name, peer_host, retry_later
+from feed_service.server.registration import Malformed
 from feed_service.store.ports import TimelineStore
 
 MAX_ID_LEN = 128
 
 log = logging.getLogger("feed_service.server")
 
-#: Codes not logged unless the access log is on: a unary call's success; a stream's end, either way.
-_QUIET_UNARY = frozenset({"OK"})
-_QUIET_STREAM = frozenset({"OK", "CANCELLED"})
+#: Codes not logged unless the access log is on: a unary call's success; a stream's end, either way;
+#: a refusal by the abuse limits (a flood would flood the log: feed_grpc_requests_total counts them).
+_QUIET_UNARY = frozenset({"OK", "RESOURCE_EXHAUSTED"})
+_QUIET_STREAM = frozenset({"OK", "CANCELLED", "RESOURCE_EXHAUSTED"})
 _WARNING_CODES = frozenset({"UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"})
 
 
 class RpcFailure(FeedError):
     """Ends a call with ``code`` and ``message`` (raised by the steps, turned into an abort once)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, trailing_metadata: tuple = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        #: e.g. ``grpc-status-details-bin`` (:func:`.rate_limit.retry_later`)
+        self.trailing_metadata = trailing_metadata
+
+    @classmethod
+    def of_status(cls, status: grpc.Status) -> "RpcFailure":
+        return cls(status.code, status.details, tuple(status.trailing_metadata))
 
 
 class CallPlumbing:
@@ -62,6 +73,8 @@ class CallPlumbing:
         request_timeout_s: float,
         access_log: bool,
         now: Callable[[], float],
+        user_limiter: RateLimiter | None = None,
+        service_limiter: RateLimiter | None = None,
     ) -> None:
         self._get_store = store
         self._store_status = store_status
@@ -69,12 +82,32 @@ class CallPlumbing:
         self.metrics = metrics
         self.request_timeout_s = request_timeout_s
         self.access_log = access_log
+        #: per user and per unauthenticated peer; per service (None: not limited)
+        self.user_limiter = user_limiter
+        self.service_limiter = service_limiter
 
     def authenticate(self, context: grpc.aio.ServicerContext) -> auth.Claims:
+        """The caller's claims, once its rate limit admits the call (docs/api.md#limits)."""
         try:
-            return self._tokens.claims(auth.bearer_token(context.invocation_metadata()))
+            claims = self._tokens.claims(auth.bearer_token(context.invocation_metadata()))
         except AuthError as exc:
+            if self.user_limiter is not None:  # a flood of bad tokens is limited by who sends it
+                name = certificate_name(context)
+                self._admit(self.user_limiter, ("cert", name) if name else ("peer", peer_host(context.peer())))
             raise RpcFailure(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+        if claims.role == "user":
+            if self.user_limiter is not None:
+                self._admit(self.user_limiter, claims.subject)
+        elif self.service_limiter is not None:
+            name = certificate_name(context)
+            self._admit(self.service_limiter, ("cert", name) if name else ("service", claims.subject))
+        return claims
+
+    @staticmethod
+    def _admit(limiter: RateLimiter, principal: object) -> None:
+        wait = limiter.acquire(principal)
+        if wait:
+            raise RpcFailure.of_status(retry_later(f"rate limit exceeded: retry in {wait:.3f} s", wait))
 
     def store(self) -> TimelineStore:
         """The connected store; UNAVAILABLE while Cassandra is not reachable."""
@@ -156,7 +189,10 @@ def rpc(method: str, *, streaming: bool = False) -> Callable:
                 in_flight = calls.metrics.in_flight_of(method)
                 in_flight.inc()
                 try:
-                    async for message in fn(self, request, context, calls.authenticate(context)):
+                    claims = calls.authenticate(context)
+                    if type(request) is Malformed:
+                        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+                    async for message in fn(self, request, context, claims):
                         yield message
                 except (asyncio.CancelledError, GeneratorExit):
                     code = "CANCELLED"
@@ -166,7 +202,7 @@ def rpc(method: str, *, streaming: bool = False) -> Callable:
                 except Exception as exc:
                     failure, detail = calls.failure_of(exc, method, context)
                     code = failure.code.name
-                    await context.abort(failure.code, failure.message)
+                    await context.abort(failure.code, failure.message, failure.trailing_metadata)
                 finally:
                     in_flight.dec()
                     calls.finish(method, code, started, context, detail, _QUIET_STREAM)
@@ -181,7 +217,10 @@ def rpc(method: str, *, streaming: bool = False) -> Callable:
             in_flight = calls.metrics.in_flight_of(method)
             in_flight.inc()
             try:
-                return await fn(self, request, context, calls.authenticate(context))
+                claims = calls.authenticate(context)
+                if type(request) is Malformed:
+                    raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+                return await fn(self, request, context, claims)
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
@@ -190,7 +229,7 @@ def rpc(method: str, *, streaming: bool = False) -> Callable:
             except Exception as exc:
                 failure, detail = calls.failure_of(exc, method, context)
                 code = failure.code.name
-                await context.abort(failure.code, failure.message)
+                await context.abort(failure.code, failure.message, failure.trailing_metadata)
             finally:
                 in_flight.dec()
                 calls.finish(method, code, started, context, detail, _QUIET_UNARY)

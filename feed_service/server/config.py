@@ -3,24 +3,34 @@
 Environment variables (the config file has the same keys, lower-case, without ``FEED_``, in a
 ``[server]`` table, and ``hosts``/``port``/``keyspace`` in a ``[cassandra]`` table):
 
-=============================  =========  ========================================================
-``FEED_CONFIG``                           path of the TOML config file (or ``feedctl serve --config``)
-``FEED_GRPC_HOST``             0.0.0.0    listen address of the gRPC server
-``FEED_GRPC_PORT``             50051      listen port (0: any free port)
-``FEED_METRICS_HOST``          0.0.0.0    listen address of the Prometheus endpoint
-``FEED_METRICS_PORT``          9464       Prometheus ``/metrics`` port; 0 disables it
-``FEED_AUTH_SECRET``                      HMAC secret of bearer and page tokens (>= 16 bytes)
-``FEED_AUTH_SECRET_FILE``                 file holding the secret (used when FEED_AUTH_SECRET is unset)
-``FEED_DEMO_MODE``             0          1: without a secret, use a random per-process one (local only)
-``FEED_REQUEST_TIMEOUT_S``     2.0        Cassandra time budget of a call without a gRPC deadline
-``FEED_WATCH_POLL_S``          1.0        WatchHomeTimeline polling interval
-``FEED_PULL_CACHE_TTL_S``      1.0        reuse of pull authors' newest entries and users' pull authors (0: off)
-``FEED_PROFILE_CACHE_SIZE``    100000     cached profile versions (immutable, so never stale)
-``FEED_SHUTDOWN_GRACE_S``      10.0       SIGTERM: time given to in-flight calls to finish
-``FEED_MAX_CONCURRENT_RPCS``   (none)     beyond this many in-flight calls: RESOURCE_EXHAUSTED
-``FEED_ACCESS_LOG``            0          1: one JSON log line per successful call (errors always)
-``FEED_LOG_LEVEL``             INFO       log level of the JSON logs on stderr
-=============================  =========  ========================================================
+===================================  =========  ========================================================
+``FEED_CONFIG``                                 path of the TOML config file (or ``feedctl serve --config``)
+``FEED_GRPC_HOST``                   0.0.0.0    listen address of the gRPC server
+``FEED_GRPC_PORT``                   50051      listen port (0: any free port)
+``FEED_METRICS_HOST``                127.0.0.1  listen address of the Prometheus endpoint (loopback unless set:
+                                                a scraper elsewhere needs e.g. 0.0.0.0)
+``FEED_METRICS_PORT``                9464       Prometheus ``/metrics`` port; 0 disables it
+``FEED_AUTH_SECRET``                            HMAC secret of bearer and page tokens (>= 16 bytes)
+``FEED_AUTH_SECRET_FILE``                       file holding the secret (used when FEED_AUTH_SECRET is unset)
+``FEED_DEMO_MODE``                   0          1: without a secret, use a random per-process one (local only)
+``FEED_REQUEST_TIMEOUT_S``           2.0        Cassandra time budget of a call without a gRPC deadline
+``FEED_WATCH_POLL_S``                1.0        WatchHomeTimeline polling interval
+``FEED_PULL_CACHE_TTL_S``            1.0        reuse of pull authors' newest entries and users' pull authors (0: off)
+``FEED_PROFILE_CACHE_SIZE``          100000     cached profile versions (immutable, so never stale)
+``FEED_SHUTDOWN_GRACE_S``            10.0       SIGTERM: time given to in-flight calls to finish
+``FEED_MAX_CONCURRENT_RPCS``         (none)     beyond this many in-flight calls: RESOURCE_EXHAUSTED
+``FEED_GRPC_TLS_CERT_FILE``                     server certificate chain (PEM); with the key: TLS (docs/api.md#tls)
+``FEED_GRPC_TLS_KEY_FILE``                      its private key (PEM); one of the two alone is an error
+``FEED_GRPC_CLIENT_CA_FILE``                    mutual TLS: every client presents a certificate signed by this CA
+``FEED_RATE_LIMIT_PER_S``            50         calls per second per user or unauthenticated peer (0: off)
+``FEED_RATE_LIMIT_BURST``            100        calls such a principal may make at once before the rate applies
+``FEED_RATE_LIMIT_SERVICE_PER_S``    0          the same per service token (0: services are not limited)
+``FEED_MAX_WATCHES_PER_USER``        32         open WatchHomeTimeline streams per timeline (0: no cap)
+``FEED_MAX_REQUEST_BYTES``           16384      largest request message accepted (RESOURCE_EXHAUSTED beyond)
+``FEED_MAX_METADATA_BYTES``          8192       largest request metadata (headers) accepted
+``FEED_ACCESS_LOG``                  0          1: one JSON log line per successful call (errors always)
+``FEED_LOG_LEVEL``                   INFO       log level of the JSON logs on stderr
+===================================  =========  ========================================================
 
 Cassandra comes from :class:`feed_service.settings.Settings` (``FEED_CASSANDRA_HOSTS``,
 ``FEED_CASSANDRA_PORT``, ``FEED_KEYSPACE``), which the ``[cassandra]`` table of the file can set too
@@ -47,7 +57,8 @@ MIN_SECRET_BYTES = 16
 class ServerConfig:
     host: str = "0.0.0.0"
     port: int = DEFAULT_GRPC_PORT
-    metrics_host: str = "0.0.0.0"
+    #: loopback unless configured: /metrics is unauthenticated (docs/api.md#tls)
+    metrics_host: str = "127.0.0.1"
     #: None: no metrics endpoint; 0: any free port (in-process use, tests)
     metrics_port: int | None = DEFAULT_METRICS_PORT
     auth_secret: bytes | None = field(default=None, repr=False)
@@ -66,9 +77,27 @@ class ServerConfig:
     read_cache_depth: int = 41
     shutdown_grace_s: float = 10.0
     max_concurrent_rpcs: int | None = None
+    #: TLS (docs/api.md#tls): the certificate chain and key files (PEM), both or neither; read at start
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    #: mutual TLS: clients must present a certificate signed by this CA (needs the two above)
+    client_ca_file: str = ""
+    #: abuse limits (docs/api.md#limits): calls per second and at once per user or unauthenticated
+    #: peer, per service (0: off), open watches per timeline, request and metadata sizes
+    rate_limit_per_s: float = 50.0
+    rate_limit_burst: int = 100
+    rate_limit_service_per_s: float = 0.0
+    max_watches_per_user: int = 32
+    max_request_bytes: int = 16 * 1024
+    max_metadata_bytes: int = 8 * 1024
     access_log: bool = False
     log_level: str = "INFO"
     settings: Settings = field(default_factory=Settings)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server speaks TLS (mutual when :attr:`client_ca_file` is set)."""
+        return bool(self.tls_cert_file)
 
     def validated(self) -> "ServerConfig":
         """Self, checked; raises :class:`ConfigError` (no secret outside demo mode, bad numbers)."""
@@ -86,6 +115,24 @@ class ServerConfig:
             raise ConfigError("pull_cache_ttl_s must be >= 0")
         if self.read_cache_keys < 0 or self.read_cache_depth < 2:
             raise ConfigError("read_cache_keys must be >= 0 and read_cache_depth >= 2")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("TLS needs both tls_cert_file and tls_key_file (FEED_GRPC_TLS_CERT_FILE,"
+                              " FEED_GRPC_TLS_KEY_FILE), or neither")
+        if self.client_ca_file and not self.tls_cert_file:
+            raise ConfigError("client_ca_file (mutual TLS) needs server TLS: set FEED_GRPC_TLS_CERT_FILE and"
+                              " FEED_GRPC_TLS_KEY_FILE too")
+        for name in ("tls_cert_file", "tls_key_file", "client_ca_file"):
+            path = getattr(self, name)
+            if path and not os.access(Path(path).expanduser(), os.R_OK):
+                raise ConfigError(f"{name}: cannot read {path}")
+        if self.rate_limit_per_s < 0 or self.rate_limit_service_per_s < 0:
+            raise ConfigError("rate limits must be >= 0 (0: off)")
+        if self.rate_limit_per_s > 0 and self.rate_limit_burst < 1:
+            raise ConfigError("rate_limit_burst must be >= 1")
+        if self.max_watches_per_user < 0:
+            raise ConfigError("max_watches_per_user must be >= 0 (0: no cap)")
+        if self.max_request_bytes < 1024 or self.max_metadata_bytes < 1024:
+            raise ConfigError("max_request_bytes and max_metadata_bytes must be >= 1024")
         if not 0 <= self.port <= 65535 or (self.metrics_port is not None and not 0 <= self.metrics_port <= 65535):
             raise ConfigError("ports must be within 0..65535")
         return self
@@ -130,11 +177,13 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
         elif key == "metrics_port":
             port = _number(int, value, name)
             values[key] = None if port == 0 else port
-        elif key in ("profile_cache_size", "read_cache_keys", "read_cache_depth"):
+        elif key in ("profile_cache_size", "read_cache_keys", "read_cache_depth", "rate_limit_burst",
+                     "max_watches_per_user", "max_request_bytes", "max_metadata_bytes"):
             values[key] = _number(int, value, name)
         elif key == "max_concurrent_rpcs":
             values[key] = None if value in ("", None, 0, "0") else _number(int, value, name)
-        elif key in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s", "pull_cache_ttl_s"):
+        elif key in ("request_timeout_s", "watch_poll_s", "shutdown_grace_s", "pull_cache_ttl_s",
+                     "rate_limit_per_s", "rate_limit_service_per_s"):
             values[key] = _number(float, value, name)
         elif key in ("demo", "access_log", "change_feed"):
             values[key] = _bool(value, name)
@@ -156,6 +205,11 @@ _ENV_KEYS = {
     "FEED_READ_CACHE_KEYS": "read_cache_keys", "FEED_READ_CACHE_DEPTH": "read_cache_depth",
     "FEED_SHUTDOWN_GRACE_S": "shutdown_grace_s", "FEED_MAX_CONCURRENT_RPCS": "max_concurrent_rpcs",
     "FEED_ACCESS_LOG": "access_log", "FEED_LOG_LEVEL": "log_level",
+    "FEED_GRPC_TLS_CERT_FILE": "tls_cert_file", "FEED_GRPC_TLS_KEY_FILE": "tls_key_file",
+    "FEED_GRPC_CLIENT_CA_FILE": "client_ca_file", "FEED_RATE_LIMIT_PER_S": "rate_limit_per_s",
+    "FEED_RATE_LIMIT_BURST": "rate_limit_burst", "FEED_RATE_LIMIT_SERVICE_PER_S": "rate_limit_service_per_s",
+    "FEED_MAX_WATCHES_PER_USER": "max_watches_per_user", "FEED_MAX_REQUEST_BYTES": "max_request_bytes",
+    "FEED_MAX_METADATA_BYTES": "max_metadata_bytes",
 }
 
 

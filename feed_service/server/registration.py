@@ -6,13 +6,18 @@ The generated ``add_TimelineServiceServicer_to_server`` serializes every respons
 ``bytes`` of the response, encoded earlier: a read-cache hit serves a page encoded when the cache
 last changed, and a watch change is encoded once for all its watchers (docs/api.md#read-cache,
 #watch). Bytes go to the wire as they are; a message is serialized as the generated code would.
+
+A request that does not decode becomes a :class:`Malformed` in place of the message, which the
+handler's decorator answers with INVALID_ARGUMENT (:mod:`.calls`): a decoder that raised would end
+the call with UNKNOWN, a status no client can act on (docs/api.md#status-codes-by-rpc).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from feed_service.api import timeline_pb2 as pb
 
@@ -26,15 +31,38 @@ def serialize(response: Any) -> bytes:
     return response.SerializeToString()
 
 
+class Malformed:
+    """A request whose bytes are not its message (the decoder's error in :attr:`error`)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def parser(message: type) -> Callable[[bytes], Any]:
+    """``message.FromString``, returning a :class:`Malformed` instead of raising."""
+    from_string = message.FromString
+    name = message.DESCRIPTOR.name
+
+    def parse(data: bytes) -> Any:
+        try:
+            return from_string(data)
+        except (DecodeError, ValueError) as exc:  # ValueError: e.g. a string field that is not UTF-8
+            return Malformed(f"request is not a valid {name}: {exc}")
+
+    return parse
+
+
 def add_timeline_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register ``servicer``'s RPCs, each with :func:`serialize` as its response serializer."""
     unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
     handlers = {
-        "GetHomeTimeline": unary(servicer.GetHomeTimeline, pb.GetHomeTimelineRequest.FromString, serialize),
-        "GetTweet": unary(servicer.GetTweet, pb.GetTweetRequest.FromString, serialize),
-        "GetProfile": unary(servicer.GetProfile, pb.GetProfileRequest.FromString, serialize),
-        "WatchHomeTimeline": stream(servicer.WatchHomeTimeline, pb.WatchHomeTimelineRequest.FromString, serialize),
-        "GetUserTimeline": unary(servicer.GetUserTimeline, pb.GetUserTimelineRequest.FromString, serialize),
+        "GetHomeTimeline": unary(servicer.GetHomeTimeline, parser(pb.GetHomeTimelineRequest), serialize),
+        "GetTweet": unary(servicer.GetTweet, parser(pb.GetTweetRequest), serialize),
+        "GetProfile": unary(servicer.GetProfile, parser(pb.GetProfileRequest), serialize),
+        "WatchHomeTimeline": stream(servicer.WatchHomeTimeline, parser(pb.WatchHomeTimelineRequest), serialize),
+        "GetUserTimeline": unary(servicer.GetUserTimeline, parser(pb.GetUserTimelineRequest), serialize),
     }
     missing = set(pb.DESCRIPTOR.services_by_name["TimelineService"].methods_by_name) - set(handlers)
     if missing:  # a method added to the proto must be registered here too

@@ -2,8 +2,10 @@
 
 Every call runs the same steps, in this order, so a call fails with the first applicable code:
 
-1. authenticate the bearer token (UNAUTHENTICATED);
-2. validate the arguments (INVALID_ARGUMENT): ids 1..128 characters, ``page_size`` 0 (= 20)..200;
+1. authenticate the bearer token (UNAUTHENTICATED), then admit the call under the caller's rate
+   limit (RESOURCE_EXHAUSTED, with a RetryInfo; docs/api.md#limits);
+2. validate the arguments (INVALID_ARGUMENT): a request that decodes, ids 1..128 characters,
+   ``page_size`` 0 (= 20)..200;
 3. authorize: a user token reads only its own timeline (PERMISSION_DENIED);
 4. decode the page / resume token, bound to the timeline (INVALID_ARGUMENT);
 5. read the store within the call's budget: the gRPC deadline, at most ``request_timeout_s``
@@ -49,6 +51,7 @@ from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_AUTHOR_PAGE, KIND_PAGE, PageTokenCodec
 from feed_service.server.paging import MAX_PAGE_SIZE, Pager, page_size
 from feed_service.server.pull_sources import PullSources
+from feed_service.server.rate_limit import RateLimiter
 from feed_service.server.read_cache import ReadCache
 from feed_service.server.timeline_reads import TimelineReads
 from feed_service.server.watch import HomeWatch, Messages
@@ -74,19 +77,24 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         now: Callable[[], float] = time.time,
         inbox_cap: int = DEFAULT_INBOX_CAP,
         pull_cache_ttl_s: float = 0.0,
+        user_limiter: RateLimiter | None = None,
+        service_limiter: RateLimiter | None = None,
+        max_watches_per_user: int = 0,
     ) -> None:
         #: the view's cap (Settings.inbox_cap, the stream's and backfill's too): paging stops there
         self.inbox_cap = check_inbox_cap(inbox_cap)
         self.metrics = metrics
         self.calls = CallPlumbing(store=store, store_status=store_status, secret=secret, metrics=metrics,
-                                  request_timeout_s=request_timeout_s, access_log=access_log, now=now)
+                                  request_timeout_s=request_timeout_s, access_log=access_log, now=now,
+                                  user_limiter=user_limiter, service_limiter=service_limiter)
         self.cache = ProfileCache(profile_cache_size)
         hydrator = EntryHydrator(self.cache, metrics.profile_cache)
         tokens = PageTokenCodec(secret)
         self.reads = TimelineReads(PullSources(ttl_s=pull_cache_ttl_s, head=MAX_PAGE_SIZE + 1))
         self.pages = Pager(tokens, hydrator, self.inbox_cap)
         self.watch = HomeWatch(calls=self.calls, reads=self.reads, hydrator=hydrator, tokens=tokens,
-                               metrics=metrics, poll_s=watch_poll_s, inbox_cap=self.inbox_cap)
+                               metrics=metrics, poll_s=watch_poll_s, inbox_cap=self.inbox_cap,
+                               max_per_user=max_watches_per_user)
 
     def attach_changes(self, feed: ChangeFeed, read_cache: ReadCache | None, hub: WatchHub) -> None:
         """Serve from the change topic from now on: watches subscribe to ``hub``, reads use ``read_cache``

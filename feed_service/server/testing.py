@@ -6,6 +6,10 @@ Unit tests give it a :class:`MemoryStore` instead of Cassandra.
     with ServerThread(config, store=MemoryStore()) as server:
         stub = server.stub()
         stub.GetHomeTimeline(request, metadata=server.auth("ann"))
+
+Its channels go through :mod:`.client_channel`: plaintext to a plaintext server; to a TLS server
+(``config.tls``) with ``client`` or else the client files of the environment (FEED_GRPC_CA_FILE...),
+so the same test runs against either (:func:`tls_options` makes a TLS server from those variables).
 """
 
 from __future__ import annotations
@@ -13,22 +17,32 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
-from typing import Any, Coroutine
+from typing import Any, Coroutine, Mapping
 
 import grpc
 
 from feed_service.server import auth
 from feed_service.server.app import TimelineServer
+from feed_service.server.client_channel import ClientTLS, channel_for
 from feed_service.server.config import ServerConfig
-from feed_service.store.memory import MemoryStore
 
 #: A fixed secret for tests only (the server itself never has a built-in secret).
 TEST_SECRET = b"test-secret-0123456789abcdef"
 
 
+def tls_options(env: Mapping[str, str]) -> dict[str, str]:
+    """The TLS fields of a :class:`ServerConfig` from FEED_GRPC_TLS_CERT_FILE / _KEY_FILE and
+    FEED_GRPC_CLIENT_CA_FILE in ``env`` (those absent are left out: plaintext, or TLS without mTLS)."""
+    names = {"FEED_GRPC_TLS_CERT_FILE": "tls_cert_file", "FEED_GRPC_TLS_KEY_FILE": "tls_key_file",
+             "FEED_GRPC_CLIENT_CA_FILE": "client_ca_file"}
+    return {field: env[var] for var, field in names.items() if env.get(var)}
+
+
 class ServerThread:
-    def __init__(self, config: ServerConfig, **server_kwargs: Any) -> None:
+    def __init__(self, config: ServerConfig, *, client: ClientTLS | None = None, **server_kwargs: Any) -> None:
         self.config = config
+        #: what the thread's own channels trust and present (None: the environment's, if the server is TLS)
+        self.client = client
         self._kwargs = server_kwargs
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-server-loop", daemon=True)
@@ -84,9 +98,18 @@ class ServerThread:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def channel(self) -> grpc.Channel:
-        channel = grpc.insecure_channel(self.address)
-        self._channels.append(channel)
+    def client_tls(self) -> ClientTLS:
+        """What this thread's channels use: plaintext to a plaintext server; else ``client``, or the
+        environment's client files."""
+        if not self.config.tls:
+            return ClientTLS()
+        return self.client if self.client is not None else ClientTLS.from_env()
+
+    def channel(self, *, aio: bool = False, options: list[tuple[str, Any]] = ()) -> Any:
+        """A channel to the server (``aio``: a ``grpc.aio`` one, for the caller's own loop)."""
+        channel = channel_for(self.address, self.client_tls(), aio=aio, options=options)
+        if not aio:
+            self._channels.append(channel)
         return channel
 
     def stub(self):

@@ -10,6 +10,10 @@ A stream starts at the timeline's head (or after its resume token) and then eith
 Every message carries a resume token (:mod:`.page_token`, kind ``KIND_WATCH``). A pushed change's
 message is sent as bytes: its entries encoded once for all the watchers it reaches, around each
 watcher's own token (:mod:`.watch_frames`).
+
+At most ``max_per_user`` streams of one timeline are open at once: the next one ends with
+RESOURCE_EXHAUSTED before it reads or subscribes to anything, the open ones go on
+(docs/api.md#limits).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ class HomeWatch:
     """The WatchHomeTimeline streams of one server."""
 
     def __init__(self, *, calls: CallPlumbing, reads: TimelineReads, hydrator: EntryHydrator,
-                 tokens: PageTokenCodec, metrics: ServerMetrics, poll_s: float, inbox_cap: int) -> None:
+                 tokens: PageTokenCodec, metrics: ServerMetrics, poll_s: float, inbox_cap: int,
+                 max_per_user: int = 0) -> None:
         self.calls = calls
         self.reads = reads
         self.hydrator = hydrator
@@ -56,6 +61,9 @@ class HomeWatch:
         #: where pushed streams subscribe, once the change topic is consumed
         self.hub: WatchHub | None = None
         self.encodings = SharedEncodings(hydrator)
+        #: open streams per timeline, and their cap (0: none)
+        self.max_per_user = max_per_user
+        self.open: dict[str, int] = {}
 
     def stop(self) -> None:
         """End every open stream (server shutdown)."""
@@ -72,6 +80,12 @@ class HomeWatch:
                 position = self.tokens.decode(resume_token, timeline_id=user_id, kind=KIND_WATCH).position
             except PageTokenError as exc:
                 raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc).replace("page token", "resume token"))
+        open_streams = self.open
+        count = open_streams.get(user_id, 0)
+        if self.max_per_user and count >= self.max_per_user:
+            raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             f"{count} watches of {user_id!r} are open already, at most {self.max_per_user}")
+        open_streams[user_id] = count + 1
         hub = self.hub if self.reads.pushed() else None
         # subscribe before reading anything: a change published meanwhile waits in the subscription
         sub = hub.subscribe(user_id) if hub is not None else None
@@ -90,6 +104,11 @@ class HomeWatch:
             if sub is not None:
                 hub.unsubscribe(sub)
             self.metrics.watch_streams.dec()
+            left = open_streams[user_id] - 1
+            if left:
+                open_streams[user_id] = left
+            else:
+                del open_streams[user_id]
 
     def _poll_wait(self, context: grpc.aio.ServicerContext) -> float:
         """Seconds until the next poll: the poll interval, or less if the deadline is nearer."""

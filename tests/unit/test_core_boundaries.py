@@ -60,7 +60,7 @@ LAYERS: tuple[Layer, ...] = (
           ("cassandra",)),
     Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api", "kafka", "roles",
                                                "security"),
-          ("grpc", "grpc_health", "grpc_reflection", "prometheus_client", "cachetools")),
+          ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "prometheus_client", "cachetools")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
     Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings", "roles", "security")),
     # The local stack starts processes; it probes Kafka and Cassandra (through the store's TLS and login

@@ -14,6 +14,10 @@ SECRET = "config-secret-0123456789"
 def test_defaults() -> None:
     config = load_config(env={})
     assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", 50051, 9464)
+    assert config.metrics_host == "127.0.0.1"  # /metrics is unauthenticated: loopback unless configured
+    assert not config.tls and config.client_ca_file == ""
+    assert (config.rate_limit_per_s, config.rate_limit_burst, config.rate_limit_service_per_s) == (50.0, 100, 0.0)
+    assert (config.max_watches_per_user, config.max_request_bytes, config.max_metadata_bytes) == (32, 16384, 8192)
     assert config.auth_secret is None and not config.demo
     assert config.settings.keyspace == "feed"
 
@@ -97,3 +101,20 @@ def test_unknown_keys_in_file(tmp_path: Path) -> None:
 
 def test_secret_is_not_in_repr() -> None:
     assert SECRET not in repr(ServerConfig(auth_secret=SECRET.encode()))
+
+
+def test_abuse_limits_from_the_environment() -> None:
+    config = load_config(env={
+        "FEED_AUTH_SECRET": SECRET, "FEED_RATE_LIMIT_PER_S": "0", "FEED_RATE_LIMIT_BURST": "7",
+        "FEED_RATE_LIMIT_SERVICE_PER_S": "500.5", "FEED_MAX_WATCHES_PER_USER": "3",
+        "FEED_MAX_REQUEST_BYTES": "4096", "FEED_MAX_METADATA_BYTES": "2048", "FEED_METRICS_HOST": "0.0.0.0",
+    }).validated()
+    assert (config.rate_limit_per_s, config.rate_limit_burst, config.rate_limit_service_per_s) == (0.0, 7, 500.5)
+    assert (config.max_watches_per_user, config.max_request_bytes, config.max_metadata_bytes) == (3, 4096, 2048)
+    assert config.metrics_host == "0.0.0.0"
+    for bad in ({"FEED_RATE_LIMIT_PER_S": "-1"}, {"FEED_MAX_WATCHES_PER_USER": "-2"},
+                {"FEED_MAX_REQUEST_BYTES": "10"}, {"FEED_RATE_LIMIT_BURST": "0"}):
+        with pytest.raises(ConfigError):
+            load_config(env={"FEED_AUTH_SECRET": SECRET, **bad}).validated()
+    with pytest.raises(ConfigError, match="not a number"):
+        load_config(env={"FEED_RATE_LIMIT_PER_S": "fast"})

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workload",
     "stream",
     "serve",
+    "health",
     "backfill",
     "reshard",
     "state_stats",

@@ -48,6 +48,9 @@ _PVC_VOLUME_KEY = re.compile(
     r"spark\.kubernetes\.(driver|executor)\.volumes\.persistentVolumeClaim\.([a-z0-9-]+)\."
     r"(mount\.path|mount\.readOnly|mount\.subPath|mount\.subPathExpr|options\.claimName|options\.storageClass"
     r"|options\.sizeLimit)")
+#: ``spark.kubernetes.{driver,executor}.secrets.<Secret name>``: a Secret mounted at the value's path (Spark
+#: declares the prefix with its trailing dot and appends the name).
+_SECRET_MOUNT_KEY = re.compile(r"(spark\.kubernetes\.(driver|executor)\.secrets\.)[a-z0-9][a-z0-9.-]*")
 
 
 Manifest = dict[str, Any]
@@ -263,6 +266,8 @@ def spark_knows(key: str) -> bool:
     (``spark.kubernetes.authenticate.driver`` + ``serviceAccountName``)."""
     strings = spark_strings()
     if key in strings or _PVC_VOLUME_KEY.fullmatch(key):
+        return True
+    if (secret := _SECRET_MOUNT_KEY.fullmatch(key)) and secret.group(1) in strings:
         return True
     prefix, _, name = key.rpartition(".")
     return prefix.count(".") >= 3 and prefix in strings and name in strings

@@ -29,11 +29,11 @@ import time
 from typing import Callable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
 from feed_service.api import timeline_pb2 as pb
-from feed_service.server.registration import add_timeline_service
+from feed_service.server.registration import add_health, add_timeline_service
 from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
 from feed_service.core.view_changes import ProfileChange
@@ -135,7 +135,7 @@ class TimelineServer:
         )
         add_timeline_service(self._servicer, server)
         self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        add_health(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             server,

@@ -69,3 +69,30 @@ def add_timeline_service(servicer: Any, server: grpc.aio.Server) -> None:
         raise RuntimeError(f"{SERVICE_NAME} methods not registered: {sorted(missing)}")
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+def add_health(servicer: Any, server: grpc.aio.Server) -> None:
+    """Register ``grpc.health.v1.Health`` (``servicer``: grpc_health's aio servicer) with :func:`parser`
+    as its decoder, so an undecodable request ends INVALID_ARGUMENT there too, not UNKNOWN."""
+    from grpc_health.v1 import health_pb2
+
+    check, watch = servicer.Check, servicer.Watch
+
+    async def Check(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if type(request) is Malformed:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+        return await check(request, context)
+
+    async def Watch(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if type(request) is Malformed:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+        await watch(request, context)
+
+    request, serialize_status = health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse.SerializeToString
+    handlers = {
+        "Check": grpc.unary_unary_rpc_method_handler(Check, parser(request), serialize_status),
+        "Watch": grpc.unary_stream_rpc_method_handler(Watch, parser(request), serialize_status),
+    }
+    name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)

@@ -17,6 +17,8 @@ Small modules, one job each:
 - :mod:`.read_cache` the exact cache of timeline heads the change topic keeps, and their encoded pages
 - :mod:`.registration` the service on a ``grpc.aio`` server, with responses that may come encoded
 - :mod:`.app`        ``TimelineServer``: lifecycle, health, reflection, metrics endpoint, shutdown
+- :mod:`.tls`        TLS / mutual TLS credentials from PEM files; :mod:`.client_channel` the client side
+- :mod:`.rate_limit` per-principal rate limits (GCRA) and their RetryInfo status (docs/api.md#limits)
 - :mod:`.metrics`    Prometheus collectors; :mod:`.logs` structured JSON logging
 
 Error mapping at the gRPC boundary (every other error is INTERNAL and logged)::
@@ -28,4 +30,6 @@ Error mapping at the gRPC boundary (every other error is INTERNAL and logged)::
     user token, author blocks that user      NOT_FOUND (GetTweet, GetUserTimeline; as if missing)
     store.StoreUnavailable, not connected    UNAVAILABLE
     store.StoreTimeout / deadline exhausted  DEADLINE_EXCEEDED (UNAVAILABLE if the deadline still runs)
+    rate limit, watch cap, size cap          RESOURCE_EXHAUSTED (a rate limit's with a RetryInfo)
+    a request that does not decode           INVALID_ARGUMENT
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -13,7 +13,8 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.kafka.client_config import client_config
 from feed_service.security.roles import ADMIN, PRODUCER
 from feed_service.server.config import ServerConfig
-from feed_service.server.testing import TEST_SECRET, ServerThread
+from feed_service.server.client_channel import ClientTLS
+from feed_service.server.testing import TEST_SECRET, ServerThread, tls_options
 from feed_service.settings import Settings
 from feed_service.stack.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
 
@@ -206,11 +207,13 @@ def read_all_home_timelines(server: ServerThread, users: list[str], page_size: i
 
 
 @contextmanager
-def grpc_server(pipeline: Settings) -> Iterator[ServerThread]:
+def grpc_server(pipeline: Settings, tls_env: Mapping[str, str] | None = None) -> Iterator[ServerThread]:
     """A read server on Cassandra, serving once connected and consuming the view changes (the read
-    cache on, the TTL'd pull cache off)."""
-    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0)
-    with ServerThread(config) as server:
+    cache on, the TTL'd pull cache off). ``tls_env``: FEED_GRPC_* variables (a secured stack's
+    ``StackSecrets.environment()``) that make it a TLS server and its channels TLS clients."""
+    config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0,
+                          **tls_options(tls_env or {}))
+    with ServerThread(config, client=ClientTLS.from_env(tls_env) if tls_env else None) as server:
         health = health_pb2_grpc.HealthStub(server.channel())
         deadline = time.monotonic() + 60
         while health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status != \

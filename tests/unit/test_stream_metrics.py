@@ -297,7 +297,7 @@ def _parse(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], argv: list[str]
 def test_metrics_options_from_flags_environment_and_defaults(monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     default = _parse(monkeypatch, {}, [])
-    assert (default.metrics_port, default.metrics_host) == (9465, "0.0.0.0")
+    assert (default.metrics_port, default.metrics_host) == (9465, "127.0.0.1")
     from_env = _parse(monkeypatch, {"FEED_STREAM_METRICS_PORT": "0", "FEED_STREAM_METRICS_HOST": "127.0.0.1"}, [])
     assert (from_env.metrics_port, from_env.metrics_host) == (0, "127.0.0.1")
     flag = _parse(monkeypatch, {"FEED_STREAM_METRICS_PORT": "0"}, ["--metrics-port", "9999", "--metrics-host", "::1"])

@@ -68,9 +68,9 @@ def _recording(events: Iterator[dict[str, Any]], sink: list[dict[str, Any]]) -> 
         yield event
 
 
-def _start_server(settings: Settings, secret: str, port: int, metrics_port: int,
+def _start_server(settings: Settings, stack_env: dict[str, str], secret: str, port: int, metrics_port: int,
                   log_file: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **settings.to_env(), "FEED_AUTH_SECRET": secret, "FEED_GRPC_HOST": "127.0.0.1",
+    env = {**os.environ, **stack_env, **settings.to_env(), "FEED_AUTH_SECRET": secret, "FEED_GRPC_HOST": "127.0.0.1",
            "FEED_GRPC_PORT": str(port), "FEED_METRICS_HOST": "127.0.0.1", "FEED_METRICS_PORT": str(metrics_port)}
     with log_file.open("ab") as log:
         return subprocess.Popen([sys.executable, "-m", "feed_service", "serve"], env=env,
@@ -81,8 +81,10 @@ def _wait_serving(address: str, timeout: float = 60.0) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from feed_service.server.client_channel import open_channel
+
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:
@@ -97,12 +99,11 @@ def _wait_serving(address: str, timeout: float = 60.0) -> None:
 
 def _read_timeline(address: str, token: str, user_id: str, page_size: int) -> tuple[list[Any], list[Any]]:
     """(first page, every entry over all pages) through GetHomeTimeline."""
-    import grpc
-
     from feed_service.api import timeline_pb2, timeline_pb2_grpc
+    from feed_service.server.client_channel import open_channel
 
     metadata = [("authorization", f"Bearer {token}")]
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:
         stub = timeline_pb2_grpc.TimelineServiceStub(channel)
         first = stub.GetHomeTimeline(timeline_pb2.GetHomeTimelineRequest(user_id=user_id, page_size=page_size),
                                      metadata=metadata, timeout=10)
@@ -118,11 +119,10 @@ def _read_timeline(address: str, token: str, user_id: str, page_size: int) -> tu
 
 def _read_user_timeline(address: str, token: str, author_id: str, page_size: int) -> list[Any]:
     """The first page of an author's own timeline through GetUserTimeline."""
-    import grpc
-
     from feed_service.api import timeline_pb2, timeline_pb2_grpc
+    from feed_service.server.client_channel import open_channel
 
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:
         stub = timeline_pb2_grpc.TimelineServiceStub(channel)
         reply = stub.GetUserTimeline(timeline_pb2.GetUserTimelineRequest(user_id=author_id, page_size=page_size),
                                      metadata=[("authorization", f"Bearer {token}")], timeout=10)
@@ -150,8 +150,11 @@ def run(args: argparse.Namespace) -> int:
     say = _Narrator().say
     stack_config = StackConfig.from_env(topology=args.topology)
     # the stack's own nodes, replication and consistency; everything else from the environment
-    settings = Settings.from_env({**os.environ, **stack_config.environment()}).replace(
-        pull_threshold=args.pull_threshold)
+    stack_env = stack_config.environment()
+    settings = Settings.from_env({**os.environ, **stack_env}).replace(pull_threshold=args.pull_threshold)
+    # This process reads through the gRPC API as a client of the stack: TLS and its client certificate
+    # when the stack is secured (docs/security.md).
+    os.environ.update({k: v for k, v in stack_env.items() if k.startswith("FEED_GRPC_") and not k.startswith("FEED_GRPC_TLS")})
     run_id = uuid.uuid4().hex[:6]
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     logs = stack_config.data_dir / "demo"
@@ -162,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
         + (f" (replication {settings.cassandra_replication}, {settings.write_consistency} writes and reads), "
            f"Spark {stack_config.spark_master_url}" if stack_config.spark_master_url else "")
         + f" (data in {stack_config.data_dir})")
+    if stack_config.secure:
+        say("    secured (docs/security.md): TLS on every link from the stack's own CA, a SCRAM and a Cassandra login "
+            "per role (producer, stream, server, admin), Kafka ACLs and CQL grants of least privilege"
+            + (", Spark's RPC authenticated and encrypted" if stack_config.spark_master_url else ""))
     try:
         timings = LocalStack(stack_config).up()
     except StackError as exc:
@@ -176,15 +183,17 @@ def run(args: argparse.Namespace) -> int:
     say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'}); authors with at least"
         f" {settings.pull_threshold} active followers are merged in at read time instead of fanned out")
     spark = {"FEED_SPARK_MASTER": stack_config.spark_master_url} if stack_config.spark_master_url else {}
+    if "FEED_SPARK_AUTH_SECRET_FILE" in stack_env:
+        spark["FEED_SPARK_AUTH_SECRET_FILE"] = stack_env["FEED_SPARK_AUTH_SECRET_FILE"]
     stream = StreamProcess(settings, checkpoint, log_file=logs / "stream.log",
                            status_file=logs / "stream-progress.json", env=spark).start()
     secret = secrets.token_hex(32)
     port, metrics_port = free_ports(2)
     address = f"127.0.0.1:{port}"
-    say(f"3/6 gRPC TimelineService on {address}, metrics on http://127.0.0.1:{metrics_port}/metrics"
+    say(f"3/6 gRPC TimelineService on {address}{' (TLS)' if stack_config.secure else ''}, metrics on http://127.0.0.1:{metrics_port}/metrics"
         f" (log {logs / 'server.log'}); it consumes the view's change topic {settings.topic('timeline_changes')}"
         " to push watches and keep its read cache exact")
-    server = _start_server(settings, secret, port, metrics_port, logs / "server.log")
+    server = _start_server(settings, stack_env, secret, port, metrics_port, logs / "server.log")
     try:
         _wait_serving(address)
         say("    server SERVING (health check)")
@@ -286,12 +295,11 @@ class _Watch:
         import queue
         import threading
 
-        import grpc
-
         from feed_service.api import timeline_pb2, timeline_pb2_grpc
+        from feed_service.server.client_channel import open_channel
 
         self.messages: queue.Queue = queue.Queue()
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_channel(address)
         stub = timeline_pb2_grpc.TimelineServiceStub(self._channel)
         self._call = stub.WatchHomeTimeline(timeline_pb2.WatchHomeTimelineRequest(user_id=user_id),
                                             metadata=[("authorization", f"Bearer {token}")])

@@ -189,8 +189,9 @@ client_encryption_options:
   internode_encryption: all
   optional: false
   legacy_ssl_storage_port_enabled: false
+  # mutual TLS: a peer must present a certificate of the stack's CA. No endpoint verification:
+  # Cassandra 5.0 applies it to inbound connections too, where the JDK refuses it (no ring forms).
   require_client_auth: true
-  require_endpoint_verification: true
 {tls}"""
 
     def _command(self) -> list[str]:

@@ -171,3 +171,22 @@ def test_the_stream_role_writes_and_a_wrong_password_is_refused(secured: Setting
     exc = _refused(_client(secured, tls=True, user=cassandra_role(STREAM), password="not-the-password"), secured)
     assert _auth_failed(exc), exc
     assert _rows(secured) == before
+
+
+def test_logins_survive_the_loss_of_a_node(secure_stack_config: StackConfig, secured: Settings) -> None:
+    """On a cluster ``system_auth`` has a replica on every node (losing one never loses a login); a
+    single node keeps Cassandra's default."""
+    from feed_service.stack.cassandra_roles import system_auth_replication
+    from feed_service.store.session import connect
+
+    cluster, session = connect(secured.as_role(ADMIN))
+    try:
+        row = session.execute("SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = 'system_auth'").one()
+    finally:
+        cluster.shutdown()
+    replication = dict(row.replication)
+    if system_auth_replication(secure_stack_config) is None:
+        assert replication == {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "1"}
+    else:
+        assert replication == {"class": "org.apache.cassandra.locator.NetworkTopologyStrategy",
+                               "datacenter1": str(len(secure_stack_config.hosts))}

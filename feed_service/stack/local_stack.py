@@ -98,6 +98,7 @@ class LocalStack:
 
     def up(self) -> dict[str, float]:
         """Fetch, start and wait for every service. Returns seconds per step, for the record."""
+        self._refuse_changed_security()
         timings = self.fetch()
         self.config.save()
         if self.config.secure:
@@ -140,6 +141,18 @@ class LocalStack:
             process = self.cassandra.process
             raise StackError(f"cassandra roles could not be set up: {type(exc).__name__}: {exc}\n"
                              f"log file: {process.log_file}") from exc
+
+    def _refuse_changed_security(self) -> None:
+        """A stack's data is made plaintext or secured once: brokers get their logins when their storage
+        is formatted and Cassandra its roles on the first start, so the other mode cannot reuse it."""
+        recorded = StackConfig.load(self.config.data_dir)
+        formatted = any((node.home / "data").exists() for node in (*self.kafka_nodes, *self.cassandra_nodes))
+        if recorded is not None and recorded.secure != self.config.secure and formatted:
+            made = "secured" if recorded.secure else "plaintext"
+            raise StackError(f"the stack in {self.config.data_dir} was made {made}; its data cannot be "
+                             f"{'secured' if self.config.secure else 'made plaintext'} in place: stop it and remove "
+                             f"the folder, or start it {'with --secure' if recorded.secure else 'with --no-secure'} "
+                             "as before (docs/security.md)")
 
     def wait_healthy(self, node: KafkaNode | CassandraNode, timeout: float | None = None) -> None:
         """Until ``node`` (started again after a crash, say) answers its probe; :class:`StackError` if not."""

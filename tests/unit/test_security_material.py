@@ -136,3 +136,19 @@ def test_a_checkpoint_is_created_private_and_a_world_writable_one_refused(tmp_pa
     open_dir.chmod(0o777)
     with pytest.raises(CheckpointError, match="writable by every user"):
         guard_permissions(open_dir)
+
+
+def test_a_plaintext_stacks_data_is_not_secured_in_place(tmp_path: Path) -> None:
+    """Brokers get their logins at format time and Cassandra its roles at first start: turning an existing
+    plaintext stack secure would leave them without; `stack up` says so before touching anything."""
+    from dataclasses import replace
+
+    from feed_service.errors import StackError
+    from feed_service.stack.local_stack import LocalStack
+
+    plain = StackConfig.with_free_ports(tmp_path)
+    plain.save()
+    (tmp_path / "kafka" / "data").mkdir(parents=True)
+    with pytest.raises(StackError, match="was made plaintext"):
+        LocalStack(replace(plain, secure=True)).up()
+    assert StackConfig.load(tmp_path) == plain

@@ -125,6 +125,11 @@ class StoreUnavailable(StoreError):
     """Cassandra cannot serve the call now (down, unreachable, overloaded, session closed)."""
 
 
+class StorePermissionDenied(StoreError):
+    """Cassandra refused the call for this process's role: a deployment error (the role's grants,
+    docs/security.md), which no retry mends."""
+
+
 class StoreTimeout(StoreError):
     """The call did not complete within its time budget."""
 

@@ -29,6 +29,7 @@ Error mapping at the gRPC boundary (every other error is INTERNAL and logged)::
     unknown tweet or profile version         NOT_FOUND
     user token, author blocks that user      NOT_FOUND (GetTweet, GetUserTimeline; as if missing)
     store.StoreUnavailable, not connected    UNAVAILABLE
+    store.StorePermissionDenied              INTERNAL (the role's grants: a deployment error, logged)
     store.StoreTimeout / deadline exhausted  DEADLINE_EXCEEDED (UNAVAILABLE if the deadline still runs)
     rate limit, watch cap, size cap          RESOURCE_EXHAUSTED (a rate limit's with a RetryInfo)
     a request that does not decode           INVALID_ARGUMENT

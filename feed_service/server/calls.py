@@ -26,7 +26,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 
 import grpc
 
-from feed_service.errors import AuthError, FeedError, StoreError, StoreTimeout
+from feed_service.errors import AuthError, FeedError, StoreError, StorePermissionDenied, StoreTimeout
 from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.rate_limit import RateLimiter, certificate_name, peer_host, retry_later
@@ -125,6 +125,10 @@ class CallPlumbing:
         """The status a handler's exception ends its call with, and the detail to log."""
         if isinstance(exc, RpcFailure):
             return exc, exc.message
+        if isinstance(exc, StorePermissionDenied):
+            # the deployment's grants, not the caller's request nor a passing outage: say so loudly
+            log.error("store refused the server's role", extra={"fields": {"method": method, "error": str(exc)}})
+            return RpcFailure(grpc.StatusCode.INTERNAL, "internal error"), str(exc)
         if isinstance(exc, StoreError):
             failure = _store_failure(exc, context)
             return failure, failure.message

@@ -90,8 +90,8 @@ def ensure_roles(config: StackConfig, node: "CassandraNode") -> bool:
         _replicate_system_auth(config, session)
         for role in LOGIN_ROLES:
             user, password = role_login(config, role)
-            session.execute(f"CREATE ROLE IF NOT EXISTS {user} WITH LOGIN = true AND PASSWORD = {_literal(password)}")
-            session.execute(f"ALTER ROLE {user} WITH LOGIN = true AND PASSWORD = {_literal(password)}")
+            _execute(session, f"CREATE ROLE IF NOT EXISTS {user} WITH LOGIN = true AND PASSWORD = {_literal(password)}")
+            _execute(session, f"ALTER ROLE {user} WITH LOGIN = true AND PASSWORD = {_literal(password)}")
         _lock_default_superuser(session)
     finally:
         cluster.shutdown()
@@ -107,9 +107,9 @@ def _bootstrap_admin(config: StackConfig, node: "CassandraNode", admin: Login) -
     try:
         _replicate_system_auth(config, session)
         user, password = admin
-        session.execute(f"CREATE ROLE IF NOT EXISTS {user} WITH SUPERUSER = true AND LOGIN = true"
-                        f" AND PASSWORD = {_literal(password)}")
-        session.execute(f"ALTER ROLE {user} WITH SUPERUSER = true AND LOGIN = true AND PASSWORD = {_literal(password)}")
+        _execute(session, f"CREATE ROLE IF NOT EXISTS {user} WITH SUPERUSER = true AND LOGIN = true"
+                          f" AND PASSWORD = {_literal(password)}")
+        _execute(session, f"ALTER ROLE {user} WITH SUPERUSER = true AND LOGIN = true AND PASSWORD = {_literal(password)}")
     finally:
         cluster.shutdown()
 
@@ -124,7 +124,45 @@ def _replicate_system_auth(config: StackConfig, session: Any) -> None:
     replication = dict(row.replication) if row is not None else {}
     if replication.get(CLUSTER_DATA_CENTRE) == str(len(config.hosts)) and "NetworkTopologyStrategy" in replication.get("class", ""):
         return
-    session.execute(f"ALTER KEYSPACE system_auth WITH replication = {wanted}")
+    _execute(session, f"ALTER KEYSPACE system_auth WITH replication = {wanted}")
+    _spread_roles(session)
+
+
+#: How long :func:`_spread_roles` keeps trying (the role caches hold a refused check for ~2 s).
+SPREAD_TIMEOUT_S = 60.0
+
+
+def _spread_roles(session: Any) -> None:
+    """Put every role row on every new replica of ``system_auth``.
+
+    Rows written before the ``ALTER`` are on their one old replica. The default superuser is looked
+    up at QUORUM: two of three replicas, which miss the row one time in three, and then it "does not
+    have sufficient privileges" (a race the stack's first start lost now and then). A read at ALL
+    contacts every replica and read-repairs the ones that miss a row, which is what ``nodetool
+    repair system_auth`` would do here; its own permission check may lose the race, so it is retried.
+    """
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    _execute(session, SimpleStatement("SELECT role, can_login, is_superuser FROM system_auth.roles",
+                                      consistency_level=ConsistencyLevel.ALL))
+
+
+def _execute(session: Any, statement: Any, params: Any = None) -> Any:
+    """``session.execute`` retried while the caller's own superuser check loses the race above (for up
+    to :data:`SPREAD_TIMEOUT_S`; the node caches a refused check for about two seconds)."""
+    import time
+
+    from cassandra import Unauthorized
+
+    deadline = time.monotonic() + SPREAD_TIMEOUT_S
+    while True:
+        try:
+            return session.execute(statement, params)
+        except Unauthorized:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def _lock_default_superuser(session: Any) -> None:
@@ -134,7 +172,7 @@ def _lock_default_superuser(session: Any) -> None:
     row = session.execute("SELECT can_login FROM system_auth.roles WHERE role = %s", (name,)).one()
     if row is not None and not row.can_login:
         return
-    session.execute(f"ALTER ROLE {name} WITH PASSWORD = {_literal(new_password())} AND LOGIN = false")
+    _execute(session, f"ALTER ROLE {name} WITH PASSWORD = {_literal(new_password())} AND LOGIN = false")
 
 
 def _literal(text: str) -> str:

@@ -31,7 +31,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
-from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
+from feed_service.errors import StoreError, StorePermissionDenied, StoreTimeout, StoreUnavailable
 from feed_service.security.roles import SERVER
 from feed_service.store.ports import InboxSlice
 
@@ -48,11 +48,13 @@ def translate_driver_error(exc: BaseException) -> BaseException:
     :class:`StoreTimeout`; a ``TypeError`` or any other bug stays itself, so the service reports it as
     INTERNAL with its traceback instead of telling clients to retry.
     """
-    from cassandra import DriverException, OperationTimedOut, ReadTimeout, RequestExecutionException
+    from cassandra import DriverException, OperationTimedOut, ReadTimeout, RequestExecutionException, Unauthorized
     from cassandra.cluster import NoHostAvailable
 
     if isinstance(exc, StoreError):
         return exc
+    if isinstance(exc, Unauthorized):
+        return StorePermissionDenied(f"cassandra refused this role: {exc} (its grants: docs/security.md)")
     if isinstance(exc, (OperationTimedOut, ReadTimeout, asyncio.TimeoutError, TimeoutError)):
         return StoreTimeout(f"cassandra read timed out: {exc}")
     if isinstance(exc, (NoHostAvailable, RequestExecutionException, DriverException, OSError)):

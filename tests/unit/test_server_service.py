@@ -308,6 +308,12 @@ def test_driver_errors_are_translated_and_bugs_are_not() -> None:
     assert translate_driver_error(bug) is bug
     assert isinstance(translate_driver_error(NoHostAvailable("no host", {})), StoreUnavailable)
     assert isinstance(translate_driver_error(TimeoutError()), StoreTimeout)
+    # a role refused by the grants is a deployment error, not an outage to retry (docs/security.md)
+    from cassandra import Unauthorized
+
+    from feed_service.errors import StorePermissionDenied
+
+    assert isinstance(translate_driver_error(Unauthorized("no SELECT")), StorePermissionDenied)
 
 
 def test_paging_stops_at_the_configured_inbox_cap(store: MemoryStore) -> None:

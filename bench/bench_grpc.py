@@ -59,6 +59,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -211,8 +212,10 @@ def serve_baseline(settings: Settings, port: int) -> None:
         # a generous Cassandra timeout: the baseline is measured by its latency, not by its timeouts
         # no change topic: a read cache in front of FanoutStore would measure the cache, not the join
         no_feed = {"change_feed": False} if "change_feed" in ServerConfig.__dataclass_fields__ else {}
+        # no rate limit: a bench over the per-principal limit would measure refusals (docs/api.md#limits)
+        no_limit = {"rate_limit_per_s": 0.0} if "rate_limit_per_s" in ServerConfig.__dataclass_fields__ else {}
         config = ServerConfig(host="127.0.0.1", port=port, metrics_port=None, auth_secret=BENCH_SECRET.encode(),
-                              request_timeout_s=30.0, settings=settings, **no_feed)
+                              request_timeout_s=30.0, settings=settings, **no_feed, **no_limit)
         server = TimelineServer(config, store=FanoutStore(settings))
         await server.start()
         stop = asyncio.Event()
@@ -237,7 +240,9 @@ def serve_floor(settings: Settings, port: int, reads: int, workers: int) -> None
         proc.join()
 
 
-def _floor_worker(settings: Settings, port: int, reads: int) -> None:
+def _floor_worker(settings: Settings, port: int, reads: int, tls: tuple[str, str, str] | None = None) -> None:
+    """One floor process; ``tls``: (certificate chain, key, client CA or "") files, served as the read
+    service serves them (``feed_service.server.tls``; a client CA: mutual TLS)."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -271,7 +276,14 @@ def _floor_worker(settings: Settings, port: int, reads: int) -> None:
         pb_grpc.add_TimelineServiceServicer_to_server(Floor(reader), server)
         checks = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checks, server)
-        server.add_insecure_port(f"127.0.0.1:{port}")
+        if tls:
+            from feed_service.server.config import ServerConfig
+            from feed_service.server.tls import server_credentials
+
+            server.add_secure_port(f"127.0.0.1:{port}", server_credentials(
+                ServerConfig(tls_cert_file=tls[0], tls_key_file=tls[1], client_ca_file=tls[2])))
+        else:
+            server.add_insecure_port(f"127.0.0.1:{port}")
         await server.start()
         await checks.set("", health_pb2.HealthCheckResponse.SERVING)
         stop = asyncio.Event()
@@ -313,7 +325,9 @@ def start_server(tree: Path, port: int, workers: int, keyspace: str, server_env:
     """``feedctl serve --workers N`` of the package in ``tree`` (this checkout or a revision_tree)."""
     env = {**os.environ, "FEED_AUTH_SECRET": BENCH_SECRET, "FEED_KEYSPACE": keyspace,
            "FEED_GRPC_HOST": "127.0.0.1", "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0",
-           "FEED_LOG_LEVEL": "WARNING", "FEED_CHANGE_FEED": "0", **server_env,
+           "FEED_LOG_LEVEL": "WARNING", "FEED_CHANGE_FEED": "0",
+           "FEED_RATE_LIMIT_PER_S": "0",  # a bench over the per-principal limit would measure refusals
+           **server_env,
            "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     return subprocess.Popen([sys.executable, "-m", "feed_service", "serve", "--workers", str(workers)],
                             env=env, cwd=tree)
@@ -393,12 +407,15 @@ def measured(run, server_pid: int) -> dict:
     return result
 
 
-def wait_serving(port: int, timeout: float = 60) -> None:
+def wait_serving(port: int, timeout: float = 60, tls: Any = None) -> None:
+    """Until the server on ``port`` is SERVING; ``tls``: the ``ClientTLS`` of a TLS server (None: plaintext)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from feed_service.server.client_channel import ClientTLS, channel_for
+
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    with channel_for(f"127.0.0.1:{port}", tls or ClientTLS()) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             try:

@@ -115,7 +115,8 @@ def freshness_run(base: Settings, name: str, threshold: int, with_star: bool, ar
     got_popular: list[float] = []
     lock = threading.Lock()
     done = threading.Event()
-    config = ServerConfig(auth_secret=BENCH_SECRET.encode(), metrics_port=None, settings=pipe.settings)
+    config = ServerConfig(auth_secret=BENCH_SECRET.encode(), metrics_port=None, settings=pipe.settings,
+                          rate_limit_per_s=0.0)  # a bench over the limit would measure refusals
     try:
         pipe.stream.wait_caught_up(timeout=1800)
         graph_s = time.perf_counter() - started
@@ -228,7 +229,8 @@ def read_run(base: Settings, args: argparse.Namespace, workdir: Path) -> dict:
         pipe.stream.stop()
     port = free_port()
     env = {**os.environ, **pipe.settings.to_env(), "FEED_AUTH_SECRET": BENCH_SECRET, "FEED_GRPC_HOST": "127.0.0.1",
-           "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0", "FEED_LOG_LEVEL": "WARNING"}
+           "FEED_GRPC_PORT": str(port), "FEED_METRICS_PORT": "0", "FEED_LOG_LEVEL": "WARNING",
+           "FEED_RATE_LIMIT_PER_S": "0"}
     server = subprocess.Popen([sys.executable, "-m", "feed_service", "serve", "--workers", str(args.workers)], env=env)
     token = auth.mint(BENCH_SECRET.encode(), subject="bench", role="service", ttl_s=3600)
     results = {}

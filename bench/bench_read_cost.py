@@ -4,6 +4,8 @@
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only floor,hit,miss --rounds 3
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only watch --watchers 200 --changes 5
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only watch,watchfloor   # server vs. floor
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 2 \
+        --only floor,floor-tls,floor-mtls,hit,hit-tls,hit-mtls,hit-limited,connect,connect-tls,connect-mtls
     .venv/bin/python bench/bench_read_cost.py --populate-only [--repopulate]         # only the data set
 
 Runs against the developer stack (``feedctl stack up``; settings from the environment) in a keyspace
@@ -70,6 +72,23 @@ and ``x floor`` divides each of the server's µs per watcher by the floor's. The
 are all alike, so a stream's i-th receipt counts for the i-th change published while it was open:
 every stream must have received every change, and none more.
 
+The transport's and the limits' cost (docs/security.md#what-it-costs), each row on a fresh server too:
+
+- ``floor-tls``, ``floor-mtls``, ``hit-tls``, ``hit-mtls``: ``floor`` and ``hit`` over TLS and mutual TLS
+  (the server's certificate, and the client's for mutual TLS, from a ``LocalCA`` made in the log
+  directory; the server's options ``FEED_GRPC_TLS_CERT_FILE``/``_KEY_FILE``/``FEED_GRPC_CLIENT_CA_FILE``;
+  the client's channel from ``feed_service.server.client_channel``). The channel stays open for the
+  whole run, so these rows measure the per-record encryption, not the handshakes.
+- ``connect``, ``connect-tls``, ``connect-mtls``: the floor server, each call on a channel of its own
+  (a new TCP connection, and a TLS handshake on the TLS rows; no subchannel shared between
+  channels): the rows' CPU per call minus ``floor``'s is what one connection costs.
+- ``hit-limited``: ``hit`` with the per-principal rate limit checked on every call (the service token's
+  limit, ``FEED_RATE_LIMIT_SERVICE_PER_S``, set so high that it never refuses). Every other server
+  here runs without rate limits (``FEED_RATE_LIMIT_PER_S=0``; services are not limited by default).
+
+A ``TLS cost`` table follows the rows: each transport's row against the plaintext row of its path in
+the same round (server µs per call, difference and ratio; QPS ratio).
+
 ``--rounds N`` repeats the set of paths N times, alternately (each run a fresh server). Nothing is
 asserted. ``--out FILE`` writes every figure as JSON; logs stay in a temporary directory named at the start.
 """
@@ -101,7 +120,12 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from feed_service.settings import Settings  # noqa: E402
 
-PATHS = ("floor", "hit", "hit10", "miss", "fill", "uncached", "watch", "watchfloor")
+#: the paths run by default (one of the transports' and limits' variants below each, on --only)
+DEFAULT_PATHS = ("floor", "hit", "hit10", "miss", "fill", "uncached", "watch", "watchfloor")
+#: ``<path>-<variant>``: TLS, mutual TLS, the rate limiter on (docs/security.md#what-it-costs)
+VARIANT_PATHS = ("floor-tls", "floor-mtls", "hit-tls", "hit-mtls", "hit-limited", "connect", "connect-tls",
+                 "connect-mtls")
+PATHS = DEFAULT_PATHS + VARIANT_PATHS
 PAGE_SIZE = 20
 #: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
 TOPIC_SUFFIX = ".bench.readcost"
@@ -249,15 +273,17 @@ class FloorServer:
     """bench_grpc.py's bare grpc.aio server (canned 20-entry response) in a process of its own;
     the same interface as bench_watch's ``Server`` where the runs need it."""
 
-    def __init__(self, workdir: Path, name: str) -> None:
+    def __init__(self, workdir: Path, name: str, tls: "Transport | None" = None) -> None:
         from bench_grpc import free_port
 
         self.name = name
         self.port = free_port()
         self.log = workdir / f"server-{name}.log"
+        self.client_tls = tls.client if tls else None
+        serve_tls = ["--floor-tls", ",".join(tls.floor_files)] if tls else []
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(self.port)], cwd=REPO,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(self.port), *serve_tls],
+                                         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int:
@@ -266,7 +292,7 @@ class FloorServer:
     def ready(self) -> "FloorServer":
         from bench_grpc import wait_serving
 
-        wait_serving(self.port)
+        wait_serving(self.port, tls=self.client_tls)
         return self
 
     def scrape(self) -> None:
@@ -278,10 +304,38 @@ class FloorServer:
         stop_server(self.proc)
 
 
-def serve_floor(port: int) -> None:
+def serve_floor(port: int, tls: str = "") -> None:
+    """``tls``: "cert,key,client CA" files (an empty CA: TLS without client certificates)."""
     from bench_grpc import _floor_worker
 
-    _floor_worker(Settings(), port, 0)
+    cert, key, client_ca = (tls.split(",") + ["", "", ""])[:3] if tls else ("", "", "")
+    _floor_worker(Settings(), port, 0, (cert, key, client_ca) if tls else None)
+
+
+class Transport:
+    """TLS or mutual TLS between the bench's clients and servers: a CA made in ``workdir`` with
+    ``feed_service.security.pki.LocalCA``, the server's certificate (127.0.0.1) and a client's."""
+
+    def __init__(self, workdir: Path, mutual: bool) -> None:
+        from feed_service.security.pki import LocalCA
+        from feed_service.server.client_channel import ClientTLS
+
+        ca = LocalCA(workdir / "tls")
+        ca.ensure()
+        server = ca.files("grpc-server") if ca.files("grpc-server").cert.exists() else \
+            ca.issue("grpc-server", ips=["127.0.0.1"], dns=["localhost"], server=True, client=False)
+        client = ca.files("bench-client") if ca.files("bench-client").cert.exists() else \
+            ca.issue("bench-client", server=False, client=True)
+        self.mutual = mutual
+        self.client = (ClientTLS(str(ca.ca_cert), str(client.cert), str(client.key)) if mutual
+                       else ClientTLS(str(ca.ca_cert)))
+        self.server_env = {"FEED_GRPC_TLS_CERT_FILE": str(server.cert), "FEED_GRPC_TLS_KEY_FILE": str(server.key),
+                           **({"FEED_GRPC_CLIENT_CA_FILE": str(ca.ca_cert)} if mutual else {})}
+        self.floor_files = (str(server.cert), str(server.key), str(ca.ca_cert) if mutual else "")
+
+    @property
+    def client_files(self) -> list[str]:
+        return [self.client.ca_file, self.client.cert_file, self.client.key_file]
 
 
 class WatchFloorServer:
@@ -425,23 +479,37 @@ def serve_watch_floor(port: int) -> None:
     asyncio.run(main())
 
 
-def real_server(settings: Settings, workdir: Path, name: str, env: dict[str, str]) -> Any:
+def real_server(settings: Settings, workdir: Path, name: str, env: dict[str, str],
+                tls: Transport | None = None) -> Any:
     """``python -m feed_service serve --workers 1`` of this tree (bench_watch's ``Server``): ready,
-    and consuming the change topic when ``env`` leaves it on."""
+    and consuming the change topic when ``env`` leaves it on; over ``tls`` when given."""
     from bench_watch import Server
 
-    return Server(settings, workdir, name, env, workers=1).ready()
+    return Server(settings, workdir, name, {**env, **(tls.server_env if tls else {})}, workers=1,
+                  client_tls=tls.client if tls else None).ready()
 
 
 # -- the load client (a process of its own) ----------------------------------------------------
 def load_client(conn: Any, spec: dict) -> None:
-    """GetHomeTimeline at a fixed concurrency on one channel. Warms up, sends ``warm``, waits for
-    ``go``, then measures ``seconds``: sends ``end`` at the window's end (before the calls in flight
-    finish, so the parent reads the server's CPU at that moment) and then the figures."""
+    """GetHomeTimeline at a fixed concurrency on one channel (``spec["tls"]``: its CA, certificate and
+    key files; ``spec["connect"]``: each call on a channel of its own instead). Warms up, sends
+    ``warm``, waits for ``go``, then measures ``seconds``: sends ``end`` at the window's end (before
+    the calls in flight finish, so the parent reads the server's CPU at that moment) and then the figures."""
     import grpc
 
     from feed_service.api import timeline_pb2 as pb
     from feed_service.api import timeline_pb2_grpc as pb_grpc
+    from feed_service.server.client_channel import ClientTLS, channel_for
+
+    tls = ClientTLS(*spec["tls"]) if spec.get("tls") else ClientTLS()
+    target = f"127.0.0.1:{spec['port']}"
+    credentials = tls.credentials() if tls.secure else None  # files read once, not per connection
+    # a channel's own subchannel pool: a new channel must not reuse another's connection
+    fresh = [("grpc.use_local_subchannel_pool", 1)]
+
+    def fresh_channel() -> Any:
+        return (grpc.aio.secure_channel(target, credentials, options=fresh) if credentials
+                else grpc.aio.insecure_channel(target, options=fresh))
 
     users: list[str] = spec["users"]
     rng = random.Random(spec["seed"])
@@ -454,8 +522,14 @@ def load_client(conn: Any, spec: dict) -> None:
 
     async def main() -> dict:
         md = (("authorization", f"Bearer {spec['token']}"),)
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{spec['port']}") as channel:
+        async with channel_for(target, tls, aio=True) as channel:
             stub = pb_grpc.TimelineServiceStub(channel)
+
+            async def get(request: Any) -> Any:
+                if not spec.get("connect"):
+                    return await stub.GetHomeTimeline(request, metadata=md)
+                async with fresh_channel() as own:
+                    return await pb_grpc.TimelineServiceStub(own).GetHomeTimeline(request, metadata=md)
             latencies: list[float] = []
             errors: dict[str, int] = {}
             shape = {"entries": 0, "pulled": 0}
@@ -467,8 +541,7 @@ def load_client(conn: Any, spec: dict) -> None:
                     while time.perf_counter() < stop_at and (user := pick()) is not None:
                         t = time.perf_counter()
                         try:
-                            r = await stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=PAGE_SIZE),
-                                                           metadata=md)
+                            r = await get(pb.GetHomeTimelineRequest(user_id=user, page_size=PAGE_SIZE))
                         except grpc.aio.AioRpcError as exc:
                             if measured and time.perf_counter() <= stop_at:
                                 errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
@@ -572,8 +645,11 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
     rng = random.Random(1000 * rnd + PATHS.index(path))
     u = [f"u{i}" for i in range(meta["users"])]
     feed_on = {"FEED_CHANGE_FEED": "1"}
+    base, _, variant = path.partition("-")
+    tls = transport(workdir, variant)
     plans: dict[str, tuple[dict, list[str], str, bool]] = {
         "floor": ({}, u, "random", False),
+        "connect": ({}, u, "random", False),
         "hit": (feed_on, u[:args.hit_users], "random", True),
         "hit10": (feed_on, [f"h{i}" for i in range(meta["pull_users"])], "random", True),
         "miss": (feed_on, rng.sample(u, len(u)), "sequential", False),
@@ -581,19 +657,36 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
         "fill": (feed_on, [v for user in rng.sample(u, len(u)) for v in (user, user)], "sequential", False),
         "uncached": ({"FEED_CHANGE_FEED": "0", "FEED_PULL_CACHE_TTL_S": "0"}, u, "random", False),
     }
-    env, users, mode, prefill = plans[path]
+    env, users, mode, prefill = plans[base]
+    if variant == "limited":  # checked on every call and never refusing: the check's cost alone
+        env = {**env, "FEED_RATE_LIMIT_SERVICE_PER_S": str(LIMITER_RATE)}
     name = f"{path}-r{rnd}"
-    server = (FloorServer(workdir, name).ready() if path == "floor"
-              else real_server(settings, workdir, name, {**env, **args.server_env}))
+    server = (FloorServer(workdir, name, tls).ready() if base in ("floor", "connect")
+              else real_server(settings, workdir, name, {**env, **args.server_env}, tls))
     try:
         spec = {"port": server.port, "token": token, "users": users, "mode": mode, "prefill": prefill,
                 "settle_s": args.settle, "warmup_s": args.warmup, "seconds": args.seconds,
-                "concurrency": args.concurrency, "seed": rnd}
+                "concurrency": args.concurrency, "seed": rnd, "tls": tls.client_files if tls else None,
+                "connect": base == "connect"}
         result = measure_reads(server, spec)
     finally:
         server.stop()
     result.update(path=path, round=rnd, users=len(users), server_env={**env, **args.server_env})
     return result
+
+
+#: the rate of ``hit-limited``'s limiter: far above any QPS here, so that it admits every call
+LIMITER_RATE = 1e9
+_TRANSPORTS: dict[tuple[Path, str], Transport] = {}
+
+
+def transport(workdir: Path, variant: str) -> Transport | None:
+    """The TLS of a path's variant (``tls``, ``mtls``; None: plaintext), made once per run."""
+    if variant not in ("tls", "mtls"):
+        return None
+    if (workdir, variant) not in _TRANSPORTS:
+        _TRANSPORTS[workdir, variant] = Transport(workdir, mutual=variant == "mtls")
+    return _TRANSPORTS[workdir, variant]
 
 
 # -- watch fan-out -----------------------------------------------------------------------------
@@ -845,12 +938,16 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def print_reads(rows: list[dict]) -> None:
-    floors = {r["round"]: r["server_us"] for r in rows if r["path"] == "floor"}
+    """The rows; ``x floor``: over the floor of the same round (over TLS: the TLS floor, when run)."""
+    floors = {(r["round"], r["path"].partition("-")[2]): r["server_us"] for r in rows if r["path"].startswith("floor")}
     rounds = len({r["round"] for r in rows}) > 1
     print(f"\n{'path':<12} {'server us/call':>14} {'x floor':>7} {'client us/call':>14} {'cass us/call':>12}"
           f" {'QPS':>7} {'p50 ms':>7} {'p99 ms':>7} {'calls':>7} {'cache hit':>9} {'pull/page':>9}  load 1m")
     for r in rows:
-        floor = floors.get(r["round"])
+        variant = r["path"].partition("-")[2]
+        floor = floors.get((r["round"], variant if variant in ("tls", "mtls") else ""), floors.get((r["round"], "")))
+        if r["path"].startswith("connect"):  # a connection per call: against the floor over a kept channel
+            floor = floors.get((r["round"], variant), floors.get((r["round"], "")))
         name = f"{r['path']} #{r['round']}" if rounds else r["path"]
         hit = "-" if r["cache_hit_ratio"] is None else f"{r['cache_hit_ratio']:.1%}"
         print(f"{name:<12} {_num(r['server_us']):>14} {_num(r['server_us'] / floor if floor else None, 2):>7}"
@@ -861,7 +958,7 @@ def print_reads(rows: list[dict]) -> None:
         notes = []
         if r["errors"]:
             notes.append(f"errors {r['errors']}")
-        if r["path"] in ("hit", "hit10") and (r["cache_hit_ratio"] or 0) < 0.99:
+        if r["path"].partition("-")[0] in ("hit", "hit10") and (r["cache_hit_ratio"] or 0) < 0.99:
             notes.append("NOT a hit run: cache hit ratio below 99 %")
         if r["path"] == "miss" and (r["cache_hit_ratio"] or 0) > 0.01:
             notes.append("not all misses")
@@ -873,6 +970,24 @@ def print_reads(rows: list[dict]) -> None:
             notes.append(f"{r['profile_misses_per_call']:.2f} profile reads per call")
         if notes:
             print(f"  {r['path']} #{r['round']}: " + "; ".join(notes))
+    print_variants(rows)
+
+
+def print_variants(rows: list[dict]) -> None:
+    """Each variant's row (``hit-tls`` ...) against its path's plaintext row of the same round."""
+    plain = {(r["round"], r["path"]): r for r in rows if "-" not in r["path"]}
+    pairs = [(r, plain.get((r["round"], r["path"].partition("-")[0]))) for r in rows if "-" in r["path"]]
+    pairs = [(r, p) for r, p in pairs if p and p["server_us"] and p["qps"]]
+    if not pairs:
+        return
+    print(f"\n{'TLS cost':<16} {'against':<12} {'server us/call':>19} {'+us':>6} {'ratio':>6} {'QPS':>13}"
+          f" {'ratio':>6} {'client us':>15}  load 1m")
+    for r, p in pairs:
+        print(f"{r['path'] + ' #' + str(r['round']):<16} {p['path']:<12}"
+              f" {_num(r['server_us']) + ' vs ' + _num(p['server_us']):>19} {_num(r['server_us'] - p['server_us']):>6}"
+              f" {_num(r['server_us'] / p['server_us'], 2):>6} {_num(r['qps']) + ' vs ' + _num(p['qps']):>13}"
+              f" {_num(r['qps'] / p['qps'], 2):>6} {_num(r['client_us']) + ' vs ' + _num(p['client_us']):>15}"
+              f"  {r['load'][0]:.2f} -> {r['load'][1]:.2f}; {p['load'][0]:.2f} -> {p['load'][1]:.2f}")
 
 
 def print_watch(rows: list[dict]) -> None:
@@ -913,7 +1028,7 @@ def print_watch(rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--only", default=",".join(PATHS), help="comma list of: " + ",".join(PATHS))
+    parser.add_argument("--only", default=",".join(DEFAULT_PATHS), help="comma list of: " + ",".join(PATHS))
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per read run")
     parser.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds of calls before each run")
     parser.add_argument("--settle", type=float, default=3.0,
@@ -943,10 +1058,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--populate-only", action="store_true")
     g.add_argument("--drop", action="store_true", help="drop the keyspace and the change topic at the end")
     parser.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-tls", default="", help=argparse.SUPPRESS)
     parser.add_argument("--serve-watch-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_floor:
-        serve_floor(args.serve_floor)
+        serve_floor(args.serve_floor, args.floor_tls)
         return 0
     if args.serve_watch_floor:
         serve_watch_floor(args.serve_watch_floor)

@@ -102,9 +102,11 @@ def _pipeline(base: Settings, tag: str) -> Settings:
 
 
 def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: argparse.Namespace,
-                    workdir: Path, buckets: int | None = None) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
+                    workdir: Path, buckets: int | None = None,
+                    env: dict[str, str] | None = None) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
     """Isolated topics and keyspace, the follow graph published, and the stream started on them
-    (``buckets``: the new checkpoint's state buckets, docs/state-buckets.md; None: the default)."""
+    (``buckets``: the new checkpoint's state buckets, docs/state-buckets.md; None: the default;
+    ``env``: more environment for the stream, e.g. a private stack's ``StackConfig.environment()``)."""
     from feed_service.kafka.producer import EventProducer
 
     tag = f"{name}{uuid.uuid4().hex[:4]}"
@@ -114,7 +116,7 @@ def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: a
         for event in _follow_events(graph):
             producer.publish_event(event)
     stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
-                           extra_args=["--operator", operator]).start()
+                           extra_args=["--operator", operator], env=env).start()
     return settings, graph, stream
 
 
@@ -163,20 +165,26 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int, fano
 
 # -- 2. throughput -------------------------------------------------------------------------------
 def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path,
-               hide_share: float = 0.0, buckets: int | None = None) -> dict[str, float]:
+               hide_share: float = 0.0, buckets: int | None = None, env: dict[str, str] | None = None,
+               side_pids: dict[str, int] | None = None) -> dict[str, float]:
     """The backlog of ``args.tweets`` tweets (plus block and mute changes, ``hide_share`` of all
     events) through a caught-up stream: events/s, timeline rows written/s, and the CPU seconds of
     the stream's process tree (Spark driver, executors, Python workers; Kafka and Cassandra apart)
-    per event, from /proc."""
+    per event, from /proc; ``side_pids`` (name -> pid, e.g. the broker's and Cassandra's): their CPU
+    seconds over the same window too (``<name>_cpu_s``). ``env``: more environment for the stream."""
+    from bench_grpc import _cpu_seconds
+
     from feed_service.kafka.producer import EventProducer
 
+    side_pids = side_pids or {}
     settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}{'h' if hide_share else ''}", 7,
-                                              operator, args, workdir, buckets)
+                                              operator, args, workdir, buckets, env)
     batches: dict[int, int] = {}
     try:
         stream.wait_caught_up(timeout=600)
         watcher = _BatchWatcher(stream, batches)
         cpu_before = tree_cpu(stream.proc.pid)
+        side_before = {name: _cpu_seconds([pid]) for name, pid in side_pids.items()}
         rows_before = stream.progress()["timeline_rows_written"]
         authors = list(graph)
         now = int(time.time() * 1000)
@@ -196,6 +204,7 @@ def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir:
         progress = stream.wait_caught_up(timeout=1800)
         elapsed = time.perf_counter() - started
         cpu = tree_cpu(stream.proc.pid) - cpu_before
+        side = {f"{name}_cpu_s": _cpu_seconds([pid]) - side_before[name] for name, pid in side_pids.items()}
         watcher.stop()
         rows = progress["timeline_rows_written"] - rows_before
     finally:
@@ -204,7 +213,8 @@ def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir:
     return {"tweets_per_s": args.tweets / elapsed, "events_per_s": events / elapsed,
             "inserts_per_s": rows / elapsed, "rows": rows, "seconds": elapsed, "events": events,
             "cpu_s": cpu.total, "worker_cpu_s": cpu.python_workers, "batches": len(batches),
-            "mean_batch_rows": (sum(batches.values()) / len(batches)) if batches else float("nan")}
+            "mean_batch_rows": (sum(batches.values()) / len(batches)) if batches else float("nan"),
+            "settings": settings, **side}
 
 
 class _BatchWatcher:

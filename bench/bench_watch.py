@@ -68,6 +68,7 @@ import uuid
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -156,16 +157,21 @@ def coordinator_reads(session, keyspace: str) -> int:
 class Server:
     """``python -m feed_service serve`` on free ports, logging (INFO) to a file."""
 
-    def __init__(self, settings: Settings, workdir: Path, name: str, env: dict[str, str], workers: int = 1) -> None:
+    def __init__(self, settings: Settings, workdir: Path, name: str, env: dict[str, str], workers: int = 1,
+                 client_tls: Any = None) -> None:
+        """``client_tls``: the ``ClientTLS`` that reaches it when ``env`` makes it a TLS server."""
         from bench_grpc import BENCH_SECRET, free_port
 
         self.name = name
+        self.client_tls = client_tls
         self.port, self.metrics_port = free_port(), free_port()
         self.log = workdir / f"server-{name.replace(' ', '_')}.log"
         full_env = {**os.environ, **settings.to_env(), "FEED_AUTH_SECRET": BENCH_SECRET,
                     "FEED_GRPC_HOST": "127.0.0.1", "FEED_GRPC_PORT": str(self.port),
                     "FEED_METRICS_HOST": "127.0.0.1", "FEED_METRICS_PORT": str(self.metrics_port),
-                    "FEED_LOG_LEVEL": "INFO", **env}
+                    "FEED_LOG_LEVEL": "INFO",
+                    # a bench over the per-principal limit would measure refusals (docs/api.md#limits)
+                    "FEED_RATE_LIMIT_PER_S": "0", **env}
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "feed_service", "serve", "--workers", str(workers)],
                                          env=full_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -179,7 +185,7 @@ class Server:
         """SERVING (Cassandra connected) and, with the change feed, consuming the change topic."""
         from bench_grpc import wait_serving
 
-        wait_serving(self.port, timeout)
+        wait_serving(self.port, timeout, self.client_tls)
         deadline = time.monotonic() + timeout
         while self.change_feed and "view changes consumed" not in self.log.read_text(errors="replace"):
             if self.proc.poll() is not None or time.monotonic() > deadline:

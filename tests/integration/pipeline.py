@@ -126,7 +126,7 @@ def read_timelines(settings: Settings) -> dict[str, list[dict[str, Any]]]:
     """Every timeline in Cassandra, newest first, hydrated like the engine's CLI output."""
     from feed_service.store.session import connect
 
-    cluster, session = connect(settings, keyspace=settings.keyspace)
+    cluster, session = connect(settings.as_role("server"), keyspace=settings.keyspace)  # a reader's rights
     try:
         return timelines_in(session)
     finally:
@@ -156,7 +156,7 @@ def timelines_in(session: Any) -> dict[str, list[dict[str, Any]]]:
 def read_table(settings: Settings, cql: str) -> list[tuple]:
     from feed_service.store.session import connect
 
-    cluster, session = connect(settings, keyspace=settings.keyspace)
+    cluster, session = connect(settings.as_role("server"), keyspace=settings.keyspace)  # a reader's rights
     try:
         return [tuple(r) for r in session.execute(cql)]
     finally:

@@ -15,6 +15,10 @@ of one history while it breaks something:
 
 After each phase the timelines equal the reference of everything published so far: nothing lost,
 duplicated or resurrected. Each phase prints what the failure cost (pytest -s shows it).
+
+The cluster is secured as the topology is by default (docs/security.md): every client below speaks TLS
+and logs in as its role (the producer, the stream and its executors, the read server), the read server
+requires mutual TLS, Spark's RPC is authenticated and encrypted; the failures are survived with all of it on.
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.core.reference import reference_timelines
 from feed_service.ops.provision import provision
 from feed_service.server.config import ServerConfig
+from feed_service.server.client_channel import ClientTLS
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig
 from feed_service.stack.local_stack import LocalStack
+from feed_service.stack.stack_secrets import StackSecrets
 from feed_service.workload.generator import generate
 
 from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines, timelines_in
@@ -109,6 +115,7 @@ def _kill(pid: int | None) -> None:
 @pytest.fixture(scope="module")
 def cluster(cluster_stack_config: StackConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRun]:
     config = cluster_stack_config
+    assert config.secure, "the cluster topology is secured by default"
     # A cap above every timeline of the history: below the cap the view is exact, entry for entry.
     settings = replace(config.settings(keyspace="feed_cluster"), inbox_cap=2000)
     started = time.monotonic()
@@ -117,13 +124,18 @@ def cluster(cluster_stack_config: StackConfig, tmp_path_factory: pytest.TempPath
     history = list(generate(users=30, events=sum(SLICES), seed=7, mean_following=6, prefix="c-"))
     tmp = tmp_path_factory.mktemp("cluster")
     stream = StreamProcess(settings, tmp / "ckpt", log_file=tmp / "stream.log",
-                           env={"FEED_SPARK_MASTER": config.spark_master_url or ""})
-    # every read goes to Cassandra (no read cache): the reads during the node outage are quorum reads
+                           env=config.environment())  # the standalone master and, secured, Spark's secret
+    # every read goes to Cassandra (no read cache): the reads during the node outage are quorum reads.
+    # Secured (docs/security.md): TLS, and mutual TLS with the stack's client certificate.
+    tls = StackSecrets(config)
+    server_cert, client_cert = tls.ca.files("grpc-server"), tls.ca.files("grpc-client")
     server_config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=settings,
-                                 pull_cache_ttl_s=0, read_cache_keys=0)
+                                 pull_cache_ttl_s=0, read_cache_keys=0, tls_cert_file=str(server_cert.cert),
+                                 tls_key_file=str(server_cert.key), client_ca_file=str(tls.ca_file))
+    client = ClientTLS(str(tls.ca_file), str(client_cert.cert), str(client_cert.key))
     stream.start()
     try:
-        with ServerThread(server_config) as server:
+        with ServerThread(server_config, client=client) as server:
             server.feed_live()
             yield ClusterRun(config, settings, stream, server, history)
     finally:
@@ -154,6 +166,7 @@ def test_cluster_spark_runs_shipped_code_and_survives_a_worker_crash(cluster_sta
                 "worker_webui_ports": list(standalone.worker_webui_ports)}
         (tmp_path / "driver.py").write_text(DRIVER)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FEED_SPARK_MASTER")}
+        env.update({k: v for k, v in cluster_stack_config.environment().items() if k == "FEED_SPARK_AUTH_SECRET_FILE"})
         proc = subprocess.run([sys.executable, "driver.py", json.dumps(spec)], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=240)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -279,10 +292,13 @@ def _node_timelines(settings: Settings, host: str) -> dict[str, list[dict[str, A
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import WhiteListRoundRobinPolicy
 
+    from feed_service.store.session import security_options
+
     profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([host]),
                                consistency_level=ConsistencyLevel.ONE, request_timeout=30)
     cluster = Cluster([host], port=settings.cassandra_port, protocol_version=5,
-                      execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+                      execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                      **security_options(settings.as_role("server")))
     try:
         return timelines_in(cluster.connect(settings.keyspace))
     finally:

@@ -62,6 +62,13 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("dl_key", "string"),
     ("dl_value", "string"),
     ("source_ms", "bigint"),
+    # a reply's parent and a repost entry's reposter (docs/reposts-and-replies.md); last, so that the
+    # columns before them keep their positions
+    ("in_reply_to_tweet_id", "string"),
+    ("in_reply_to_author_id", "string"),
+    ("reposted_by", "string"),
+    ("reposted_at", "bigint"),
+    ("reposter_profile_version", "bigint"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in OUTPUT_FIELDS)
 OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
@@ -81,6 +88,7 @@ class Writes(NamedTuple):
 
 _NO_PROFILE = (None, None, None, None)
 _NO_LETTER = (None, None)
+_NO_EXTRA = (None, None, None, None, None)
 
 
 def _unknown(n: int) -> Iterator[None]:
@@ -95,33 +103,33 @@ def result_rows(result: StepResult, sources: StepSources | None = None) -> list[
         *(_unknown(len(part)) for part in (result.deltas, result.tweets, result.profiles, result.author_timeline,
                                            result.pull_follows, result.blocks)))
     rows: list[tuple[Any, ...]] = [
-        ("timeline", d.op, *d.entry, list(d.timeline_ids), *_NO_PROFILE, ts, *_NO_LETTER, s)
+        ("timeline", d.op, *d.entry[:6], list(d.timeline_ids), *_NO_PROFILE, ts, *_NO_LETTER, s, *d.entry[6:])
         for d, s in zip(result.deltas, src.deltas)
     ]
     for t, s in zip(result.tweets, src.tweets):
         if t.entry is None:
             rows.append(("tweet", "delete", t.tweet_id, t.author_id, None, None, None, None, None,
-                         *_NO_PROFILE, ts, *_NO_LETTER, s))
+                         *_NO_PROFILE, ts, *_NO_LETTER, s, *_NO_EXTRA))
         else:
-            rows.append(("tweet", "upsert", *t.entry, None, *_NO_PROFILE, ts, *_NO_LETTER, s))
+            rows.append(("tweet", "upsert", *t.entry[:6], None, *_NO_PROFILE, ts, *_NO_LETTER, s, *t.entry[6:]))
     for p, s in zip(result.profiles, src.profiles):
         rows.append(("profile", "upsert", None, None, None, p.version, None, None, None,
-                     p.user_id, p.display_name, p.avatar_url, p.bio, ts, *_NO_LETTER, s))
+                     p.user_id, p.display_name, p.avatar_url, p.bio, ts, *_NO_LETTER, s, *_NO_EXTRA))
     for a, s in zip(result.author_timeline, src.author_timeline):
-        rows.append(("author", a.op, *a.entry, None, *_NO_PROFILE, ts, *_NO_LETTER, s))
+        rows.append(("author", a.op, *a.entry[:6], None, *_NO_PROFILE, ts, *_NO_LETTER, s, *a.entry[6:]))
     for f, s in zip(result.pull_follows, src.pull_follows):
         rows.append(("pull_follow", f.op, None, f.author_id, None, None, None, None, list(f.follower_ids),
-                     *_NO_PROFILE, ts, *_NO_LETTER, s))
+                     *_NO_PROFILE, ts, *_NO_LETTER, s, *_NO_EXTRA))
     for b, s in zip(result.blocks, src.blocks):
         rows.append(("block", b.op, None, b.blocker_id, None, None, None, None, None,
-                     b.blocked_id, None, None, None, ts, *_NO_LETTER, s))
+                     b.blocked_id, None, None, None, ts, *_NO_LETTER, s, *_NO_EXTRA))
     return rows
 
 
 def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Rejected records (with ``dl_key``, ``dl_value``) as output rows, passed through untouched."""
     return [("dead_letter", None, None, None, None, None, None, None, None, *_NO_PROFILE, None, r.dl_key, r.dl_value,
-             None) for r in letters]
+             None, *_NO_EXTRA) for r in letters]
 
 
 def writes_of(rows: Iterable[Any]) -> Writes:
@@ -131,17 +139,16 @@ def writes_of(rows: Iterable[Any]) -> Writes:
     for r in rows:
         kind = r["kind"]
         if kind == "timeline":
-            entry = Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
+            entry = _entry_of(r)
             out.timeline.append(TimelineFanout(r["op"], tuple(r["timeline_ids"]), entry, r["ts"]))
         elif kind == "tweet":
-            entry = None if r["op"] == "delete" else Entry(
-                r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
+            entry = None if r["op"] == "delete" else _entry_of(r)
             out.tweets.append(TweetWrite(r["tweet_id"], r["author_id"], entry, r["ts"]))
         elif kind == "profile":
             profile = ProfileRow(r["user_id"], r["version"], r["display_name"], r["avatar_url"], r["bio"])
             out.profiles.append(ProfileWrite(profile, r["ts"]))
         elif kind == "author":
-            entry = Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
+            entry = _entry_of(r)
             out.author_timeline.append(AuthorTimelineWrite(r["op"], entry, r["ts"]))
         elif kind == "pull_follow":
             op, author, ts = r["op"], r["author_id"], r["ts"]
@@ -156,7 +163,9 @@ def writes_of(rows: Iterable[Any]) -> Writes:
 
 
 def _entry_of(r: Any) -> Entry:
-    return Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"])
+    return Entry(r["tweet_id"], r["author_id"], r["created_at"], r["version"], r["text"], r["profile_version"],
+                 r["in_reply_to_tweet_id"], r["in_reply_to_author_id"], r["reposted_by"], r["reposted_at"],
+                 r["reposter_profile_version"])
 
 
 def view_changes_of(rows: Iterable[Any]) -> list[ViewChange]:

@@ -45,7 +45,7 @@ from feed_service.errors import InvalidEvent
 __all__ = [
     "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "MuteChange", "MuteOp",
     "ProfileVersion", "RawEvent", "RejectCode", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
-    "content_of", "edge_rank", "event_to_json", "hide_rank", "join_key", "join_keys", "parse_event",
+    "content_of", "edge_rank", "reply_of", "repost_rank", "event_to_json", "hide_rank", "join_key", "join_keys", "parse_event",
     "profile_of", "profile_rank", "tweet_payload_digest",
 ]
 
@@ -274,14 +274,18 @@ def event_to_json(event: Event) -> dict[str, Any]:
 
 # --- version-ordering rules ------------------------------------------------------------------------
 
-TweetContent: TypeAlias = tuple[int, int, str, int]
-"""(version, created_at, text, profile_version): a tweet's winning upsert, as kept in state."""
+TweetContent: TypeAlias = tuple
+"""A tweet's winning upsert as kept in state: ``(version, created_at, text, profile_version)``, and
+for a reply two more, ``in_reply_to_tweet_id, in_reply_to_author_id``. A non-reply keeps the
+four-tuple (and its digest) it had before replies existed, so states and cold digests stored then
+still compare equal (docs/reposts-and-replies.md)."""
 
 Profile: TypeAlias = tuple[str, str | None, str | None]
 """(display_name, avatar_url, bio): one profile version's payload."""
 
 
-def tweet_payload_digest(created_at: int, text: str, profile_version: int) -> int:
+def tweet_payload_digest(created_at: int, text: str, profile_version: int,
+                         reply_to: tuple[str, str] | None = None) -> int:
     """Break ties between different upserts of one tweet at the same version: the greater digest wins.
 
     A digest rather than the payload itself so that a tweet that has left the per-author state
@@ -290,17 +294,27 @@ def tweet_payload_digest(created_at: int, text: str, profile_version: int) -> in
     no-ops.
     """
     blob = b"%d\x00%d\x00" % (created_at, profile_version) + text.encode("utf-8", "surrogatepass")
+    if reply_to is not None:  # a reply's parent is content too; a non-reply's digest is unchanged
+        blob += b"\x00\x01" + "\x00".join(reply_to).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "big")
 
 
 def content_of(event: TweetUpsert) -> TweetContent:
     """Return the state form of an upsert."""
-    return (event.version, event.created_at, event.text, event.profile_version)
+    parent = getattr(event, "in_reply_to_tweet_id", None)
+    if parent is None:
+        return (event.version, event.created_at, event.text, event.profile_version)
+    return (event.version, event.created_at, event.text, event.profile_version, parent, event.in_reply_to_author_id)
+
+
+def reply_of(content: TweetContent) -> tuple[str, str] | None:
+    """``(in_reply_to_tweet_id, in_reply_to_author_id)`` of a stored content, None for a non-reply."""
+    return (content[4], content[5]) if len(content) > 4 else None
 
 
 def content_digest(content: TweetContent) -> int:
     """:func:`tweet_payload_digest` of a stored content tuple."""
-    return tweet_payload_digest(content[1], content[2], content[3])
+    return tweet_payload_digest(content[1], content[2], content[3], reply_of(content))
 
 
 def content_beats(new: TweetContent, old: TweetContent) -> bool:
@@ -322,6 +336,14 @@ def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, s
     """
     name, avatar, bio = profile
     return (name, (avatar is not None, avatar or ""), (bio is not None, bio or ""))
+
+
+def repost_rank(version: int, reposting: bool, author_id: str, created_at: int | None,
+                profile_version: int | None) -> tuple[int, bool, str, int, int]:
+    """Total order of the changes of one repost edge (reposter, tweet): higher version wins, on a
+    tie ``unrepost`` wins (like ``unfollow``), and two different reposts at one version are ordered
+    by their payload (the original's author, then the repost time and profile version)."""
+    return (version, not reposting, author_id, created_at or 0, profile_version or 0)
 
 
 def edge_rank(version: int, active: bool) -> tuple[int, bool]:

@@ -33,7 +33,14 @@ content (a retraction carries what it retracts)."""
 
 
 class Entry(NamedTuple):
-    """One tweet's content as a timeline row holds it (display name joined at read time)."""
+    """One tweet's content as a timeline row holds it (display names joined at read time).
+
+    A reply names its parent (``in_reply_to_*``, part of the tweet's versioned content). A home
+    timeline entry brought by a repost names the reposter, the repost time and the reposter's
+    profile version (``reposted_*``); it sits in the timeline at ``reposted_at``, every other entry
+    at ``created_at`` (docs/reposts-and-replies.md). The optional fields come last with defaults, so
+    every row written before they existed reads back unchanged.
+    """
 
     tweet_id: str
     author_id: str
@@ -41,11 +48,21 @@ class Entry(NamedTuple):
     version: int
     text: str
     profile_version: int
+    in_reply_to_tweet_id: str | None = None
+    in_reply_to_author_id: str | None = None
+    reposted_by: str | None = None
+    reposted_at: int | None = None
+    reposter_profile_version: int | None = None
+
+    @property
+    def at(self) -> int:
+        """Where the entry sits in a timeline: the repost time of a repost entry, else ``created_at``."""
+        return self.created_at if self.reposted_at is None else self.reposted_at
 
     @property
     def cursor(self) -> Cursor:
         """The entry's position in a timeline, newest first by this key."""
-        return (self.created_at, self.tweet_id)
+        return (self.at, self.tweet_id)
 
 
 class ProfileRow(NamedTuple):

@@ -16,13 +16,14 @@ from feed_service.core.rows import Cursor, Entry
 
 
 def timeline_order(entry: Entry) -> tuple[int, str, str]:
-    """Timeline order, applied descending: newest created_at, then tweet_id, then author_id."""
-    return (entry.created_at, entry.tweet_id, entry.author_id)
+    """Timeline order, applied descending: newest first by where the entry sits (``Entry.at``: the
+    repost time of a repost entry, else created_at), then tweet_id, then author_id."""
+    return (entry.at, entry.tweet_id, entry.author_id)
 
 
 def older_than(entry: Entry, cursor: Cursor | None) -> bool:
     """Whether ``entry`` comes after ``cursor`` in a newest-first timeline (None: the head)."""
-    return cursor is None or (entry.created_at, entry.tweet_id) < cursor
+    return cursor is None or (entry.at, entry.tweet_id) < cursor
 
 
 def merge_oldest(sources: Iterable[Sequence[Entry]], limit: int) -> list[Entry]:

@@ -122,9 +122,18 @@ def split(change: ViewChange, max_ids: int = MAX_IDS_PER_MESSAGE) -> Iterator[Vi
         yield change
 
 
+_OPTIONAL_ENTRY_FIELDS = (("in_reply_to_tweet_id", str), ("in_reply_to_author_id", str), ("reposted_by", str),
+                          ("reposted_at", int), ("reposter_profile_version", int))
+"""The entry fields a reply or a repost entry has (written only when set: docs/reposts-and-replies.md)."""
+
+
 def _entry_json(entry: Entry) -> dict:
-    return {"tweet_id": entry.tweet_id, "author_id": entry.author_id, "created_at": entry.created_at,
-            "version": entry.version, "text": entry.text, "profile_version": entry.profile_version}
+    out = {"tweet_id": entry.tweet_id, "author_id": entry.author_id, "created_at": entry.created_at,
+           "version": entry.version, "text": entry.text, "profile_version": entry.profile_version}
+    for name, _ in _OPTIONAL_ENTRY_FIELDS:
+        if (value := getattr(entry, name)) is not None:
+            out[name] = value
+    return out
 
 
 def to_json(change: ViewChange) -> dict:
@@ -182,8 +191,16 @@ def _ids(obj: dict, name: str) -> tuple[str, ...]:
 def _entry(obj: Any) -> Entry:
     if type(obj) is not dict:
         raise ChangeDecodeError(f"field 'entry' must be an object, got {type(obj).__name__}")
+    optional = tuple(_optional(obj, name, kind) for name, kind in _OPTIONAL_ENTRY_FIELDS)
     return tuple.__new__(Entry, (_str(obj, "tweet_id"), _str(obj, "author_id"), _int(obj, "created_at"),
-                                 _int(obj, "version"), _str(obj, "text"), _int(obj, "profile_version")))
+                                 _int(obj, "version"), _str(obj, "text"), _int(obj, "profile_version"))
+                         + optional)
+
+
+def _optional(obj: dict, name: str, kind: type) -> Any:
+    if obj.get(name) is None:
+        return None
+    return _int(obj, name) if kind is int else _str(obj, name)
 
 
 def _op(obj: dict, allowed: tuple[str, ...]) -> str:

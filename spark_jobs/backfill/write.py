@@ -49,9 +49,8 @@ def _texts(series: "pd.Series") -> list[str | None]:
 
 def _entries(pdf: "pd.DataFrame") -> list[Entry]:
     """The frame's tweet columns as timeline entries (nulls, e.g. of a deleted tweet, as None)."""
-    return list(map(Entry._make, zip(
-        pdf["tweet_id"].tolist(), pdf["author_id"].tolist(), _ints(pdf["created_at"]), _ints(pdf["version"]),
-        _texts(pdf["text"]), _ints(pdf["profile_version"]))))
+    return list(map(Entry, pdf["tweet_id"].tolist(), pdf["author_id"].tolist(), _ints(pdf["created_at"]),
+                    _ints(pdf["version"]), _texts(pdf["text"]), _ints(pdf["profile_version"])))
 
 
 def timeline_writes(pdf: "pd.DataFrame", ts: int) -> list[TimelineWrite]:

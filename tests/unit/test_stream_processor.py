@@ -46,6 +46,7 @@ EVENT_NAMES = tuple(name for name, _ in EVENT_COLUMNS)
 #: The columns of :func:`spark_jobs.envelope.routed_changes`, in order.
 RoutedRow = Row("route", "key", *EVENT_NAMES, "event_time", "dl_key", "dl_value")
 OutputRow = Row(*OUTPUT_COLUMNS)
+NO_EXTRA = (None,) * (len(OUTPUT_COLUMNS) - 17)  # the reply and repost columns
 STATE_NAME = "author_state"
 EDGES_NAME = "author_edges"
 TWEETS_TOPIC = "feed.tweets.v1"
@@ -209,22 +210,22 @@ def tweet(tid: str, created_at: int, text: str, version: int = 1, author: str = 
 
 def timeline_row(op: str, e: Entry, followers: list[str], ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("timeline", op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-                     followers, None, None, None, None, ts, None, None, source_ms)
+                     followers, None, None, None, None, ts, None, None, source_ms, *NO_EXTRA)
 
 
 def author_row(op: str, e: Entry, ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("author", op, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-                     None, None, None, None, None, ts, None, None, source_ms)
+                     None, None, None, None, None, ts, None, None, source_ms, *NO_EXTRA)
 
 
 def tweet_row(e: Entry, ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("tweet", "upsert", e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
-                     None, None, None, None, None, ts, None, None, source_ms)
+                     None, None, None, None, None, ts, None, None, source_ms, *NO_EXTRA)
 
 
 def block_row(op: str, blocker: str, blocked: str, ts: int, source_ms: int | None = None) -> Row:
     return OutputRow("block", op, None, blocker, None, None, None, None, None, blocked, None, None, None, ts,
-                     None, None, source_ms)
+                     None, None, source_ms, *NO_EXTRA)
 
 
 def entry(t: TweetUpsert) -> Entry:
@@ -309,7 +310,7 @@ def test_seeded_state_rows_fed_one_batch_at_a_time() -> None:
         timeline_row("update", entry(edit), ["ann"], 103),
         timeline_row("delete", T2, ["ann"], 103),
         tweet_row(entry(edit), 103),
-        OutputRow("tweet", "delete", "t2", "bob", None, None, None, None, None, None, None, None, None, 103, None, None, None),
+        OutputRow("tweet", "delete", "t2", "bob", None, None, None, None, None, None, None, None, None, 103, None, None, None, *NO_EXTRA),
         author_row("update", entry(edit), 103),
         author_row("delete", T2, 103),
     ]
@@ -323,7 +324,7 @@ def test_profile_version_is_a_profile_row_and_state() -> None:
     harness = Harness(clock_start=7)
     out = harness.feed(BOB, [routed(ProfileVersion("bob", 3, "Bob", None, "hi"))])
     assert out == [OutputRow("profile", "upsert", None, None, None, 3, None, None, None,
-                             "bob", "Bob", None, "hi", 8, None, None, None)]
+                             "bob", "Bob", None, "hi", 8, None, None, None, *NO_EXTRA)]
     state = harness.peek(BOB)
     assert state is not None and dict(state.profiles) == {3: ("Bob", None, "hi")} and state.clock == 8
 
@@ -375,7 +376,7 @@ def test_dead_letters_pass_through_without_touching_state() -> None:
     harness.seed(BOB, seeded_state())
     letters = [rejected(4, "bad_json", "{"), rejected(9, "not_object", "[1]")]
     out = harness.feed((ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters)
-    assert out == [OutputRow("dead_letter", *([None] * 12), None, r.dl_key, r.dl_value, None) for r in letters]
+    assert out == [OutputRow("dead_letter", *([None] * 12), None, r.dl_key, r.dl_value, None, *NO_EXTRA) for r in letters]
     assert writes_of(out).dead_letters == [(f"{TWEETS_TOPIC}/0/4", letters[0].dl_value),
                                            (f"{TWEETS_TOPIC}/0/9", letters[1].dl_value)]
     assert harness.handle.calls == []  # no state round trip for dead letters
@@ -525,7 +526,7 @@ def test_integers_beyond_float_precision_stay_exact(rows_api: bool) -> None:
     assert timeline_row("insert", entry(big), ["ann", "cat"], 101) in out
     assert tweet_row(entry(big), 101) in out
     assert OutputRow("profile", "upsert", None, None, None, BIG, None, None, None,
-                     "bob", "Bob", None, None, 101, None, None, None) in out
+                     "bob", "Bob", None, None, 101, None, None, None, *NO_EXTRA) in out
     assert harness.peek(BOB).tweets["t9"] == (BIG, BIG, "big", BIG)
 
 

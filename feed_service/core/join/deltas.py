@@ -46,7 +46,9 @@ def outputs(key: str, tweets: TweetsDiff, inbox: Audience) -> Outputs:
 
 
 def _entry(tweet_id: str, author_id: str, c: TweetContent) -> Entry:
-    return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3]))
+    if len(c) == 4:
+        return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3], None, None, None, None, None))
+    return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3], c[4], c[5], None, None, None))
 
 
 def _delta(op: DeltaOp, entry: Entry, timeline_ids: tuple[str, ...]) -> TimelineDelta:

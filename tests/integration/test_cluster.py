@@ -11,7 +11,9 @@ of one history while it breaks something:
 2. kill -9 a Kafka broker mid-stream, then bring it back;
 3. kill -9 a Cassandra node mid-stream while reads run (a quorum of the other two answers them), then
    bring it back: once hints are replayed, the revived node alone holds exactly the reference;
-4. kill -9 a Spark worker mid-stream: the job goes on with the other worker.
+4. kill -9 a Spark worker mid-stream: the job goes on with the other worker;
+5. the stream stopped, ``feedctl backfill`` with every link secured rebuilds the reference of the whole
+   history into a keyspace of its own (the secured backfill's check: the same history serves it).
 
 After each phase the timelines equal the reference of everything published so far: nothing lost,
 duplicated or resurrected. Each phase prints what the failure cost (pytest -s shows it).
@@ -48,7 +50,9 @@ from feed_service.stack.local_stack import LocalStack
 from feed_service.stack.stack_secrets import StackSecrets
 from feed_service.workload.generator import generate
 
-from .pipeline import GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines, timelines_in
+from .pipeline import (
+    GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines, read_timelines, timelines_in,
+)
 from .standalone_driver import DRIVER
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -284,6 +288,37 @@ def test_killing_a_spark_worker_mid_stream_recovers_on_the_other(cluster: Cluste
     cluster.assert_matches_reference()
     assert cluster.stream.proc is not None and cluster.stream.proc.poll() is None, "the stream is still running"
     spark.start_worker(0)
+
+
+def test_the_backfill_with_every_link_secured_rebuilds_the_reference(cluster: ClusterRun, tmp_path: Path) -> None:
+    """``feedctl backfill`` as an operator runs it on the secured cluster, over the changelogs the phases
+    above filled: Spark on the authenticated standalone master, the changelogs read over SASL_SSL as the
+    backfill role, the view written over TLS as the backfill role (into a keyspace of its own, beside
+    the stream's); the result is the batch reference, and no password is printed. Last in the module:
+    the stream is stopped first, as it holds every worker's core."""
+    code = cluster.stream.stop()
+    print(f"\nstream stopped with {code} for the backfill")
+    spark = cluster.stack.spark
+    assert spark is not None
+    spark.wait_ready(90)  # worker 0 restarted by the phase before
+    backfill = replace(cluster.settings, keyspace="feed_cluster_backfill")
+    provision(backfill)  # the keyspace and its grants (the topics exist)
+    env = {**os.environ, **cluster.config.environment(), **backfill.to_env()}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(tmp_path / "backfill")],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    print(f"secured backfill of {cluster.published} events: exit {proc.returncode} in {time.monotonic() - started:.1f}s")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "stage write: done" in proc.stderr
+    expected = reference_timelines(cluster.published_history(), inbox_cap=backfill.inbox_cap)
+    assert read_timelines(backfill) == {user: entries for user, entries in expected.items() if entries}
+    assert not any(secret in proc.stderr + proc.stdout for secret in _passwords(cluster.config)), \
+        "a password in the backfill's output"
+
+
+def _passwords(config: StackConfig) -> list[str]:
+    folder = StackSecrets(config).credentials_dir
+    return [p.read_text().strip() for p in folder.glob("*/*.password")]
 
 
 def _node_timelines(settings: Settings, host: str) -> dict[str, list[dict[str, Any]]]:

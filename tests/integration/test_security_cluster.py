@@ -1,17 +1,15 @@
 """Everything on, on the secured cluster stack (docs/security.md): the read service over mutual TLS
-against the real ring, refusing what it must; the backfill with every link secured rebuilding the
-reference; and certificates rotated under a running broker.
+against the real ring, refusing what it must; and certificates rotated under a running broker.
 
 The Kafka and Cassandra refusals are in test_security_kafka.py and test_security_cassandra.py; the
-stream and the read server surviving failures with all of it on are test_cluster.py.
+stream and the read server surviving failures with all of it on, and the backfill with every link
+secured rebuilding the reference (over the history the stream ran on: a backfill costs a minute of
+Spark on the cluster, a second history would add nothing), are test_cluster.py.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.api import timeline_pb2_grpc
-from feed_service.core.reference import reference_timelines
 from feed_service.ops.provision import provision
 from feed_service.security.pki import LocalCA
 from feed_service.server.client_channel import ClientTLS, channel_for
@@ -32,11 +29,8 @@ from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig
 from feed_service.stack.local_stack import LocalStack
 from feed_service.stack.stack_secrets import StackSecrets
-from feed_service.workload.generator import generate
 
-from .pipeline import publish, read_timelines
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .pipeline import publish
 
 
 @pytest.fixture(scope="module")
@@ -95,29 +89,6 @@ def test_the_read_service_on_the_ring_takes_only_its_own_cas_clients(secure_stac
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, what
         # the server still serves its own clients after the refusals
         assert _health(server.channel()) == health_pb2.HealthCheckResponse.SERVING
-
-
-def test_the_backfill_with_every_link_secured_rebuilds_the_reference(secure_stack_config: StackConfig,
-                                                                     secured: Settings, tmp_path: Path) -> None:
-    """``feedctl backfill`` as an operator runs it on the secured cluster: Spark on the authenticated
-    standalone master, the changelogs read over SASL_SSL as the backfill role, the view written over TLS
-    as the backfill role; the result is the batch reference."""
-    events = list(generate(users=20, events=300, seed=23, mean_following=5, prefix="sec-"))
-    publish(secured, events)
-    env = {**os.environ, **secure_stack_config.environment(), **secured.to_env()}
-    proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(tmp_path / "backfill")],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "stage write: done" in proc.stderr
-    expected = reference_timelines(events, inbox_cap=secured.inbox_cap)
-    assert read_timelines(secured) == {user: entries for user, entries in expected.items() if entries}
-    assert not any(secret in proc.stderr + proc.stdout for secret in _passwords(secure_stack_config)), \
-        "a password in the backfill's output"
-
-
-def _passwords(config: StackConfig) -> list[str]:
-    folder = StackSecrets(config).credentials_dir
-    return [p.read_text().strip() for p in folder.glob("*/*.password")]
 
 
 def test_rotated_certificates_are_served_after_a_rolling_restart(secure_stack_config: StackConfig,

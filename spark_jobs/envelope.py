@@ -15,8 +15,9 @@ the record is one JSON value with nothing after it (a record cannot contain its 
 :func:`parse_changes` returns one row per Kafka record with the typed event columns, the join key
 and ``reject_code``/``reject_reason`` (null for a valid event). The stream splits on that column:
 valid rows go to the stateful join, the others to the dead-letter topic (:func:`dead_letters`). A
-valid block belongs to two join keys (blocker and blocked); :func:`routed_changes` gives it one row
-per key (docs/streaming.md, "Blocks and mutes").
+valid block belongs to two join keys (blocker and blocked), a repost to two (reposter and the
+original's author); :func:`routed_changes` gives it one row per key (docs/streaming.md, "Blocks and
+mutes").
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import operator
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from feed_service.core.event_kinds import ENVELOPE_COLUMNS, TYPES, EventKind, type_join_keys
+from feed_service.core.event_kinds import ENVELOPE_COLUMNS, TYPES, EventKind, Together, type_join_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -60,9 +61,12 @@ def _field_fault(field: str, kind: str) -> "Column":
     wrong = fault("wrong_type", F.concat(F.lit(f"field '{field}' must be "
                                                f"{'an integer' if kind == 'natural' else 'a string'}, got "),
                                          F.lower(t)))
-    if kind == "optional_text":
-        return F.when(~t.isin("VOID", STRING_TYPE),
+    if kind in ("optional_text", "optional_id"):
+        rule = F.when(~t.isin("VOID", STRING_TYPE),
                       fault("wrong_type", F.concat(F.lit(f"field '{field}' must be a string or null, got "), F.lower(t))))
+        if kind == "optional_id":
+            rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+        return rule
     rule = F.when(t.isNull(), fault("missing_field", F.lit(f"missing field '{field}'")))
     if kind == "natural":
         value = F.expr(f"try_variant_get(v, '$.{field}', 'bigint')")
@@ -72,6 +76,31 @@ def _field_fault(field: str, kind: str) -> "Column":
     rule = rule.when(t != STRING_TYPE, wrong)
     if kind == "id":
         rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+    return rule
+
+
+def _given(field: str) -> "Column":
+    """Whether an optional field is given: present and not JSON null (false, never null)."""
+    t = _kind(field)
+    return t.isNotNull() & (t != "VOID")
+
+
+def _together_fault(group: Together) -> "Column":
+    """(code, reason) when some of ``group``'s fields are given but not all, else null; mirrors
+    parse_event: the reason names the first field given and the first one missing."""
+    from pyspark.sql import functions as F
+
+    names = group.names
+    rule = None
+    for i, given in enumerate(names):
+        for j, missing in enumerate(names):
+            if i == j:
+                continue
+            cond = reduce(operator.and_, [_given(given), ~_given(missing), *(~_given(n) for n in names[:i]),
+                                          *(_given(n) for n in names[:j])])
+            value = F.struct(F.lit(group.code).alias("code"), F.lit(group.reason(given, missing)).alias("reason"))
+            rule = F.when(cond, value) if rule is None else rule.when(cond, value)
+    assert rule is not None
     return rule
 
 
@@ -108,9 +137,13 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     type_name = F.coalesce(F.expr("to_json(variant_get(v, '$.type'))"), F.lit("null"))
 
     def kind_faults(kind: EventKind) -> "Column":
-        """The first fault of a record of ``kind``: its fields in declaration order, then the
-        self-edge rule, as ``parse_event`` checks them."""
-        rules = [_field_fault(f.name, f.rule) for f in kind.fields]
+        """The first fault of a record of ``kind``: its fields in declaration order (those only
+        some ops carry, under those ops), the fields that go together, then the self-edge rule, as
+        ``parse_event`` checks them."""
+        rules = [_field_fault(f.name, f.rule) if not f.ops
+                 else F.when(reduce(operator.or_, (is_op(op) for op in f.ops)), _field_fault(f.name, f.rule))
+                 for f in kind.fields]
+        rules += [_together_fault(group) for group in kind.together]
         if kind.edge is not None and kind.edge.self_code is not None:
             subject, target = kind.edge.subject, kind.edge.target
             rules.append(F.when(_string(subject) == _string(target),
@@ -138,9 +171,17 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
         fault_col = fault_col.when(is_type(type_), fault("unknown_op", F.concat(F.lit(f"unknown {type_} op "), op_name)))
     fault_col = fault_col.otherwise(fault("unknown_type", F.concat(F.lit("unknown event type "), type_name)))
 
-    typed = [
-        F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')").alias(name) for name, sql_type in EVENT_COLUMNS
-    ]
+    def typed_column(name: str, sql_type: str) -> "Column":
+        """The field's value, or null in a row whose op does not carry it (an unrepost's created_at)."""
+        value = F.expr(f"try_variant_get(v, '$.{name}', '{sql_type}')")
+        for kind in (k for kinds in TYPES.values() for k in kinds):
+            for f in kind.fields:
+                if f.name == name and f.ops:
+                    value = F.when(is_type(kind.type) & ~reduce(operator.or_, (is_op(op) for op in f.ops)),
+                                   F.lit(None).cast(sql_type)).otherwise(value)
+        return value.alias(name)
+
+    typed = [typed_column(name, sql_type) for name, sql_type in EVENT_COLUMNS]
     out = parsed.select("topic", "partition", "offset", "event_time", "raw", fault_col.alias("fault"), *typed)
     # The first join key of the row's type; a block's second (the blocked user's) comes from routed_changes.
     key = None
@@ -170,8 +211,9 @@ def routed_changes(parsed: "DataFrame") -> "DataFrame":
     double the per-batch fixed cost on a small machine).
 
     A valid block leaves as two rows, one for the blocker's key and one for the blocked user's (each
-    key's step needs it: :func:`feed_service.core.events.join_keys`); every other row stays one row,
-    a rejected block included, so its dead letter is published once. The split is an ``explode`` of
+    key's step needs it: :func:`feed_service.core.events.join_keys`), and so does a repost (the
+    reposter's key and the original author's; one row when they are the same user); every other row
+    stays one row, a rejected block or repost included, so its dead letter is published once. The split is an ``explode`` of
     the row's keys in the same projection: no second pass over the source, and for an ordinary row a
     one-element array.
     """
@@ -180,9 +222,10 @@ def routed_changes(parsed: "DataFrame") -> "DataFrame":
     rejected = F.col("reject_code").isNotNull()
     letter_key, letter_value = dead_letter_columns()
     keys = F.when(rejected, F.array(F.col("topic")))
-    for type_ in TYPES:  # the types whose changes belong to two keys (a block)
+    for type_ in TYPES:  # the types whose changes belong to two keys (a block, a repost), each key once
         if len(type_join_keys(type_)) > 1:
-            keys = keys.when(F.col("type") == type_, F.array(*(F.col(name) for name in type_join_keys(type_))))
+            keys = keys.when(F.col("type") == type_,
+                             F.array_distinct(F.array(*(F.col(name) for name in type_join_keys(type_)))))
     keys = keys.otherwise(F.array(F.col("key")))
     return parsed.select(
         F.when(rejected, F.lit(ROUTE_DEAD_LETTER)).otherwise(F.lit(ROUTE_JOIN)).alias("route"),

@@ -33,6 +33,7 @@ from feed_service.core.events import (
     FollowChange,
     MuteChange,
     ProfileVersion,
+    RepostChange,
     TweetDelete,
     TweetUpsert,
     event_to_json,
@@ -67,7 +68,8 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
         if r.type == "tweet":
             if r.op == "upsert":
                 events.append(TweetUpsert(r.tweet_id, r.author_id, int(r.version), int(r.created_at), r.text,
-                                          int(r.profile_version)))
+                                          int(r.profile_version), none(r.in_reply_to_tweet_id),
+                                          none(r.in_reply_to_author_id)))
             else:
                 events.append(TweetDelete(r.tweet_id, r.author_id, int(r.version)))
         elif r.type == "follow":
@@ -76,6 +78,11 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
             events.append(BlockChange(r.blocker_id, r.blocked_id, int(r.version), r.op))
         elif r.type == "mute":
             events.append(MuteChange(r.muter_id, r.muted_id, int(r.version), r.op))
+        elif r.type == "repost":  # an unrepost's created_at and profile_version are null (parse_changes)
+            created_at, profile_version = none(r.created_at), none(r.profile_version)
+            events.append(RepostChange(r.reposter_id, r.tweet_id, r.author_id, int(r.version), r.op,
+                                       None if created_at is None else int(created_at),
+                                       None if profile_version is None else int(profile_version)))
         else:
             events.append(ProfileVersion(r.user_id, int(r.version), r.display_name, none(r.avatar_url),
                                          none(r.bio)))

@@ -28,13 +28,18 @@ from feed_service.core.event_types import (
     MuteChange,
     ProfileVersion,
     RejectCode,
+    RepostChange,
     TweetDelete,
     TweetUpsert,
 )
 
-FieldRule: TypeAlias = Literal["id", "text", "natural", "optional_text"]
+FieldRule: TypeAlias = Literal["id", "text", "natural", "optional_text", "optional_id"]
 """How a field is checked: ``id`` a non-empty string, ``text`` a string, ``natural`` a signed 64-bit
-integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``optional_text`` a string, null or absent."""
+integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``optional_text`` a string, null or absent,
+``optional_id`` a non-empty string, null or absent (null and absent both mean absent)."""
+
+OPTIONAL_RULES: frozenset[str] = frozenset({"optional_text", "optional_id"})
+"""The rules a field may be absent under."""
 
 MAX_INT64 = 2**63 - 1
 """Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
@@ -47,6 +52,13 @@ class FieldSpec:
     name: str
     rule: FieldRule
     description: str = ""
+    ops: tuple[str, ...] = ()
+    """The ops whose envelopes carry the field; empty: every op of the kind. Under any other op the
+    field is not read at all (present or not, whatever its value: like an unknown extra field)."""
+    since: int = 0
+    """The registry revision that added the field's column: the stream's event columns are ordered
+    by it first (:data:`ENVELOPE_COLUMNS`), so a field added to an old kind still comes after every
+    older column (a stream checkpoint holds their order). 0: the first five tables; 1: replies and reposts."""
 
     @property
     def sql_type(self) -> str:
@@ -55,7 +67,29 @@ class FieldSpec:
 
     @property
     def required(self) -> bool:
-        return self.rule != "optional_text"
+        """Whether an envelope (of an op that carries the field) must hold it."""
+        return self.rule not in OPTIONAL_RULES
+
+    def carried_by(self, op: str | None) -> bool:
+        """Whether an envelope with ``op`` carries this field (``op`` None: a kind without ops)."""
+        return not self.ops or op in self.ops
+
+
+@dataclass(frozen=True, slots=True)
+class Together:
+    """Optional fields given all together or not at all (a reply's parent tweet and its author).
+
+    Checked after every field, before the self-edge rule; the first field given and the first one
+    missing (declaration order) name the fault. Null counts as missing, as for any optional field.
+    """
+
+    names: tuple[str, ...]
+    code: RejectCode
+    """The reject code of a record that gives some of the fields but not all."""
+
+    def reason(self, given: str, missing: str) -> str:
+        """The reject reason, the same in both parsers."""
+        return f"field {given!r} needs {missing!r}: give all of {', '.join(self.names)} or none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +125,8 @@ class EventKind:
     tie_winner: str | None = None
     """For an edge: the op that wins a version tie between two changes of one edge."""
     edge: EdgeShape | None = None
+    together: tuple[Together, ...] = ()
+    """Groups of optional fields that go together (a reply's ``in_reply_to_*``)."""
     keyed_by_type: bool = False
     """Whether the record key starts with ``type``: kinds sharing a topic keep their entities apart."""
     title: str = ""
@@ -129,7 +165,12 @@ class EventKind:
             codes.add("unknown_op")
         if self.edge is not None and self.edge.self_code is not None:
             codes.add(self.edge.self_code)
+        codes.update(group.code for group in self.together)
         return frozenset(codes)
+
+    def fields_of(self, op: str | None) -> tuple[FieldSpec, ...]:
+        """The fields an envelope with ``op`` carries, in checking order."""
+        return tuple(f for f in self.fields if f.carried_by(op))
 
 
 def _version(meaning: str = "Per-entity version; the highest wins.") -> FieldSpec:
@@ -156,11 +197,19 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                 FieldSpec("text", "text"),
                 FieldSpec("profile_version", "natural",
                           "Version of the author's profile the tweet was written under; its display_name is "
-                          "joined at read time.")),
+                          "joined at read time."),
+                FieldSpec("in_reply_to_tweet_id", "optional_id",
+                          "A reply's parent tweet; null or absent: not a reply. Given with in_reply_to_author_id.",
+                          since=1),
+                FieldSpec("in_reply_to_author_id", "optional_id",
+                          "Author of a reply's parent tweet; null or absent: not a reply. Given with "
+                          "in_reply_to_tweet_id.", since=1)),
+        together=(Together(("in_reply_to_tweet_id", "in_reply_to_author_id"), "incomplete_reply"),),
         join_keys=("author_id",), topic_role="tweets", record_key=("tweet_id",),
         title="tweet upsert",
         description="A tweet's content at a version. Content = the highest-version upsert; a delete of the "
-                    "tweet, at any version, wins over every upsert.",
+                    "tweet, at any version, wins over every upsert. A reply names its parent tweet and that "
+                    "tweet's author (both or neither); they are content like the text.",
     ),
     EventKind(
         type="tweet", cls=TweetDelete, ops={"delete": "delete a tweet for good"},
@@ -203,8 +252,29 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                     "change is a mute; on a version tie mute wins. A mute hides the muted user's tweets from "
                     "the muter's home timeline only.",
     ),
+    EventKind(
+        type="repost", cls=RepostChange,
+        ops={"repost": "repost a tweet: it shows on the reposter's behalf", "unrepost": "take a repost back"},
+        tie_winner="unrepost",
+        # No self-edge rule: the two ends are a user and a tweet, and reposting one's own tweet is allowed.
+        edge=EdgeShape("reposter_id", "tweet_id"),
+        fields=(FieldSpec("reposter_id", "id", since=1), FieldSpec("tweet_id", "id"),
+                FieldSpec("author_id", "id", "Author of the reposted (original) tweet."),
+                _version(),
+                FieldSpec("created_at", "natural", "Milliseconds since the epoch: the time of the repost.",
+                          ops=("repost",)),
+                FieldSpec("profile_version", "natural",
+                          "Version of the reposter's profile shown with the repost.", ops=("repost",))),
+        join_keys=("author_id",), topic_role="reposts", record_key=("reposter_id", "tweet_id"),
+        keyed_by_type=True, title="repost or unrepost",
+        description="Sets the edge reposter_id -> tweet_id (author_id: the original's author). The edge is a "
+                    "repost iff its highest-version change is a repost; on a version tie unrepost wins. The "
+                    "winning repost's created_at is the repost time, its profile_version the reposter's profile "
+                    "shown with it. An unrepost carries neither (they are ignored if present).",
+    ),
 )
-"""Every kind, in the order of the stream's event columns (changing the order changes them)."""
+"""Every kind, in declaration order: the order fields are checked in, and (with ``FieldSpec.since``)
+of the stream's event columns (changing it changes them)."""
 
 KIND_OF_CLASS: dict[type, EventKind] = {kind.cls: kind for kind in EVENT_KINDS}
 
@@ -215,7 +285,7 @@ for _kind in EVENT_KINDS:
 del _kind
 
 EDGE_KINDS: dict[str, EventKind] = {kind.type: kind for kind in EVENT_KINDS if kind.edge is not None}
-"""The kinds that set an edge (follow, block, mute), by type."""
+"""The kinds that set an edge (follow, block, mute, repost), by type."""
 
 HIDE_KINDS: dict[str, EventKind] = {t: k for t, k in EDGE_KINDS.items() if k.tie_winner == k.on_op}
 """The edges that hide tweets (block, mute): their hiding op wins a tie, the safer side."""
@@ -223,11 +293,20 @@ HIDE_KINDS: dict[str, EventKind] = {t: k for t, k in EDGE_KINDS.items() if k.tie
 BASE_REJECT_CODES: frozenset[str] = frozenset({"bad_json", "not_object", "missing_field", "unknown_type"})
 """Reject codes of a record whose kind is not known yet."""
 
-ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("type", "string"), ("op", "string"),
-    *dict.fromkeys((f.name, f.sql_type) for kind in EVENT_KINDS for f in kind.fields),
-)
-"""(name, Spark SQL type) of every envelope field, each once: the stream's typed event columns."""
+def _envelope_columns() -> tuple[tuple[str, str], ...]:
+    first: dict[tuple[str, str], int] = {}
+    for kind in EVENT_KINDS:
+        for f in kind.fields:
+            first.setdefault((f.name, f.sql_type), f.since)
+    return (("type", "string"), ("op", "string"), *sorted(first, key=first.__getitem__))  # sorted is stable
+
+
+ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = _envelope_columns()
+"""(name, Spark SQL type) of every envelope field, each once: the stream's typed event columns, in
+order of ``FieldSpec.since``, then of first declaration."""
+
+TOPIC_ROLES: tuple[str, ...] = tuple(dict.fromkeys(kind.topic_role for kind in EVENT_KINDS))
+"""The changelog topics' roles (``schemas/topics.json``), in registry order: what the stream reads."""
 
 
 def kind_of(event: Event) -> EventKind:
@@ -247,13 +326,24 @@ def _check_registry() -> None:
             raise AssertionError(f"kinds of type {type_!r} must share their join keys")
         if len(kinds) > 1 and not all(len(k.ops) == 1 for k in kinds):
             raise AssertionError(f"kinds sharing type {type_!r} must have one op each")
+    sql_types: dict[str, str] = {}
     for kind in EVENT_KINDS:
-        names = {f.name for f in kind.fields}
+        every_op = {f.name for f in kind.fields if not f.ops}
         for name in (*kind.join_keys, *kind.record_key):
-            if name not in names:
-                raise AssertionError(f"{kind.key}: {name!r} is not one of its fields")
+            if name not in every_op:
+                raise AssertionError(f"{kind.key}: {name!r} is not one of the fields of its every op")
         if kind.edge is not None and (len(kind.ops) != 2 or kind.tie_winner not in kind.ops):
             raise AssertionError(f"{kind.key}: an edge has an on and an off op, one of which wins a tie")
+        for f in kind.fields:
+            if not set(f.ops) <= set(kind.ops):
+                raise AssertionError(f"{kind.key}: field {f.name!r} names ops the kind does not have")
+            if sql_types.setdefault(f.name, f.sql_type) != f.sql_type:
+                raise AssertionError(f"field {f.name!r}: one column, so one type in every kind")
+        for group in kind.together:
+            specs = [f for f in kind.fields if f.name in group.names]
+            if len(specs) != len(group.names) or len(specs) < 2 or any(f.required or f.ops for f in specs):
+                raise AssertionError(f"{kind.key}: a group of {group.names} needs two or more optional fields "
+                                     "of every op")
 
 
 _check_registry()
@@ -266,13 +356,15 @@ SCHEMA_ID = "https://feed-service.invalid/schemas/events/event.schema.json"
 
 def _schema_of_field(spec: FieldSpec) -> dict[str, Any]:
     if spec.rule == "id":
-        return {"$ref": "#/$defs/id"}
+        return {"$ref": "#/$defs/id", **({"description": spec.description} if spec.description else {})}
     if spec.rule == "natural":
         if spec.name == "version":
             return {"$ref": "#/$defs/version"}
         out: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
     elif spec.rule == "text":
         out = {"type": "string"}
+    elif spec.rule == "optional_id":
+        out = {"type": ["string", "null"], "minLength": 1}  # minLength binds strings only
     else:
         out = {"type": ["string", "null"]}
     if spec.description:
@@ -283,6 +375,26 @@ def _schema_of_field(spec: FieldSpec) -> dict[str, Any]:
 def _definition_name(kind: EventKind) -> str:
     """``TweetUpsert`` -> ``tweet_upsert``."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", kind.cls.__name__).lower()
+
+
+def _op_schema(ops: tuple[str, ...]) -> dict[str, Any]:
+    return {"const": ops[0]} if len(ops) == 1 else {"enum": list(ops)}
+
+
+def _conditions(kind: EventKind) -> list[dict[str, Any]]:
+    """``if``/``then`` rules of a kind: the fields only some ops carry, and the fields that go together."""
+    out: list[dict[str, Any]] = []
+    for ops in dict.fromkeys(f.ops for f in kind.fields if f.ops):
+        specs = [f for f in kind.fields if f.ops == ops]
+        out.append({"if": {"properties": {"op": _op_schema(ops)}},
+                    "then": {"required": [f.name for f in specs if f.required],
+                             "properties": {f.name: _schema_of_field(f) for f in specs}}})
+    for group in kind.together:  # one given (a string, not null): every other one given too
+        for name in group.names:
+            others = [n for n in group.names if n != name]
+            out.append({"if": {"required": [name], "properties": {name: {"type": "string"}}},
+                        "then": {"required": others, "properties": {n: {"type": "string"} for n in others}}})
+    return out
 
 
 def event_json_schema() -> dict[str, Any]:
@@ -299,12 +411,15 @@ def event_json_schema() -> dict[str, Any]:
     for kind in EVENT_KINDS:
         properties: dict[str, Any] = {"type": {"const": kind.type}}
         if kind.ops:
-            ops = list(kind.ops)
-            properties["op"] = {"const": ops[0]} if len(ops) == 1 else {"enum": ops}
-        properties.update((f.name, _schema_of_field(f)) for f in kind.fields)
-        required = ["type", *(["op"] if kind.ops else []), *(f.name for f in kind.fields if f.required)]
-        defs[_definition_name(kind)] = {"title": kind.title, "description": kind.description, "type": "object",
-                                        "required": required, "properties": properties}
+            properties["op"] = _op_schema(tuple(kind.ops))
+        every_op = [f for f in kind.fields if not f.ops]
+        properties.update((f.name, _schema_of_field(f)) for f in every_op)
+        required = ["type", *(["op"] if kind.ops else []), *(f.name for f in every_op if f.required)]
+        definition = {"title": kind.title, "description": kind.description, "type": "object",
+                      "required": required, "properties": properties}
+        if conditions := _conditions(kind):
+            definition["allOf"] = conditions
+        defs[_definition_name(kind)] = definition
     self_rules = " and ".join(f"{k.edge.subject} != {k.edge.target}" for k in EDGE_KINDS.values()
                               if k.edge and k.edge.self_code)
     return {
@@ -312,9 +427,10 @@ def event_json_schema() -> dict[str, Any]:
         "$id": SCHEMA_ID,
         "title": "Change event envelope",
         "description": (
-            "One change of the tweets, follows, profiles, blocks or mutes table (docs/design.md): one JSON object "
-            "per Kafka record or replay-file line. Unknown extra properties are allowed and ignored. Versions "
-            "increase per entity (tweet, follow edge, user profile). Two rules are enforced by "
+            "One change of the tweets, follows, profiles, blocks, mutes or reposts table (docs/design.md): one "
+            "JSON object per Kafka record or replay-file line. Unknown extra properties are allowed and ignored "
+            "(so are the fields an op does not carry, e.g. created_at on an unrepost). Versions "
+            "increase per entity (tweet, follow edge, user profile, repost edge). Two rules are enforced by "
             "feed_service.core.events.parse_event but not expressible here: " + self_rules + ", and integers "
             "must be written without a fraction or exponent (1.0 is rejected). Generated from "
             "feed_service/core/event_kinds.py (feedctl schema events)."

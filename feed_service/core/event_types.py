@@ -1,4 +1,4 @@
-"""The change events of the five source tables, as typed values: what every parser returns.
+"""The change events of the six source tables, as typed values: what every parser returns.
 
 The envelope of each type, its fields and rules, are declared once in
 :mod:`feed_service.core.event_kinds`; the parser and the version-ordering rules are in
@@ -25,6 +25,7 @@ RejectCode: TypeAlias = Literal[
     "self_follow",
     "self_block",
     "self_mute",
+    "incomplete_reply",
 ]
 """Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
 
@@ -39,6 +40,16 @@ class TweetUpsert:
     created_at: int
     text: str
     profile_version: int
+    in_reply_to_tweet_id: str | None = None
+    """The parent tweet of a reply (None: not a reply); set together with ``in_reply_to_author_id``.
+    Part of the versioned content: an edit carries it again (docs/event-kinds.md)."""
+    in_reply_to_author_id: str | None = None
+    """The parent tweet's author of a reply (None: not a reply)."""
+
+    @property
+    def is_reply(self) -> bool:
+        """Whether the tweet answers another one."""
+        return self.in_reply_to_tweet_id is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,5 +130,32 @@ class MuteChange:
         return self.op == "mute"
 
 
-Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange
+RepostOp: TypeAlias = Literal["repost", "unrepost"]
+"""``repost`` puts a tweet on the reposter's list of reposts, ``unrepost`` takes it off; ``unrepost`` wins a tie."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepostChange:
+    """Sets the repost edge reposter -> tweet; the highest version wins, ``unrepost`` on a tie.
+
+    ``author_id`` is the original tweet's author. A repost carries its time (``created_at``, ms)
+    and the reposter's profile version shown with it; an unrepost carries neither (None). A user
+    may repost their own tweet.
+    """
+
+    reposter_id: str
+    tweet_id: str
+    author_id: str
+    version: int
+    op: RepostOp
+    created_at: int | None = None
+    profile_version: int | None = None
+
+    @property
+    def reposting(self) -> bool:
+        """Whether this change makes the edge a repost (``repost``)."""
+        return self.op == "repost"
+
+
+Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange | RepostChange
 """Any valid change event."""

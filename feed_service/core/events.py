@@ -3,12 +3,15 @@
 The envelopes (declared once, with their rules, in :mod:`feed_service.core.event_kinds`; JSON Schema
 in ``schemas/events/``)::
 
-    {"type":"tweet","op":"upsert","tweet_id","author_id","version","created_at","text","profile_version"}
+    {"type":"tweet","op":"upsert","tweet_id","author_id","version","created_at","text","profile_version"
+     [,"in_reply_to_tweet_id","in_reply_to_author_id"]}                     (a reply: both or neither)
     {"type":"tweet","op":"delete","tweet_id","author_id","version"}
     {"type":"follow","op":"follow"|"unfollow","follower_id","followee_id","version"}
     {"type":"profile","user_id","version","display_name"[,"avatar_url"][,"bio"]}
     {"type":"block","op":"block"|"unblock","blocker_id","blocked_id","version"}
     {"type":"mute","op":"mute"|"unmute","muter_id","muted_id","version"}
+    {"type":"repost","op":"repost","reposter_id","tweet_id","author_id","version","created_at","profile_version"}
+    {"type":"repost","op":"unrepost","reposter_id","tweet_id","author_id","version"}
 
 Bad input never raises anything but :class:`InvalidEvent`, whose ``code`` names the kind of fault
 (for metrics) and whose message says which field was wrong. Unknown extra fields are ignored.
@@ -37,6 +40,8 @@ from feed_service.core.event_types import (
     MuteOp,
     ProfileVersion,
     RejectCode,
+    RepostChange,
+    RepostOp,
     TweetDelete,
     TweetUpsert,
 )
@@ -44,7 +49,7 @@ from feed_service.errors import InvalidEvent
 
 __all__ = [
     "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "MuteChange", "MuteOp",
-    "ProfileVersion", "RawEvent", "RejectCode", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
+    "ProfileVersion", "RawEvent", "RejectCode", "RepostChange", "RepostOp", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
     "content_of", "edge_rank", "reply_of", "repost_rank", "event_to_json", "hide_rank", "join_key", "join_keys", "parse_event",
     "profile_of", "profile_rank", "tweet_payload_digest",
 ]
@@ -58,7 +63,7 @@ _JOIN_KEY_FIELDS: dict[type, tuple[str, ...]] = {kind.cls: kind.join_keys for ki
 
 def join_key(event: Event) -> str:
     """Return the author key whose state owns ``event`` (tweets.author_id = follows.followee_id =
-    mutes.muted_id); a block has two (:func:`join_keys`) and raises ``ValueError`` here.
+    mutes.muted_id); a block and a repost have two (:func:`join_keys`) and raise ``ValueError`` here.
 
     >>> join_key(FollowChange("ann", "bob", 1, "follow"))
     'bob'
@@ -70,14 +75,22 @@ def join_key(event: Event) -> str:
 
 
 def join_keys(event: Event) -> tuple[str, ...]:
-    """Every author key whose state needs ``event``: one, or two for a block (blocker, blocked).
+    """Every author key whose state needs ``event``: one, or two for a block (blocker, blocked) and
+    a repost (reposter, the original's author).
 
     >>> join_keys(BlockChange("ann", "bob", 1, "block"))
     ('ann', 'bob')
     >>> join_keys(MuteChange("ann", "bob", 1, "mute"))
     ('bob',)
+    >>> join_keys(RepostChange("ann", "t1", "bob", 1, "unrepost"))
+    ('ann', 'bob')
+
+    Each key once: a user reposting their own tweet needs their one key (``('ann',)``).
     """
-    return tuple(getattr(event, name) for name in _JOIN_KEY_FIELDS[type(event)])
+    names = _JOIN_KEY_FIELDS[type(event)]
+    if len(names) == 1:
+        return (getattr(event, names[0]),)
+    return tuple(dict.fromkeys(getattr(event, name) for name in names))
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -118,6 +131,13 @@ def _optional_text(obj: Mapping[str, Any], name: str) -> str | None:
     value = obj.get(name)
     if value is not None and type(value) is not str:
         raise InvalidEvent("wrong_type", f"field {name!r} must be a string or null, got {_type_name(value)}")
+    return value
+
+
+def _optional_id(obj: Mapping[str, Any], name: str) -> str | None:
+    value = _optional_text(obj, name)
+    if value == "":
+        raise InvalidEvent("empty_id", f"field {name!r} must not be empty")
     return value
 
 
@@ -186,24 +206,32 @@ def _loads(raw: str | bytes | bytearray) -> Any:
     return obj
 
 
-_CHECKS = {"id": _id, "text": _text, "natural": _natural, "optional_text": _optional_text}
+_CHECKS = {"id": _id, "text": _text, "natural": _natural, "optional_text": _optional_text,
+           "optional_id": _optional_id}
 """Field rule (:data:`~feed_service.core.event_kinds.FieldRule`) -> its check."""
 
 
 class _KindParser:
-    """One kind's parser, built once from its declaration: the field checks in order, then the self-edge rule."""
+    """One (kind, op)'s parser, built once from its declaration: the checks of the fields the op
+    carries, in order, then the groups of fields that go together, then the self-edge rule."""
 
-    __slots__ = ("cls", "type", "checks", "op", "edge")
+    __slots__ = ("cls", "type", "checks", "op", "together", "edge")
 
-    def __init__(self, kind: EventKind) -> None:
+    def __init__(self, kind: EventKind, op: str | None) -> None:
         self.cls = kind.cls
         self.type = kind.type
-        self.checks = tuple((f.name, _CHECKS[f.rule]) for f in kind.fields)
+        self.checks = tuple((f.name, _CHECKS[f.rule]) for f in kind.fields_of(op))
         self.op = kind.carries_op
+        self.together = kind.together
         self.edge = kind.edge if kind.edge is not None and kind.edge.self_code is not None else None
 
     def __call__(self, obj: Mapping[str, Any], op: str | None) -> Event:
         values = {name: check(obj, name) for name, check in self.checks}
+        for group in self.together:
+            given = [name for name in group.names if values[name] is not None]
+            if given and len(given) < len(group.names):
+                missing = next(name for name in group.names if values[name] is None)
+                raise InvalidEvent(group.code, group.reason(given[0], missing))
         edge = self.edge
         if edge is not None and values[edge.subject] == values[edge.target]:
             raise InvalidEvent(edge.self_code, f"self-{self.type} of {values[edge.subject]!r}")  # type: ignore[arg-type]
@@ -213,7 +241,8 @@ class _KindParser:
 
 
 _PARSERS: dict[str, dict[str, _KindParser] | _KindParser] = {
-    type_: ({op: _KindParser(kind) for kind in kinds for op in kind.ops} if kinds[0].ops else _KindParser(kinds[0]))
+    type_: ({op: _KindParser(kind, op) for kind in kinds for op in kind.ops} if kinds[0].ops
+            else _KindParser(kinds[0], None))
     for type_, kinds in TYPES.items()
 }
 """Envelope ``type`` -> its parser, or for a type with ops, ``op`` -> its parser."""
@@ -223,8 +252,8 @@ def parse_event(raw: RawEvent) -> Event:
     """Validate one envelope and return its event, or raise :class:`InvalidEvent` with a reason.
 
     The checks run in the order the stream's native parser applies them (``spark_jobs/envelope.py``),
-    so both give the same code and reason for the same record: type, op, the kind's fields in
-    declaration order, the self-edge rule.
+    so both give the same code and reason for the same record: type, op, the fields the op carries in
+    declaration order, the fields that go together (a reply's parent), the self-edge rule.
 
     >>> parse_event('{"type":"follow","op":"follow","follower_id":"a","followee_id":"b","version":3}')
     FollowChange(follower_id='a', followee_id='b', version=3, op='follow')
@@ -258,14 +287,18 @@ _ENVELOPE_FIELDS: dict[type, tuple[str | None, tuple[FieldSpec, ...]]] = {
 def event_to_json(event: Event) -> dict[str, Any]:
     """Return the envelope of ``event`` (inverse of :func:`parse_event`), for replay files and tests.
 
-    An optional field that is ``None`` is left out.
+    An optional field that is ``None`` is left out, and so is a field the op does not carry (an
+    unrepost's ``created_at``).
     """
     kind = kind_of(event)
     fixed_op, specs = _ENVELOPE_FIELDS[type(event)]
     out: dict[str, Any] = {"type": kind.type}
+    op = None
     if kind.ops:
-        out["op"] = fixed_op if fixed_op is not None else event.op  # type: ignore[union-attr]
+        op = out["op"] = fixed_op if fixed_op is not None else event.op  # type: ignore[union-attr]
     for spec in specs:
+        if not spec.carried_by(op):
+            continue
         value = getattr(event, spec.name)
         if value is not None or spec.required:
             out[spec.name] = value

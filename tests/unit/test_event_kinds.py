@@ -9,9 +9,17 @@ import pytest
 
 from feed_service import resources
 from feed_service.cli.commands.schema import render
-from feed_service.core.event_kinds import BASE_REJECT_CODES, EDGE_KINDS, ENVELOPE_COLUMNS, EVENT_KINDS, TYPES
+from feed_service.core.event_kinds import (
+    BASE_REJECT_CODES,
+    EDGE_KINDS,
+    ENVELOPE_COLUMNS,
+    EVENT_KINDS,
+    OPTIONAL_RULES,
+    TOPIC_ROLES,
+    TYPES,
+)
 from feed_service.core.event_types import RejectCode
-from feed_service.core.events import edge_rank, event_to_json, hide_rank, join_keys, parse_event
+from feed_service.core.events import edge_rank, event_to_json, hide_rank, join_keys, parse_event, repost_rank
 from feed_service.errors import InvalidEvent
 from feed_service.kafka.keys import ROLE_OF_TYPE, record_key, topic_role
 from feed_service.settings import Settings
@@ -35,18 +43,23 @@ def test_every_reject_code_is_declared_by_some_kind_and_every_kind_code_exists()
     assert from_kinds == declared
 
 
-def _sample(kind, op: str | None) -> dict:
-    values = {"id": "u", "text": "t", "natural": 3, "optional_text": None}
+def _sample(kind, op: str | None, *, optional: bool = False) -> dict:
+    """A valid envelope of ``kind`` with the fields ``op`` carries: every id different, the optional
+    fields absent, or with ``optional`` given."""
+    values = {"id": "u", "text": "t", "natural": 3, "optional_text": "o", "optional_id": "o"}
     envelope = {"type": kind.type, **({"op": op} if op else {})}
-    for n, spec in enumerate(kind.fields):
-        envelope[spec.name] = f"u{n}" if spec.rule == "id" else values[spec.rule]
-    return {k: v for k, v in envelope.items() if v is not None}
+    for n, spec in enumerate(kind.fields_of(op)):
+        if spec.rule in OPTIONAL_RULES and not optional:
+            continue
+        envelope[spec.name] = f"u{n}" if spec.rule in ("id", "optional_id") else values[spec.rule]
+    return envelope
 
 
 @pytest.mark.parametrize("kind", EVENT_KINDS, ids=lambda k: k.key)
-def test_each_kind_parses_to_its_class_and_back(kind) -> None:
+@pytest.mark.parametrize("optional", [False, True], ids=["bare", "optional_fields"])
+def test_each_kind_parses_to_its_class_and_back(kind, optional: bool) -> None:
     for op in kind.ops or (None,):
-        envelope = _sample(kind, op)
+        envelope = _sample(kind, op, optional=optional)
         event = parse_event(envelope)
         assert type(event) is kind.cls
         assert event_to_json(event) == envelope
@@ -56,6 +69,44 @@ def test_each_kind_parses_to_its_class_and_back(kind) -> None:
         key = record_key(event)
         assert all(str(envelope[f]) in key for f in kind.record_key)
         assert key.startswith(f"{kind.type}|") == kind.keyed_by_type
+        if kind.keyed_by_type or len(kind.record_key) > 1:
+            assert key.split("|")[-len(kind.record_key):] == [str(envelope[f]) for f in kind.record_key]
+
+
+@pytest.mark.parametrize("kind", [k for k in EVENT_KINDS if any(f.ops for f in k.fields)], ids=lambda k: k.key)
+def test_fields_of_some_ops_are_required_there_and_ignored_elsewhere(kind) -> None:
+    """A repost carries created_at and profile_version; an unrepost does not, and one it carries
+    anyway (of any type) is dropped like an unknown field."""
+    for op in kind.ops:
+        own = {f.name for f in kind.fields_of(op)}
+        for spec in (f for f in kind.fields if f.ops):
+            envelope = _sample(kind, op)
+            if spec.name in own:
+                del envelope[spec.name]
+                with pytest.raises(InvalidEvent) as info:
+                    parse_event(envelope)
+                assert info.value.code == "missing_field" and spec.name in info.value.reason
+            else:
+                envelope[spec.name] = "not even a number"
+                event = parse_event(envelope)
+                assert getattr(event, spec.name) is None
+                assert spec.name not in event_to_json(event)
+
+
+@pytest.mark.parametrize("kind", [k for k in EVENT_KINDS if k.together], ids=lambda k: k.key)
+def test_fields_that_go_together_are_given_all_or_none(kind) -> None:
+    for group in kind.together:
+        for name in group.names:
+            for absent in ("left out", None):
+                envelope = _sample(kind, kind.on_op if kind.edge else next(iter(kind.ops), None), optional=True)
+                if absent is None:
+                    envelope[name] = None
+                else:
+                    del envelope[name]
+                with pytest.raises(InvalidEvent) as info:
+                    parse_event(envelope)
+                assert info.value.code == group.code
+                assert info.value.reason == group.reason(next(n for n in group.names if n != name), name)
 
 
 @pytest.mark.parametrize("kind", [k for k in EDGE_KINDS.values() if k.edge.self_code], ids=lambda k: k.key)
@@ -69,8 +120,11 @@ def test_edge_kinds_reject_self_edges_with_their_code(kind) -> None:
 
 @pytest.mark.parametrize("kind", list(EDGE_KINDS.values()), ids=lambda k: k.key)
 def test_the_engine_ranks_break_ties_as_the_registry_says(kind) -> None:
-    """``edge_rank`` (follows) and ``hide_rank`` (blocks, mutes) hard-code the tie rule on the hot path."""
-    rank = edge_rank if kind.type == "follow" else hide_rank  # rank(version, whether the op is the on op)
+    """``edge_rank`` (follows), ``hide_rank`` (blocks, mutes) and ``repost_rank`` hard-code the tie
+    rule on the hot path."""
+    ranks = {"follow": edge_rank, "block": hide_rank, "mute": hide_rank,
+             "repost": lambda version, on: repost_rank(version, on, "a", 1 if on else None, 1 if on else None)}
+    rank = ranks[kind.type]  # rank(version, whether the op is the on op)
     assert (rank(5, True) > rank(5, False)) == (kind.tie_winner == kind.on_op)
 
 
@@ -79,9 +133,23 @@ def test_envelope_columns_hold_every_field_once_in_registry_order() -> None:
     assert names[:2] == ["type", "op"] and len(names) == len(set(names))
     assert set(names[2:]) == {f.name for kind in EVENT_KINDS for f in kind.fields}
     # The stream's state and checkpoints depend on this order: append new fields at the end.
-    assert names[2:18] == ["tweet_id", "author_id", "version", "created_at", "text", "profile_version",
-                           "follower_id", "followee_id", "user_id", "display_name", "avatar_url", "bio",
-                           "blocker_id", "blocked_id", "muter_id", "muted_id"]
+    assert names[2:] == ["tweet_id", "author_id", "version", "created_at", "text", "profile_version",
+                         "follower_id", "followee_id", "user_id", "display_name", "avatar_url", "bio",
+                         "blocker_id", "blocked_id", "muter_id", "muted_id",
+                         # replies and reposts (registry revision 1)
+                         "in_reply_to_tweet_id", "in_reply_to_author_id", "reposter_id"]
+
+
+def test_the_changelog_topics_are_the_registry_s_topic_roles() -> None:
+    """The stream subscribes to them, provisioning creates them, the producer and stream roles get them."""
+    from feed_service.kafka.offsets import SOURCE_ROLES
+    from feed_service.security.roles import CHANGELOG_TOPICS
+
+    assert SOURCE_ROLES == TOPIC_ROLES == CHANGELOG_TOPICS
+    declared = resources.read_json(resources.TOPICS)["topics"]
+    for role in TOPIC_ROLES:
+        assert declared[role]["config"]["cleanup.policy"] == "compact", role
+    assert declared["reposts"]["name"] == "feed.reposts.v1" and declared["reposts"]["key"].startswith("repost|")
 
 
 def test_types_group_kinds_that_share_an_envelope_type() -> None:

@@ -18,6 +18,7 @@ from feed_service.core.events import (
     FollowChange,
     InvalidEvent,
     ProfileVersion,
+    RepostChange,
     TweetDelete,
     TweetUpsert,
     event_to_json,
@@ -33,6 +34,10 @@ UPSERT = {"type": "tweet", "op": "upsert", "tweet_id": "t1", "author_id": "bob",
 DELETE = {"type": "tweet", "op": "delete", "tweet_id": "t1", "author_id": "bob", "version": 3}
 FOLLOW = {"type": "follow", "op": "follow", "follower_id": "ann", "followee_id": "bob", "version": 0}
 PROFILE = {"type": "profile", "user_id": "bob", "version": 1, "display_name": "Bob", "avatar_url": None}
+REPLY = {**UPSERT, "in_reply_to_tweet_id": "t0", "in_reply_to_author_id": "ann"}
+REPOST = {"type": "repost", "op": "repost", "reposter_id": "cat", "tweet_id": "t1", "author_id": "bob", "version": 4,
+          "created_at": 1700000000500, "profile_version": 2}
+UNREPOST = {"type": "repost", "op": "unrepost", "reposter_id": "cat", "tweet_id": "t1", "author_id": "bob", "version": 5}
 
 
 def with_(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -48,6 +53,13 @@ VALID = [
     (PROFILE, ProfileVersion("bob", 1, "Bob")),
     (with_(PROFILE, bio="hi", avatar_url="http://x"), ProfileVersion("bob", 1, "Bob", "http://x", "hi")),
     (with_(UPSERT, text="", extra={"nested": True}, partition=3), TweetUpsert("t1", "bob", 2, 1700000000000, "", 1)),
+    (REPLY, TweetUpsert("t1", "bob", 2, 1700000000000, "hello", 1, "t0", "ann")),
+    (with_(UPSERT, in_reply_to_tweet_id=None, in_reply_to_author_id=None), TweetUpsert("t1", "bob", 2, 1700000000000,
+                                                                                     "hello", 1)),
+    (REPOST, RepostChange("cat", "t1", "bob", 4, "repost", 1700000000500, 2)),
+    (with_(REPOST, reposter_id="bob"), RepostChange("bob", "t1", "bob", 4, "repost", 1700000000500, 2)),
+    (UNREPOST, RepostChange("cat", "t1", "bob", 5, "unrepost")),
+    (with_(UNREPOST, created_at="soon", profile_version=-1), RepostChange("cat", "t1", "bob", 5, "unrepost")),
 ]
 
 INVALID = [
@@ -75,6 +87,16 @@ INVALID = [
     (with_(UPSERT, op="insert"), "unknown_op"),
     (with_(FOLLOW, op="block"), "unknown_op"),
     (with_(FOLLOW, followee_id="ann"), "self_follow"),
+    (with_(REPLY, in_reply_to_author_id=...), "incomplete_reply"),
+    (with_(REPLY, in_reply_to_tweet_id=None), "incomplete_reply"),
+    (with_(REPLY, in_reply_to_tweet_id=""), "empty_id"),
+    (with_(REPLY, in_reply_to_author_id=7), "wrong_type"),
+    (with_(REPLY, text=..., in_reply_to_author_id=...), "missing_field"),  # the fields first, then the pair
+    (with_(REPOST, created_at=...), "missing_field"),
+    (with_(REPOST, profile_version="2"), "wrong_type"),
+    (with_(REPOST, created_at=-1), "negative_value"),
+    (with_(UNREPOST, author_id=...), "missing_field"),
+    (with_(UNREPOST, op="retweet"), "unknown_op"),
 ]
 
 PARSER_ONLY = [
@@ -155,11 +177,14 @@ def _schema_keywords(node: Any) -> Iterator[str]:
         elif keyword in ("oneOf", "anyOf", "allOf"):
             for sub in value:
                 yield from _schema_keywords(sub)
+        elif keyword in ("if", "then", "else"):
+            yield from _schema_keywords(value)
 
 
 SCHEMA_KEYWORDS = frozenset({
     "$schema", "$id", "$defs", "$ref", "title", "description",
     "oneOf", "type", "const", "enum", "required", "properties", "minLength", "minimum", "maximum",
+    "allOf", "if", "then",
 })
 """Keywords the corpus below exercises (and fastjsonschema implements: it covers drafts 4-7 fully,
 2019-09/2020-12 only in part, and ignores a keyword it does not know)."""
@@ -173,7 +198,8 @@ def test_schema_uses_only_keywords_the_agreement_test_covers() -> None:
 _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.0, -0.0, 2**63 - 1, 2**63]),
     st.floats(-2, 2, allow_nan=False),
-    st.sampled_from(["", "a", "b", "tweet", "follow", "profile", "upsert", "delete", "unfollow"]),
+    st.sampled_from(["", "a", "b", "tweet", "follow", "profile", "upsert", "delete", "unfollow", "repost",
+                     "unrepost"]),
     st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
 )
 _BASES = [
@@ -182,6 +208,11 @@ _BASES = [
     {"type": "tweet", "op": "delete", "tweet_id": "t", "author_id": "a", "version": 1},
     {"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b", "version": 1},
     {"type": "profile", "user_id": "a", "version": 1, "display_name": "A", "avatar_url": None, "bio": "b"},
+    {"type": "tweet", "op": "upsert", "tweet_id": "t", "author_id": "a", "version": 1, "created_at": 2,
+     "text": "x", "profile_version": 0, "in_reply_to_tweet_id": "p", "in_reply_to_author_id": "b"},
+    {"type": "repost", "op": "repost", "reposter_id": "r", "tweet_id": "t", "author_id": "a", "version": 1,
+     "created_at": 2, "profile_version": 0},
+    {"type": "repost", "op": "unrepost", "reposter_id": "r", "tweet_id": "t", "author_id": "a", "version": 1},
 ]
 _FIELDS = sorted({k for base in _BASES for k in base})
 

@@ -2,7 +2,8 @@
 
 The key names the entity whose latest record compaction must keep, as ``schemas/topics.json`` says
 (tweet: ``tweet_id``; follow edge: ``follower_id|followee_id``; profile: ``user_id|version``; block
-and mute edges: ``block|blocker_id|blocked_id`` and ``mute|muter_id|muted_id``).
+and mute edges: ``block|blocker_id|blocked_id`` and ``mute|muter_id|muted_id``; repost edge:
+``repost|reposter_id|tweet_id``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from feed_service.core.events import (  # noqa: F401 - doctests use them
     FollowChange,
     MuteChange,
     ProfileVersion,
+    RepostChange,
 )
 
 ROLE_OF_TYPE = {type_: kinds[0].topic_role for type_, kinds in TYPES.items()}
@@ -43,6 +45,10 @@ def record_key(event: Event) -> str:
     ('ann|bob', 'ann|3')
     >>> record_key(BlockChange("ann", "bob", 7, "unblock")), record_key(MuteChange("ann", "b|c", 8, "mute"))
     ('block|ann|bob', 'mute|ann|b%7Cc')
+    >>> record_key(RepostChange("ann", "t|1", "bob", 9, "unrepost"))
+    'repost|ann|t%7C1'
+
+    A repost's kind is alone on its topic but keyed by type all the same: the key says what it is.
     """
     prefix, names = _KEY_FIELDS[type(event)]
     if len(names) == 1 and prefix is None:
@@ -52,5 +58,6 @@ def record_key(event: Event) -> str:
 
 
 def topic_role(event: Event) -> str:
-    """Return the topic role (``tweets``, ``follows``, ``profiles`` or ``blocks_mutes``) ``event`` is published to."""
+    """Return the topic role (``tweets``, ``follows``, ``profiles``, ``blocks_mutes`` or ``reposts``)
+    ``event`` is published to."""
     return kind_of(event).topic_role

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from feed_service.core.event_kinds import TOPIC_ROLES
 from feed_service.errors import PipelineError
 from feed_service.kafka.client_config import client_config
 from feed_service.security.roles import STREAM
@@ -16,9 +17,10 @@ from feed_service.settings import Settings
 Offsets = dict[str, dict[str, int]]
 """Spark's JSON offsets shape: topic -> partition (as a string) -> offset."""
 
-SOURCE_ROLES = ("tweets", "follows", "profiles", "blocks_mutes")
-"""The changelog topics the view is computed from. A role added here reaches a stream restarted on an
-existing checkpoint from the topic's beginning (docs/streaming.md, "Blocks and mutes")."""
+SOURCE_ROLES: tuple[str, ...] = TOPIC_ROLES
+"""The changelog topics the view is computed from: the topic roles of the registry of event kinds
+(tweets, follows, profiles, blocks_mutes, reposts). A role added there reaches a stream restarted on
+an existing checkpoint from the topic's beginning (docs/streaming.md, "Blocks and mutes")."""
 
 
 def watermarks(settings: Settings, roles: Iterable[str] = SOURCE_ROLES, *,

@@ -6,7 +6,7 @@ Errors: :class:`~feed_service.errors.ProducerError` and its subclasses (``EventR
 Records: the value is the JSON change envelope (``core/events.py``); the key names the entity whose latest record
 compaction must keep, as ``schemas/topics.json`` says (tweet: ``tweet_id``; follow edge:
 ``follower_id|followee_id``; profile: ``user_id|version``; block and mute edges:
-``block|blocker_id|blocked_id``, ``mute|muter_id|muted_id``). Partitions are chosen with murmur2, like
+``block|blocker_id|blocked_id``, ``mute|muter_id|muted_id``; repost edges: ``repost|reposter_id|tweet_id``). Partitions are chosen with murmur2, like
 the Java client, so every producer of these topics puts one entity's changes in one partition.
 """
 
@@ -27,6 +27,7 @@ from feed_service.core.events import (
     InvalidEvent,
     MuteChange,
     ProfileVersion,
+    RepostChange,
     TweetDelete,
     TweetUpsert,
     event_to_json,
@@ -105,6 +106,8 @@ class EventProducer:
             producer.publish_edit(tweet, "hello, world")
             producer.follow("bob", "ann")
             producer.mute("bob", "ann"); producer.block("ann", "cat")
+            reply = producer.publish_tweet("bob", "hi ann", in_reply_to=tweet)
+            producer.repost("bob", tweet)
 
     Every event goes through :func:`~feed_service.core.events.parse_event` before it is queued: the
     rules the engine and the stream apply, stricter than the JSON Schema in ``schemas/events/`` (see
@@ -236,36 +239,55 @@ class EventProducer:
 
     # --- typed helpers ----------------------------------------------------------------------
 
+    def _profile_version_of(self, user_id: str, given: int | None) -> int:
+        """``given``, else ``user_id``'s last profile published by this producer (else rejected)."""
+        if given is not None:
+            return given
+        known = self._profile_versions.get(user_id)
+        if known is None:
+            self.stats.rejected += 1
+            raise EventRejected("missing_field", f"profile_version of {user_id!r} unknown: publish a "
+                                "profile first or pass profile_version")
+        return known
+
     def publish_tweet(
         self, author_id: str, text: str, *, tweet_id: str | None = None, profile_version: int | None = None,
-        created_at: int | None = None, version: int | None = None,
+        created_at: int | None = None, version: int | None = None, in_reply_to: TweetUpsert | None = None,
+        in_reply_to_tweet_id: str | None = None, in_reply_to_author_id: str | None = None,
     ) -> TweetUpsert:
-        """Publish a new tweet; ``profile_version`` defaults to the author's last published profile."""
-        if profile_version is None:
-            profile_version = self._profile_versions.get(author_id)
-            if profile_version is None:
-                self.stats.rejected += 1
-                raise EventRejected("missing_field", f"profile_version of {author_id!r} unknown: publish a "
-                                    "profile first or pass profile_version")
+        """Publish a new tweet; ``profile_version`` defaults to the author's last published profile.
+
+        A reply names its parent: ``in_reply_to`` (a published tweet), or its two ids (both or
+        neither, else ``EventRejected`` ``incomplete_reply``).
+        """
+        profile_version = self._profile_version_of(author_id, profile_version)
+        if in_reply_to is not None:
+            in_reply_to_tweet_id, in_reply_to_author_id = in_reply_to.tweet_id, in_reply_to.author_id
         version = self.clock.next() if version is None else version
-        event = self.publish_event({
+        envelope: dict[str, Any] = {
             "type": "tweet", "op": "upsert", "tweet_id": tweet_id or self._new_id(), "author_id": author_id,
             "version": version, "created_at": self.clock.now_ms() if created_at is None else created_at,
             "text": text, "profile_version": profile_version,
-        })
+        }
+        if in_reply_to_tweet_id is not None:
+            envelope["in_reply_to_tweet_id"] = in_reply_to_tweet_id
+        if in_reply_to_author_id is not None:
+            envelope["in_reply_to_author_id"] = in_reply_to_author_id
+        event = self.publish_event(envelope)
         assert isinstance(event, TweetUpsert)
         return event
 
     def publish_edit(
         self, tweet: TweetUpsert, text: str, *, profile_version: int | None = None, version: int | None = None,
     ) -> TweetUpsert:
-        """Publish new text for ``tweet`` (same id and created_at, a higher version)."""
+        """Publish new text for ``tweet`` (same id, created_at and parent if a reply, a higher version)."""
         if version is None:
             self.clock.observe(tweet.version)
             version = self.clock.next()
         return self.publish_tweet(
             tweet.author_id, text, tweet_id=tweet.tweet_id, created_at=tweet.created_at, version=version,
             profile_version=tweet.profile_version if profile_version is None else profile_version,
+            in_reply_to_tweet_id=tweet.in_reply_to_tweet_id, in_reply_to_author_id=tweet.in_reply_to_author_id,
         )
 
     def publish_delete(self, tweet_id: str, author_id: str, *, version: int | None = None) -> TweetDelete:
@@ -299,11 +321,35 @@ class EventProducer:
         """End ``muter_id``'s mute of ``muted_id``."""
         return self.publish_edge("mute", "unmute", muter_id, muted_id, version=version)  # type: ignore[return-value]
 
-    def publish_edge(self, type_: str, op: str, subject: str, target: str, *, version: int | None = None) -> Event:
-        """Publish a change of an edge kind of the registry (follow, block, mute) with its field names.
+    def repost(self, reposter_id: str, tweet: TweetUpsert | tuple[str, str], *, created_at: int | None = None,
+               profile_version: int | None = None, version: int | None = None) -> RepostChange:
+        """Make ``reposter_id`` repost ``tweet`` (a published tweet, or ``(tweet_id, author_id)``).
 
-        Edges take versions from the clock: an unfollow (unblock, unmute) sent after a follow
-        (block, mute) of the same edge is above it, so it wins (docs/producers.md, "Where versions
+        ``created_at`` (the repost time) defaults to now, ``profile_version`` to the reposter's last
+        published profile, as for a tweet.
+        """
+        tweet_id, author_id = (tweet.tweet_id, tweet.author_id) if isinstance(tweet, TweetUpsert) else tweet
+        return self.publish_edge(  # type: ignore[return-value]
+            "repost", "repost", reposter_id, tweet_id, version=version, author_id=author_id, created_at=created_at,
+            profile_version=self._profile_version_of(reposter_id, profile_version))
+
+    def unrepost(self, reposter_id: str, tweet: TweetUpsert | tuple[str, str], *,
+                 version: int | None = None) -> RepostChange:
+        """Take back ``reposter_id``'s repost of ``tweet`` (a published tweet, or ``(tweet_id, author_id)``)."""
+        tweet_id, author_id = (tweet.tweet_id, tweet.author_id) if isinstance(tweet, TweetUpsert) else tweet
+        return self.publish_edge("repost", "unrepost", reposter_id, tweet_id, version=version,  # type: ignore[return-value]
+                                 author_id=author_id)
+
+    def publish_edge(self, type_: str, op: str, subject: str, target: str, *, version: int | None = None,
+                     **fields: Any) -> Event:
+        """Publish a change of an edge kind of the registry (follow, block, mute, repost) with its field names.
+
+        ``fields``: the op's other fields by name (a repost's ``author_id``, ``created_at``,
+        ``profile_version``); None or left out means absent, except a ``created_at`` the op carries,
+        which defaults to now. A name the op does not carry raises ``TypeError``.
+
+        Edges take versions from the clock: an unfollow (unblock, unmute, unrepost) sent after a follow
+        (block, mute, repost) of the same edge is above it, so it wins (docs/producers.md, "Where versions
         come from").
         """
         kind = EDGE_KINDS.get(type_)
@@ -311,8 +357,17 @@ class EventProducer:
             self.stats.rejected += 1
             raise EventRejected("unknown_op", f"not an edge change: {type_!r} {op!r}")
         assert kind.edge is not None
-        return self.publish_event({"type": type_, "op": op, kind.edge.subject: subject, kind.edge.target: target,
-                                   "version": self.clock.next() if version is None else version})
+        own = {f.name for f in kind.fields_of(op)} - {kind.edge.subject, kind.edge.target, "version"}
+        unknown = set(fields) - own
+        if unknown:
+            raise TypeError(f"publish_edge: a {type_} {op} has no field {sorted(unknown)[0]!r}")
+        if "created_at" in own and fields.get("created_at") is None:
+            fields["created_at"] = self.clock.now_ms()
+        fields |= {kind.edge.subject: subject, kind.edge.target: target,
+                   "version": self.clock.next() if version is None else version}
+        envelope = {"type": type_, "op": op}  # the fields in declaration order, the absent ones left out
+        envelope.update((f.name, fields[f.name]) for f in kind.fields_of(op) if fields.get(f.name) is not None)
+        return self.publish_event(envelope)
 
     def publish_profile(
         self, user_id: str, display_name: str, *, avatar_url: str | None = None, bio: str | None = None,

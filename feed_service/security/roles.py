@@ -27,8 +27,9 @@ SERVER = "server"
 BACKFILL = "backfill"
 ROLES = (ADMIN, PRODUCER, STREAM, SERVER, BACKFILL)
 
-#: Topic roles of ``schemas/topics.json`` that carry source changelogs (producers write them).
-CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes")
+#: Topic roles of ``schemas/topics.json`` that carry source changelogs (producers write them): the
+#: topic roles of the registry of event kinds (this layer cannot import it; a unit test holds them equal).
+CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
 #: Topic roles only the stream writes.
 STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
 

@@ -1,10 +1,13 @@
 """``feedctl publish``: send one event given as flags, or a replay file of JSON envelopes.
 
     feedctl publish tweet --author ann --text "hello" --profile-version 1
+    feedctl publish tweet --author bob --text "hi" --profile-version 2 --in-reply-to-tweet-id t1 --in-reply-to-author-id ann
     feedctl publish delete --tweet-id t1 --author ann
     feedctl publish follow --follower bob --followee ann        (also: unfollow)
     feedctl publish block --blocker ann --blocked bob           (also: unblock)
     feedctl publish mute --muter ann --muted bob                (also: unmute)
+    feedctl publish repost --reposter bob --tweet t1 --author ann --profile-version 2   (--created-at: default now)
+    feedctl publish unrepost --reposter bob --tweet t1 --author ann
     feedctl publish profile --user ann --display-name "Ann"
     feedctl publish --file EVENTS.jsonl                          (``-`` reads stdin)
 
@@ -46,20 +49,28 @@ def register(sub: Any) -> None:
     tweet.add_argument("--tweet-id", help="default: a new random id")
     tweet.add_argument("--created-at", type=int, help="ms since the epoch (default now; keep it for an edit)")
     tweet.add_argument("--version", type=int, help=version_help)
+    tweet.add_argument("--in-reply-to-tweet-id", help="a reply: the parent tweet (with --in-reply-to-author-id)")
+    tweet.add_argument("--in-reply-to-author-id", help="a reply: the parent tweet's author")
 
     delete = kinds.add_parser("delete", help="delete a tweet for good")
     delete.add_argument("--tweet-id", required=True)
     delete.add_argument("--author", required=True)
     delete.add_argument("--version", type=int, help=version_help)
 
-    # Every op of every edge kind of the registry, with flags named after its envelope fields
-    # (follower_id -> --follower).
+    # Every op of every edge kind of the registry, with flags named after the fields the op carries
+    # (follower_id -> --follower, profile_version -> --profile-version); all required but the version
+    # and a created_at, which default to the producer's clock.
     for kind in EDGE_KINDS.values():
-        assert kind.edge is not None
         for op, help_text in kind.ops.items():
             edge = kinds.add_parser(op, help=help_text)
-            edge.add_argument(_flag(kind.edge.subject), required=True)
-            edge.add_argument(_flag(kind.edge.target), required=True)
+            for spec in kind.fields_of(op):
+                if spec.name == "version":
+                    continue
+                if spec.name == "created_at":
+                    edge.add_argument(_flag(spec.name), type=int, help="ms since the epoch (default now)")
+                else:
+                    edge.add_argument(_flag(spec.name), required=True, help=spec.description or None,
+                                      type=int if spec.rule == "natural" else str)
             edge.add_argument("--version", type=int, help=version_help)
             edge.set_defaults(edge_kind=kind)
 
@@ -86,13 +97,17 @@ def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
     if args.kind == "tweet":
         return producer.publish_tweet(args.author, args.text, tweet_id=args.tweet_id,
                                       profile_version=args.profile_version, created_at=args.created_at,
-                                      version=args.version)
+                                      version=args.version, in_reply_to_tweet_id=args.in_reply_to_tweet_id,
+                                      in_reply_to_author_id=args.in_reply_to_author_id)
     if args.kind == "delete":
         return producer.publish_delete(args.tweet_id, args.author, version=args.version)
     kind = getattr(args, "edge_kind", None)
     if kind is not None:
-        return producer.publish_edge(kind.type, args.kind, getattr(args, _dest(kind.edge.subject)),
-                                     getattr(args, _dest(kind.edge.target)), version=args.version)
+        subject, target = kind.edge.subject, kind.edge.target
+        others = {f.name: getattr(args, _dest(f.name)) for f in kind.fields_of(args.kind)
+                  if f.name not in (subject, target, "version")}
+        return producer.publish_edge(kind.type, args.kind, getattr(args, _dest(subject)),
+                                     getattr(args, _dest(target)), version=args.version, **others)
     return producer.publish_profile(args.user, args.display_name, avatar_url=args.avatar_url, bio=args.bio,
                                     version=args.version)
 

@@ -14,6 +14,14 @@ What :func:`generate` yields, in order:
    mute changes (:class:`HideMix`), the rest are drawn from :class:`Mix`: tweets, edits and deletes
    of live tweets, follows, unfollows of active edges, and new profile versions.
 
+Replies and reposts (``reply_share``, ``repost_share``; default 0 until the engine joins them): a
+share ``reply_share`` of new tweets answer an earlier live tweet (:class:`RepostMix` says whose), and
+a share ``repost_share`` of stream events are repost changes: reposts of live tweets and, now and
+then, unreposts of reposts in force. Each has a random generator of its own, like blocks and mutes,
+so with both at 0 the workload is exactly the one of before them, and with a share above 0 the other
+events are the same ones in the same order (a reply's author may be its parent's, a thread; times
+and versions move as reposts take time slots).
+
 Blocks and mutes (default :data:`DEFAULT_HIDE_SHARE`, 2 % of the stream): mostly mutes, some of
 both later undone, mostly aimed at accounts the user follows (:class:`HideMix` says why). They have
 a random generator of their own, so ``hide_share=0`` gives exactly the workload of before they
@@ -27,7 +35,7 @@ events_per_second``; ``created_at`` and versions come from that clock (a
 :class:`~feed_service.kafka.versions.VersionClock` on simulated time), so one seed always gives
 the same list of events, versions included. Versions increase per entity: an edit is above its
 tweet, a delete above every upsert of its tweet, a re-follow above the unfollow before it, an
-unblock or unmute above the block or mute it ends.
+unblock or unmute above the block or mute it ends, an unrepost above the repost it ends.
 """
 
 from __future__ import annotations
@@ -56,6 +64,10 @@ DEFAULT_SIM_RATE = 1000.0
 DEFAULT_HIDE_SHARE = 0.02
 """Share of stream events that are block and mute changes: one for about nine follow changes (18 % of
 the stream), as hiding someone is an occasional act and following a routine one."""
+DEFAULT_REPOST_SHARE = 0.0
+"""Share of stream events that are repost changes; 0 until the engine joins reposts."""
+DEFAULT_REPLY_SHARE = 0.0
+"""Share of new tweets that are replies; 0 until the engine joins replies."""
 
 _FIRST = ("Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Leslie", "Shafi", "Tim", "Sophie", "John", "Karen", "Niklaus", "Hedy")
@@ -118,6 +130,27 @@ class HideMix:
         return _cumulative(self, ["mute", "block", "unmute", "unblock"])
 
 
+@dataclass(frozen=True, slots=True)
+class RepostMix:
+    """How replies and reposts pick their tweets and users (shares, not weights).
+
+    A reply answers a live tweet drawn uniformly (a conversation can start anywhere); with
+    probability ``self_reply`` its author is the parent's (a thread), otherwise whoever the tweet
+    draw chose. A repost is of a live tweet drawn uniformly, by a user drawn by popularity (the
+    accounts that repost are mostly the followed ones), the author themself with probability
+    ``own_repost``. A share ``unrepost`` of repost changes take back a repost in force.
+    """
+
+    self_reply: float = 0.2
+    own_repost: float = 0.05
+    unrepost: float = 0.1
+
+    def check(self) -> None:
+        for name in ("self_reply", "own_repost", "unrepost"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be between 0 and 1: {self}")
+
+
 _HIDE_OPS = {op: (kind.type, op == kind.on_op) for kind in HIDE_KINDS.values() for op in kind.ops}
 """Kind of :class:`HideMix` (an op of a hiding edge) -> (envelope type, whether it hides)."""
 
@@ -131,33 +164,34 @@ def _edge_envelope(kind: EventKind, on: bool, subject: str, target: str, version
 
 
 class _Pairs:
-    """A set of (user, user) edges as a list and an index: O(1) add, remove and uniform pick, and an
-    order that depends only on the calls made (never on set iteration), so a seed gives one sequence."""
+    """A set of edges ((user, user), or a repost's (user, tweet_id, author)) as a list and an index:
+    O(1) add, remove and uniform pick, and an order that depends only on the calls made (never on
+    set iteration), so a seed gives one sequence."""
 
     __slots__ = ("items", "_index")
 
     def __init__(self) -> None:
-        self.items: list[tuple[int, int]] = []
-        self._index: dict[tuple[int, int], int] = {}
+        self.items: list[tuple[Any, ...]] = []
+        self._index: dict[tuple[Any, ...], int] = {}
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __contains__(self, pair: tuple[int, int]) -> bool:
+    def __contains__(self, pair: tuple[Any, ...]) -> bool:
         return pair in self._index
 
-    def add(self, pair: tuple[int, int]) -> None:
+    def add(self, pair: tuple[Any, ...]) -> None:
         self._index[pair] = len(self.items)
         self.items.append(pair)
 
-    def remove(self, pair: tuple[int, int]) -> None:
+    def remove(self, pair: tuple[Any, ...]) -> None:
         i = self._index.pop(pair)
         last = self.items.pop()
         if i < len(self.items):  # the last edge takes the removed one's place
             self.items[i] = last
             self._index[last] = i
 
-    def pick(self, rng: random.Random) -> tuple[int, int]:
+    def pick(self, rng: random.Random) -> tuple[Any, ...]:
         return self.items[rng.randrange(len(self.items))]
 
 
@@ -167,6 +201,8 @@ class _Tweet:
     author: int
     created_at: int
     version: int
+    parent: tuple[str, int] | None = None
+    """(tweet_id, author) of the tweet a reply answers: content, so every edit carries it again."""
 
 
 @dataclass(slots=True)
@@ -188,6 +224,11 @@ class WorkloadModel:
     hide_share: float = DEFAULT_HIDE_SHARE
     """Share of stream events that are block and mute changes (0: none, the workload of before them)."""
     hide_mix: HideMix = field(default_factory=HideMix)
+    repost_share: float = DEFAULT_REPOST_SHARE
+    """Share of stream events that are repost changes (0: none, the workload of before them)."""
+    reply_share: float = DEFAULT_REPLY_SHARE
+    """Share of new tweets that are replies (0: none)."""
+    repost_mix: RepostMix = field(default_factory=RepostMix)
 
     rng: random.Random = field(init=False)
     clock: VersionClock = field(init=False)
@@ -204,12 +245,17 @@ class WorkloadModel:
     _hide_rng: random.Random = field(init=False)
     _hides: dict[str, _Pairs] = field(init=False)
     _hide_mix: tuple[list[float], list[str]] = field(init=False)
+    _repost_rng: random.Random = field(init=False)
+    _reply_rng: random.Random = field(init=False)
+    _reposts: _Pairs = field(init=False)
 
     def __post_init__(self) -> None:
         if self.users < 1:
             raise ValueError(f"users must be >= 1, got {self.users}")
-        if not 0 <= self.hide_share <= 1:
-            raise ValueError(f"hide_share must be between 0 and 1, got {self.hide_share}")
+        for name in ("hide_share", "repost_share", "reply_share"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
+        self.repost_mix.check()
         self.rng = random.Random(self.seed)
         self.now_ms = self.start_ms
         self.clock = VersionClock(now_ms=lambda: self.now_ms)
@@ -227,6 +273,10 @@ class WorkloadModel:
         self._hide_rng = random.Random(f"{self.seed}/hide")
         self._hides = {kind: _Pairs() for kind in HIDE_KINDS}
         self._hide_mix = self.hide_mix.cumulative()
+        # Replies and reposts too (module docstring): a share of 0 draws nothing from them.
+        self._repost_rng = random.Random(f"{self.seed}/repost")
+        self._reply_rng = random.Random(f"{self.seed}/reply")
+        self._reposts = _Pairs()  # (reposter, tweet_id, author) of the reposts in force
 
     # --- picks ----------------------------------------------------------------------------------
 
@@ -275,15 +325,25 @@ class WorkloadModel:
 
     def _tweet(self) -> dict[str, Any]:
         author = self.popular_user() if self.rng.random() < 0.5 else self.any_user()
-        tweet = _Tweet(f"{self.prefix}t{self.seed}.{self._tweet_seq}", author, self.now_ms, self.clock.next())
+        parent = None
+        if self.reply_share and self._live and self._reply_rng.random() < self.reply_share:
+            parent = self._live[self._reply_rng.randrange(len(self._live))]
+            if self._reply_rng.random() < self.repost_mix.self_reply:
+                author = parent.author  # a thread: the author answers their own tweet
+        tweet = _Tweet(f"{self.prefix}t{self.seed}.{self._tweet_seq}", author, self.now_ms, self.clock.next(),
+                       None if parent is None else (parent.tweet_id, parent.author))
         self._tweet_seq += 1
         self._live.append(tweet)
         return self._upsert(tweet)
 
     def _upsert(self, tweet: _Tweet) -> dict[str, Any]:
-        return {"type": "tweet", "op": "upsert", "tweet_id": tweet.tweet_id, "author_id": self.user_ids[tweet.author],
-                "version": tweet.version, "created_at": tweet.created_at, "text": self._text(),
-                "profile_version": self.profile_version[tweet.author]}
+        event = {"type": "tweet", "op": "upsert", "tweet_id": tweet.tweet_id, "author_id": self.user_ids[tweet.author],
+                 "version": tweet.version, "created_at": tweet.created_at, "text": self._text(),
+                 "profile_version": self.profile_version[tweet.author]}
+        if tweet.parent is not None:
+            event["in_reply_to_tweet_id"] = tweet.parent[0]
+            event["in_reply_to_author_id"] = self.user_ids[tweet.parent[1]]
+        return event
 
     def _pick_live(self, remove: bool) -> _Tweet:
         i = self.rng.randrange(len(self._live))
@@ -339,11 +399,39 @@ class WorkloadModel:
                 return pair
         return None
 
+    def _repost_change(self) -> dict[str, Any] | None:
+        """A repost of a live tweet, or an unrepost of a repost in force; None when there is neither."""
+        rng, active = self._repost_rng, self._reposts
+        if active and rng.random() < self.repost_mix.unrepost:
+            reposter, tweet_id, author = active.pick(rng)
+            active.remove((reposter, tweet_id, author))
+            return {"type": "repost", "op": "unrepost", "reposter_id": self.user_ids[reposter], "tweet_id": tweet_id,
+                    "author_id": self.user_ids[author], "version": self.clock.next()}
+        for _ in range(10):
+            if not self._live:
+                return None
+            tweet = self._live[rng.randrange(len(self._live))]
+            reposter = tweet.author if rng.random() < self.repost_mix.own_repost else self.popular_user(rng)
+            edge = (reposter, tweet.tweet_id, tweet.author)
+            if edge not in active:
+                active.add(edge)
+                return {"type": "repost", "op": "repost", "reposter_id": self.user_ids[reposter],
+                        "tweet_id": tweet.tweet_id, "author_id": self.user_ids[tweet.author],
+                        "version": self.clock.next(), "created_at": self.now_ms,
+                        "profile_version": self.profile_version[reposter]}
+        return None
+
     def step(self) -> dict[str, Any]:
         """Advance simulated time by one stream event and return that event."""
         self.now_ms = self.start_ms + 1 + int(self._stream_seq * 1000 / self.events_per_second)
         self._stream_seq += 1
-        # hide_share 0 draws nothing here: the stream is then exactly the one of before blocks and mutes
+        # repost_share 0 draws nothing here: the stream is then exactly the one of before reposts; reposts
+        # come first, so the steps left to the other events see the same block and mute draws.
+        if self.repost_share and self._repost_rng.random() < self.repost_share:
+            event = self._repost_change()
+            if event is not None:
+                return event
+        # nor does hide_share 0: the stream is then exactly the one of before blocks and mutes
         if self.hide_share and self._hide_rng.random() < self.hide_share:
             event = self._hide_change()
             if event is not None:
@@ -382,6 +470,10 @@ class WorkloadModel:
         """The mutes in force now, as (muter_id, muted_id)."""
         return self._ids(self._hides["mute"])
 
+    def active_reposts(self) -> list[tuple[str, str]]:
+        """The reposts in force now, as (reposter_id, tweet_id)."""
+        return [(self.user_ids[reposter], tweet_id) for reposter, tweet_id, _ in self._reposts.items]
+
     def _ids(self, pairs: _Pairs) -> list[tuple[str, str]]:
         return [(self.user_ids[a], self.user_ids[b]) for a, b in pairs.items]
 
@@ -401,9 +493,13 @@ def generate(
     prefix: str = "",
     hide_share: float = DEFAULT_HIDE_SHARE,
     hide_mix: HideMix | None = None,
+    repost_share: float = DEFAULT_REPOST_SHARE,
+    reply_share: float = DEFAULT_REPLY_SHARE,
+    repost_mix: RepostMix | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield the workload's envelopes: setup (profiles, follow graph), then ``events`` stream changes,
-    a share ``hide_share`` of them block and mute changes (0: none, the workload of before them).
+    a share ``hide_share`` of them block and mute changes (0: none, the workload of before them), a
+    share ``repost_share`` repost changes, and a share ``reply_share`` of the new tweets replies.
 
     >>> first = list(generate(users=3, events=2, seed=7, mean_following=1))
     >>> [e["type"] for e in first[:3]], first == list(generate(users=3, events=2, seed=7, mean_following=1))
@@ -412,7 +508,8 @@ def generate(
     model = WorkloadModel(users=users, seed=seed, mean_following=mean_following, zipf_exponent=zipf_exponent,
                           max_following=max_following, mix=mix or Mix(), start_ms=start_ms,
                           events_per_second=events_per_second if events_per_second > 0 else DEFAULT_SIM_RATE,
-                          prefix=prefix, hide_share=hide_share, hide_mix=hide_mix or HideMix())
+                          prefix=prefix, hide_share=hide_share, hide_mix=hide_mix or HideMix(),
+                          repost_share=repost_share, reply_share=reply_share, repost_mix=repost_mix or RepostMix())
     if setup:
         yield from model.setup()
     counter = itertools.count() if events is None else range(events)

@@ -15,9 +15,8 @@ the record is one JSON value with nothing after it (a record cannot contain its 
 :func:`parse_changes` returns one row per Kafka record with the typed event columns, the join key
 and ``reject_code``/``reject_reason`` (null for a valid event). The stream splits on that column:
 valid rows go to the stateful join, the others to the dead-letter topic (:func:`dead_letters`). A
-valid block belongs to two join keys (blocker and blocked), a repost to two (reposter and the
-original's author); :func:`routed_changes` gives it one row per key (docs/streaming.md, "Blocks and
-mutes").
+valid block belongs to two join keys (blocker and blocked); :func:`routed_changes` gives it one row
+per key (docs/streaming.md, "Blocks and mutes").
 """
 
 from __future__ import annotations
@@ -211,9 +210,9 @@ def routed_changes(parsed: "DataFrame") -> "DataFrame":
     double the per-batch fixed cost on a small machine).
 
     A valid block leaves as two rows, one for the blocker's key and one for the blocked user's (each
-    key's step needs it: :func:`feed_service.core.events.join_keys`), and so does a repost (the
-    reposter's key and the original author's; one row when they are the same user); every other row
-    stays one row, a rejected block or repost included, so its dead letter is published once. The split is an ``explode`` of
+    key's step needs it: :func:`feed_service.core.events.join_keys`), one row per distinct key (any
+    kind of two join keys); every other row stays one row, a rejected block included, so its dead
+    letter is published once. The split is an ``explode`` of
     the row's keys in the same projection: no second pass over the source, and for an ordinary row a
     one-element array.
     """

@@ -265,7 +265,7 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                           ops=("repost",)),
                 FieldSpec("profile_version", "natural",
                           "Version of the reposter's profile shown with the repost.", ops=("repost",))),
-        join_keys=("author_id",), topic_role="reposts", record_key=("reposter_id", "tweet_id"),
+        join_keys=("reposter_id", "author_id"), topic_role="reposts", record_key=("reposter_id", "tweet_id"),
         keyed_by_type=True, title="repost or unrepost",
         description="Sets the edge reposter_id -> tweet_id (author_id: the original's author). The edge is a "
                     "repost iff its highest-version change is a repost; on a version tie unrepost wins. The "

@@ -63,7 +63,8 @@ _JOIN_KEY_FIELDS: dict[type, tuple[str, ...]] = {kind.cls: kind.join_keys for ki
 
 def join_key(event: Event) -> str:
     """Return the author key whose state owns ``event`` (tweets.author_id = follows.followee_id =
-    mutes.muted_id); a block and a repost have two (:func:`join_keys`) and raise ``ValueError`` here.
+    mutes.muted_id); a block has two (:func:`join_keys`) and raises ``ValueError`` here, and so does a
+    repost when its kind names two (the registry's ``join_keys``).
 
     >>> join_key(FollowChange("ann", "bob", 1, "follow"))
     'bob'
@@ -75,17 +76,15 @@ def join_key(event: Event) -> str:
 
 
 def join_keys(event: Event) -> tuple[str, ...]:
-    """Every author key whose state needs ``event``: one, or two for a block (blocker, blocked) and
-    a repost (reposter, the original's author).
+    """Every author key whose state needs ``event``: one, or two for a block (blocker, blocked); a
+    repost goes to the keys its kind declares (reposter and original author: docs/event-kinds.md).
 
     >>> join_keys(BlockChange("ann", "bob", 1, "block"))
     ('ann', 'bob')
     >>> join_keys(MuteChange("ann", "bob", 1, "mute"))
     ('bob',)
-    >>> join_keys(RepostChange("ann", "t1", "bob", 1, "unrepost"))
-    ('ann', 'bob')
 
-    Each key once: a user reposting their own tweet needs their one key (``('ann',)``).
+    Each key once, should two join-key fields name one user (a user reposting their own tweet).
     """
     names = _JOIN_KEY_FIELDS[type(event)]
     if len(names) == 1:

@@ -7,10 +7,13 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
+from functools import reduce
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from feed_service.core.event_kinds import EDGE_KINDS
 from spark_jobs.backfill.join import TIMELINE_COLUMNS
 from spark_jobs.backfill.winners import Winners
 from spark_jobs.envelope import EVENT_COLUMNS
@@ -28,7 +31,8 @@ def winner_events(winners: Winners) -> "DataFrame":
     Folding these into the engine gives the same state as folding every event: per entity the state
     keeps only the winner (a deleted tweet: only that it is deleted). Each winner goes to every key
     the engine routes it to (:func:`~feed_service.core.events.join_keys`): a block to the blocker's
-    and the blocked user's key, a mute to the muted user's, so each key holds its hide edges.
+    and the blocked user's key, a mute to the muted user's, so each key holds its hide edges; a repost
+    to each of its join keys (the registry's; a key once when two of them name one user).
     """
     from pyspark.sql import functions as F
 
@@ -43,13 +47,20 @@ def winner_events(winners: Winners) -> "DataFrame":
                 cols.append(F.lit(None).cast(sql_type).alias(name))
         return df.select(F.col(key).alias("key"), *cols)
 
+    # Reposts to every join key of the registry (today the original author's), each key once.
+    repost_keys = EDGE_KINDS["repost"].join_keys
+    reposts = as_events(winners.reposts, repost_keys[0], type="repost")
+    for i, name in enumerate(repost_keys[1:], 1):
+        distinct = reduce(operator.and_, (F.col(name) != F.col(earlier) for earlier in repost_keys[:i]))
+        reposts = reposts.unionByName(as_events(winners.reposts.where(distinct), name, type="repost"))
     return (as_events(winners.live_tweets, "author_id", type="tweet", op="upsert")
             .unionByName(as_events(winners.deleted_tweets, "author_id", type="tweet", op="delete"))
             .unionByName(as_events(winners.edges.withColumn("type", F.lit("follow")), "followee_id"))
             .unionByName(as_events(winners.profiles, "user_id", type="profile"))
             .unionByName(as_events(winners.blocks, "blocker_id", type="block"))
             .unionByName(as_events(winners.blocks, "blocked_id", type="block"))
-            .unionByName(as_events(winners.mutes, "muted_id", type="mute")))
+            .unionByName(as_events(winners.mutes, "muted_id", type="mute"))
+            .unionByName(reposts))
 
 
 def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> tuple[str, bytes]:

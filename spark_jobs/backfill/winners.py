@@ -4,7 +4,9 @@ The rules are those of :mod:`feed_service.core.events`: a tweet's highest versio
 greater :func:`~feed_service.core.events.tweet_payload_digest`), a delete is final; a follow edge's
 highest version (``unfollow`` wins a tie); per profile (user, version) the greatest
 :func:`~feed_service.core.events.profile_rank`; a block or mute edge's highest version (the hiding op,
-``block`` or ``mute``, wins a tie: :func:`~feed_service.core.events.hide_rank`).
+``block`` or ``mute``, wins a tie: :func:`~feed_service.core.events.hide_rank`); a repost edge's
+highest version (``unrepost`` wins a tie; two reposts at one version: the greatest payload, as
+:func:`~feed_service.core.events.repost_rank`).
 """
 
 from __future__ import annotations
@@ -51,11 +53,14 @@ class Winners:
     """blocker_id, blocked_id, version, op: the winning change of every block edge ever seen."""
     mutes: "DataFrame"
     """muter_id, muted_id, version, op: the winning change of every mute edge ever seen."""
+    reposts: "DataFrame"
+    """reposter_id, tweet_id, version, op, author_id, created_at, profile_version: the winning change
+    of every repost edge ever seen (created_at and profile_version null for an unrepost)."""
 
     def map(self, fn: Callable[["DataFrame"], "DataFrame"]) -> "Winners":
         """The same tables through ``fn`` (e.g. persisted)."""
         return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles),
-                       fn(self.blocks), fn(self.mutes))
+                       fn(self.blocks), fn(self.mutes), fn(self.reposts))
 
     def active_edges(self) -> "DataFrame":
         """The edges whose winning change is a follow."""
@@ -74,6 +79,12 @@ class Winners:
         from pyspark.sql import functions as F
 
         return self.mutes.where(F.col("op") == "mute").select("muter_id", "muted_id")
+
+    def reposts_in_force(self) -> "DataFrame":
+        """The repost edges whose winning change is a repost (every column of :attr:`reposts`)."""
+        from pyspark.sql import functions as F
+
+        return self.reposts.where(F.col("op") == "repost")
 
     def hidden_pairs(self) -> "DataFrame":
         """``reader_id, author_id``: the pairs whose tweets the home timeline leaves out.
@@ -112,6 +123,8 @@ class Winners:
             "blocks_in_force": self.blocks_in_force().count(),
             "mute_edges": self.mutes.count(),
             "mutes_in_force": self.mutes_in_force().count(),
+            "repost_edges": self.reposts.count(),
+            "reposts_in_force": self.reposts_in_force().count(),
         }
 
 
@@ -157,18 +170,26 @@ def winning_changes(events: "DataFrame") -> Winners:
     # a block to both keys), and states.winner_events routes each winner itself.
     blocks = _edge_winners(events, EDGE_KINDS["block"])
     mutes = _edge_winners(events, EDGE_KINDS["mute"])
-    return Winners(live, dels, edges, profiles, blocks, mutes)
+    # Repost edges: highest version, unrepost wins a tie; between reposts of one version, the greatest
+    # (author_id, created_at, profile_version), as repost_rank orders them.
+    reposts = _edge_winners(events, EDGE_KINDS["repost"])
+    return Winners(live, dels, edges, profiles, blocks, mutes, reposts)
 
 
 def _edge_winners(events: "DataFrame", kind: EventKind) -> "DataFrame":
-    """``subject, target, version, op`` of an edge kind: per edge the change of greatest rank
-    (highest version, the kind's ``tie_winner`` op on a tie), one row each."""
+    """``subject, target, version, op`` and the kind's other fields (a repost's author, time and
+    profile version) of an edge kind: per edge the change of greatest rank (highest version, the
+    kind's ``tie_winner`` op on a tie, then the other fields in declaration order, greatest first,
+    null as 0), one row each."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     assert kind.edge is not None, kind
     subject, target = kind.edge.subject, kind.edge.target
+    others = [f for f in kind.fields if f.name not in (subject, target, "version")]
+    payload = [(F.coalesce(F.col(f.name), F.lit(0)) if f.rule == "natural" else F.col(f.name)).desc()
+               for f in others]
     by_edge = Window.partitionBy(subject, target).orderBy(
-        F.col("version").desc(), (F.col("op") == kind.tie_winner).desc())
-    return (events.where(F.col("type") == kind.type).select(subject, target, "version", "op")
+        F.col("version").desc(), (F.col("op") == kind.tie_winner).desc(), *payload)
+    return (events.where(F.col("type") == kind.type).select(subject, target, "version", "op", *(f.name for f in others))
             .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))

@@ -4,11 +4,12 @@
 in the JVM) must agree with :func:`feed_service.core.events.parse_event` on every record: the same
 verdict, the same reject code, and for a valid record the same event. A generated corpus covers
 valid envelopes of every type and their mutations (missing fields, wrong JSON types, out-of-range
-integers, empty ids, unknown type/op, self-follows, self-blocks and self-mutes, extra fields,
+integers, empty ids, unknown type/op, self-follows, self-blocks and self-mutes, half a reply's
+parent, an op's fields under another op (a repost's created_at on an unrepost), extra fields,
 non-objects, broken JSON, bytes that are not UTF-8). Hypothesis draws it with a fixed seed per
 family; the whole corpus is checked in one Spark job (a batch DataFrame shaped like the Kafka
 source: topic, partition, offset, value). The routing that follows is checked on the same corpus: a
-valid block becomes one row per join key, every other record stays one row.
+valid block or repost becomes one row per join key, every other record stays one row.
 
 Families where the two parsers are known to differ are marked ``xfail(strict=True)`` with the
 reported difference: if one gets fixed, its test starts passing and the mark must go.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import pytest
@@ -30,6 +31,7 @@ from feed_service.core.event_kinds import EDGE_KINDS, EVENT_KINDS, MAX_INT64, Ev
 from feed_service.core.event_kinds import TYPES as TYPES_BY_NAME
 from feed_service.core.events import (
     BlockChange,
+    RepostChange,
     event_to_json,
     join_keys,
     parse_event,
@@ -44,14 +46,20 @@ pytestmark = pytest.mark.integration
 
 # Every shape below comes from the registry of event kinds, so a new kind is in the corpus as declared.
 TYPES = tuple(TYPES_BY_NAME)
-#: (subject, object) id fields of the edge types whose two ends must differ.
-EDGES = tuple((kind.edge.subject, kind.edge.target) for kind in EDGE_KINDS.values() if kind.edge)
+#: (subject, object) id fields of the edge types whose two ends must differ (not a repost's).
+SELF_EDGE_KINDS = tuple(kind for kind in EDGE_KINDS.values() if kind.edge and kind.edge.self_code)
+EDGES = tuple((kind.edge.subject, kind.edge.target) for kind in SELF_EDGE_KINDS)
 _FIELDS = tuple(dict.fromkeys(f for kind in EVENT_KINDS for f in kind.fields))
 IDS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "id"))
 NATURALS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "natural"))
 TEXTS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "text"))
 OPTIONAL_TEXTS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "optional_text"))
-ALL_FIELDS = ("type", "op", *IDS, *NATURALS, *TEXTS, *OPTIONAL_TEXTS)
+OPTIONAL_IDS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "optional_id"))
+ALL_FIELDS = ("type", "op", *IDS, *NATURALS, *TEXTS, *OPTIONAL_TEXTS, *OPTIONAL_IDS)
+#: Groups of optional fields given together or not at all (a reply's parent).
+TOGETHER = tuple(dict.fromkeys(group for kind in EVENT_KINDS for group in kind.together))
+#: Every op of every type.
+OPS = tuple(dict.fromkeys(op for kind in EVENT_KINDS for op in kind.ops))
 
 # --- strategies ------------------------------------------------------------------------------------
 
@@ -63,14 +71,27 @@ naturals = st.one_of(st.integers(0, 1000), st.integers(0, MAX_INT64), st.sampled
 
 
 
+def _complete_groups(event: Any, kind: EventKind) -> Any:
+    """The event with each group of fields that go together given whole or not at all."""
+    for group in kind.together:
+        if any(getattr(event, name) is None for name in group.names):
+            event = replace(event, **{name: None for name in group.names})
+    return event
+
+
 def _kind_events(kind: EventKind, *, self_edges_too: bool = False) -> st.SearchStrategy:
-    """Valid events of ``kind`` (every op), drawn field by field from the registry's rules."""
-    by_rule = {"id": ids, "text": texts, "natural": naturals, "optional_text": st.none() | texts}
-    values = {f.name: by_rule[f.rule] for f in kind.fields}
-    if kind.carries_op:
-        values["op"] = st.sampled_from(list(kind.ops))
-    drawn = st.builds(kind.cls, **values)
-    if kind.edge is None or self_edges_too:
+    """Valid events of ``kind`` (every op), drawn field by field from the registry's rules: for each
+    op the fields it carries (the others None), groups of fields that go together whole or absent."""
+    by_rule = {"id": ids, "text": texts, "natural": naturals, "optional_text": st.none() | texts,
+               "optional_id": st.none() | ids}
+    per_op = []
+    for op in kind.ops if kind.carries_op else (None,):
+        values = {f.name: by_rule[f.rule] for f in kind.fields_of(op)}
+        if op is not None:
+            values["op"] = st.just(op)
+        per_op.append(st.builds(kind.cls, **values).map(lambda e, kind=kind: _complete_groups(e, kind)))
+    drawn = st.one_of(*per_op)
+    if kind.edge is None or kind.edge.self_code is None or self_edges_too:
         return drawn
     edge = kind.edge
     return drawn.filter(lambda e: getattr(e, edge.subject) != getattr(e, edge.target))
@@ -85,7 +106,7 @@ events = st.one_of(*(_kind_events(kind) for kind in EVENT_KINDS))
 def envelopes(draw: st.DrawFn) -> dict[str, Any]:
     """A valid envelope of any type; optional profile fields absent, null or set."""
     obj = event_to_json(draw(events))
-    for name in OPTIONAL_TEXTS:  # event_to_json leaves a None out: also write it as null
+    for name in (*OPTIONAL_TEXTS, *OPTIONAL_IDS):  # event_to_json leaves a None out: also write it as null
         if name not in obj and name in {f.name for f in KIND_BY_TYPE_OP[obj["type"], obj.get("op")].fields} \
                 and draw(st.booleans()):
             obj[name] = None
@@ -129,7 +150,7 @@ def too_big_integer(draw: st.DrawFn, obj: dict[str, Any]) -> None:
 
 
 def empty_id(draw: st.DrawFn, obj: dict[str, Any]) -> None:
-    obj[_pick(draw, obj, IDS)] = ""
+    obj[_pick(draw, obj, (*IDS, *OPTIONAL_IDS))] = ""
 
 
 def unknown_type(draw: st.DrawFn, obj: dict[str, Any]) -> None:
@@ -141,8 +162,28 @@ def other_type(draw: st.DrawFn, obj: dict[str, Any]) -> None:
 
 
 def unknown_op(draw: st.DrawFn, obj: dict[str, Any]) -> None:
-    obj["op"] = draw(st.sampled_from(["upsert", "delete", "follow", "unfollow", "block", "unblock", "mute", "unmute",
-                                      "Upsert", "Block", "retweet", ""]) | WRONG)
+    obj["op"] = draw(st.sampled_from([*OPS, "Upsert", "Block", "retweet", "Repost", ""]) | WRONG)
+
+
+def other_op(draw: st.DrawFn, obj: dict[str, Any]) -> None:
+    """Another op of the same type: an unrepost keeps a repost's created_at (ignored), a repost made
+    of an unrepost lacks it."""
+    kinds = TYPES_BY_NAME.get(obj.get("type")) if type(obj.get("type")) is str else None
+    ops = [op for kind in kinds or () for op in kind.ops]
+    if ops:
+        obj["op"] = draw(st.sampled_from(ops))
+
+
+def half_group(draw: st.DrawFn, obj: dict[str, Any]) -> None:
+    """Some fields of a group that goes together but not all (half a reply's parent): one given,
+    another left out or null."""
+    names = draw(st.sampled_from(TOGETHER)).names
+    given, missing = draw(st.permutations(names))[:2]
+    obj[given] = draw(ids)
+    if draw(st.booleans()):
+        obj.pop(missing, None)
+    else:
+        obj[missing] = None
 
 
 def self_edge(draw: st.DrawFn, obj: dict[str, Any]) -> None:
@@ -160,7 +201,7 @@ def extra_field(draw: st.DrawFn, obj: dict[str, Any]) -> None:
 
 AGREEING_MUTATIONS: tuple[Mutation, ...] = (
     drop_field, retype_field, negative_integer, too_big_integer, empty_id, unknown_type, other_type, unknown_op,
-    self_edge, extra_field,
+    other_op, half_group, self_edge, extra_field,
 )
 
 
@@ -187,7 +228,7 @@ def mutated_records(draw: st.DrawFn) -> bytes:
     return encode(draw, obj).encode()
 
 
-edge_events = st.one_of(*(_kind_events(kind, self_edges_too=True) for kind in EDGE_KINDS.values()))
+edge_events = st.one_of(*(_kind_events(kind, self_edges_too=True) for kind in SELF_EDGE_KINDS))
 
 
 @st.composite
@@ -196,6 +237,18 @@ def self_edges(draw: st.DrawFn) -> bytes:
     obj = event_to_json(draw(edge_events))
     subject, target = next(edge for edge in EDGES if edge[0] in obj)
     obj[target] = obj[subject]
+    return encode(draw, obj).encode()
+
+
+together_events = st.one_of(*(_kind_events(kind) for kind in EVENT_KINDS if kind.together))
+
+
+@st.composite
+def half_groups(draw: st.DrawFn) -> bytes:
+    """An envelope of a kind with fields that go together (a tweet upsert) giving some but not all
+    (half a reply's parent), otherwise valid: the group rule decides alone."""
+    obj = event_to_json(draw(together_events))
+    half_group(draw, obj)
     return encode(draw, obj).encode()
 
 
@@ -308,6 +361,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("valid", valid_records(), 150),
     Family("mutated", mutated_records(), 400),
     Family("self_edge", self_edges(), 30),
+    Family("half_group", half_groups(), 30),
     Family("non_object", non_objects(), 40),
     Family("truncated", truncated_json(), 60),
     Family("broken", broken_json(), 80),
@@ -343,6 +397,43 @@ def _edge_examples() -> list[bytes]:
             {**base, target: "ann"},                                        # self_block / self_mute
         ]
         out += [json.dumps(v).encode() for v in variants]
+    # Reposts: per-op fields, no self-edge rule (an own repost is valid and goes to one key).
+    repost = {"type": "repost", "op": "repost", "reposter_id": "cat", "tweet_id": "t1", "author_id": "ann",
+              "version": 3, "created_at": 20, "profile_version": 4}
+    unrepost = {k: v for k, v in repost.items() if k not in ("created_at", "profile_version")} | {"op": "unrepost"}
+    variants = [repost, unrepost, {**repost, "reposter_id": "ann"}, {**unrepost, "reposter_id": "ann"},
+                {**repost, "reposter_id": "t1"}]
+    variants += [{**repost, "reposter_id": f"u{i}", "tweet_id": f"t{i}", "version": i} for i in range(10)]
+    variants += [
+        {**unrepost, "created_at": "soon", "profile_version": -1},         # ignored on an unrepost: valid
+        {**unrepost, "created_at": 5, "profile_version": 6},               # ignored on an unrepost: valid
+        {k: v for k, v in repost.items() if k != "created_at"},           # missing_field
+        {k: v for k, v in repost.items() if k != "profile_version"},      # missing_field
+        {k: v for k, v in unrepost.items() if k != "author_id"},          # missing_field
+        {**repost, "created_at": None},                                    # wrong_type
+        {**repost, "profile_version": 1.0},                                # wrong_type
+        {**repost, "author_id": ""},                                       # empty_id
+        {**repost, "created_at": -1},                                      # negative_value
+        {**repost, "op": "retweet"},                                       # unknown_op
+    ]
+    # Replies: both ids or neither, null the same as absent.
+    upsert = {"type": "tweet", "op": "upsert", "tweet_id": "t2", "author_id": "bob", "version": 2, "created_at": 10,
+              "text": "yes", "profile_version": 1}
+    reply = {**upsert, "in_reply_to_tweet_id": "t1", "in_reply_to_author_id": "ann"}
+    variants += [
+        reply, {**reply, "in_reply_to_author_id": "bob"},                  # a reply, a thread
+        {**upsert, "in_reply_to_tweet_id": None, "in_reply_to_author_id": None},
+        {**upsert, "in_reply_to_tweet_id": None},
+        {**upsert, "in_reply_to_tweet_id": "t1"},                          # incomplete_reply
+        {**upsert, "in_reply_to_author_id": "ann"},                        # incomplete_reply
+        {**reply, "in_reply_to_author_id": None},                          # incomplete_reply
+        {**reply, "in_reply_to_tweet_id": None},                           # incomplete_reply
+        {**reply, "in_reply_to_tweet_id": ""},                             # empty_id
+        {**reply, "in_reply_to_author_id": 7},                             # wrong_type
+        {**reply, "in_reply_to_author_id": True, "in_reply_to_tweet_id": None},  # wrong_type before the pair
+        {k: v for k, v in reply.items() if k not in ("text", "in_reply_to_author_id")},  # missing_field first
+    ]
+    out += [json.dumps(v).encode() for v in variants]
     return out
 
 
@@ -448,7 +539,7 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     agreeing = [v for f in FAMILIES if not f.known_difference for v in verdicts[f.name]] + verdicts[EDGE_EXAMPLES]
     codes = {v.python[0] for v in agreeing}
     assert codes == {None, "bad_json", "not_object", "missing_field", "wrong_type", "empty_id", "negative_value",
-                     "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute"}
+                     "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute", "incomplete_reply"}
     kinds = {type(v.python[1]).__name__ for v in agreeing if v.python[0] is None}
     assert kinds == {kind.cls.__name__ for kind in EVENT_KINDS}
     # Each check of the two edge types is reached (their verdicts agreeing, as every verdict above).
@@ -456,29 +547,36 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     assert {(t, c) for t in ("block", "mute") for c in (None, "missing_field", "wrong_type", "empty_id",
                                                         "negative_value", "unknown_op")} <= edge_codes
     assert {("block", "self_block"), ("mute", "self_mute")} <= edge_codes
+    assert {("repost", c) for c in (None, "missing_field", "wrong_type", "empty_id", "negative_value",
+                                    "unknown_op")} <= edge_codes
+    assert ("tweet", "incomplete_reply") in edge_codes
+    # The drawn family reaches the reply rule too, not only the hand-made examples.
+    assert {v.python[0] for v in verdicts["half_group"]} == {"incomplete_reply"}
+    replies = [v.python[1] for v in agreeing if v.python[0] is None and getattr(v.python[1], "in_reply_to_tweet_id", None)]
+    assert len(replies) >= 5
 
 
 def _edge_type(raw: bytes) -> str | None:
-    """``block`` or ``mute`` when ``raw`` is a JSON object of that type, else None."""
+    """``block``, ``mute``, ``repost`` or ``tweet`` when ``raw`` is a JSON object of that type, else None."""
     try:
         obj = json.loads(raw)
     except ValueError:
         return None
     kind = obj.get("type") if isinstance(obj, dict) else None
-    return kind if kind in ("block", "mute") else None
+    return kind if kind in ("block", "mute", "repost", "tweet") else None
 
 
 def test_routing_gives_a_block_one_row_per_key_and_everything_else_one_row(
         corpus: tuple[list[tuple[str, bytes]], Any], verdicts: dict[str, list[Verdict]]) -> None:
-    """A valid block reaches the steps of both its users (join_keys); a rejected record, block or
-    not, stays one dead-letter row, so it is published once."""
+    """A valid block reaches the steps of both its users (join_keys), a repost those of its join keys
+    (each once); a rejected record, block or not, stays one dead-letter row, so it is published once."""
     records, df = corpus
     routed: dict[int, list[Any]] = {}
     for r in routed_changes(parse_changes(df)).collect():
         routed.setdefault(int(r.dl_key.rsplit("/", 1)[1]), []).append(r)
     assert sorted(routed) == list(range(len(records)))
     answers = {v.raw: v.python for found in verdicts.values() for v in found}
-    blocks = 0
+    blocks = reposts = own_reposts = 0
     for offset, (_, raw) in enumerate(records):
         rows, (code, event) = routed[offset], answers[raw]
         if code is not None:
@@ -487,7 +585,11 @@ def test_routing_gives_a_block_one_row_per_key_and_everything_else_one_row(
         assert sorted(r.key for r in rows) == sorted(join_keys(event)), raw
         assert {r.route for r in rows} == {ROUTE_JOIN} and {e for r in rows for e in events_from_rows([r])} == {event}
         blocks += isinstance(event, BlockChange)
-    assert blocks >= 10
+        if isinstance(event, RepostChange):
+            reposts += 1
+            own_reposts += event.reposter_id == event.author_id
+            assert len(rows) == len(set(join_keys(event)))
+    assert blocks >= 10 and reposts >= 10 and own_reposts >= 2
 
 
 def test_the_pipeline_garbage_records(verdicts: dict[str, list[Verdict]]) -> None:

@@ -3,14 +3,22 @@
 Deliberately naive: it shares with the incremental engine only the version-ordering rules of
 :mod:`feed_service.core.events`, the entry record and its order (:mod:`feed_service.core.rows`,
 :func:`feed_service.core.view.sort_key`) and the default cap, never the engine's logic: fold every
-event into the five final tables ``tweets``, ``follows``, ``blocks``, ``mutes`` and ``profiles``,
-then run::
+event into the six final tables ``tweets``, ``follows``, ``blocks``, ``mutes``, ``reposts`` and
+``profiles``, then, with ``Visible(R, X)`` = R actively follows X and no block or mute in force
+hides X from R (R mutes or blocks X, or X blocks R)::
 
-    SELECT f.follower_id, t.* FROM tweets t JOIN follows f ON f.followee_id = t.author_id
-    WHERE t is live AND f is active
-      AND NOT EXISTS (a block in force of (f.follower_id, t.author_id) or (t.author_id, f.follower_id))
-      AND NOT EXISTS (a mute in force of (f.follower_id, t.author_id))
-    ORDER BY created_at DESC, tweet_id DESC, author_id DESC  -- per follower, first inbox_cap rows
+    direct(R, T)    = T live AND Visible(R, T.author)
+                      AND (T is no reply OR T.parent_author IN (T.author, R) OR Visible(R, T.parent_author))
+    reposters(R, T) = { P : P's repost of T wins its edge, names T.author, T live,
+                            Visible(R, P), T.author not hidden from R }
+
+    per reader R, one entry per tweet T with direct(R, T) or reposters(R, T) non-empty:
+      direct: at T.created_at, no reposter; otherwise at the earliest (repost time, reposter id)
+      of reposters(R, T), naming that reposter
+    ORDER BY (that time, tweet_id, author_id) DESC  -- the first inbox_cap entries
+
+docs/reposts-and-replies.md says why each rule is what it is. Without reposts and replies this is
+the plain join ``tweets ⋈ follows`` less the hidden pairs, as before.
 
 Unit tests compare the engine with it; integration tests of the Spark/Cassandra pipeline can too.
 """
@@ -29,6 +37,7 @@ from feed_service.core.events import (
     Profile,
     ProfileVersion,
     RawEvent,
+    RepostChange,
     TweetContent,
     TweetDelete,
     TweetUpsert,
@@ -39,14 +48,21 @@ from feed_service.core.events import (
     parse_event,
     profile_of,
     profile_rank,
+    reply_of,
+    repost_rank,
 )
 from feed_service.core.join import DEFAULT_INBOX_CAP, Entry
 from feed_service.core.view import entry_dict, sort_key
 
 
+RepostRank = tuple[int, bool, str, int, int]
+"""A repost edge's winning change as :func:`~feed_service.core.events.repost_rank` ranks it:
+``(version, unreposted, author_id, created_at, profile_version)``."""
+
+
 @dataclass(slots=True)
 class FinalTables:
-    """The five source tables after every event, by the version rules of :mod:`feed_service.core.events` (docs/design.md)."""
+    """The six source tables after every event, by the version rules of :mod:`feed_service.core.events` (docs/design.md)."""
 
     tweets: dict[tuple[str, str], TweetContent] = field(default_factory=dict)
     """(author_id, tweet_id) -> winning content, live tweets only."""
@@ -58,6 +74,26 @@ class FinalTables:
     """(blocker_id, blocked_id) -> (version, in force) of the winning change."""
     mutes: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
     """(muter_id, muted_id) -> (version, in force) of the winning change."""
+    reposts: dict[tuple[str, str], RepostRank] = field(default_factory=dict)
+    """(reposter_id, tweet_id) -> the winning change's rank (:data:`RepostRank`)."""
+
+    def live_reposts(self) -> dict[str, list[tuple[str, str, int, int]]]:
+        """reposter -> ``(author_id, tweet_id, repost time, profile version)`` of each winning repost
+        whose tweet (by that author) is live."""
+        out: dict[str, list[tuple[str, str, int, int]]] = {}
+        for (reposter, tid), (_, unreposted, author, at, pv) in self.reposts.items():
+            if not unreposted and (author, tid) in self.tweets:
+                out.setdefault(reposter, []).append((author, tid, at, pv))
+        return out
+
+    def visible(self) -> dict[str, set[str]]:
+        """reader -> the users the reader actively follows and nothing hides (``Visible``)."""
+        hidden = self.hidden()
+        out: dict[str, set[str]] = {}
+        for (reader, followee), (_, active) in self.follows.items():
+            if active and (reader, followee) not in hidden:
+                out.setdefault(reader, set()).add(followee)
+        return out
 
     def hidden(self) -> set[tuple[str, str]]:
         """(reader, author) pairs whose tweets the reader must not see: the reader mutes or blocks
@@ -71,7 +107,8 @@ class FinalTables:
 
 def _events(events: Iterable[Event | RawEvent]) -> Iterable[Event]:
     for raw in events:
-        if isinstance(raw, (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange)):
+        if isinstance(raw, (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange,
+                            RepostChange)):
             yield raw
             continue
         try:
@@ -103,6 +140,11 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
             e = (ev.version, ev.hiding)
             if k not in table or hide_rank(*e) > hide_rank(*table[k]):
                 table[k] = e
+        elif isinstance(ev, RepostChange):
+            k = (ev.reposter_id, ev.tweet_id)
+            r = repost_rank(ev.version, ev.reposting, ev.author_id, ev.created_at, ev.profile_version)
+            if k not in tables.reposts or r > tables.reposts[k]:
+                tables.reposts[k] = r
         else:
             pk = (ev.user_id, ev.version)
             p = profile_of(ev)
@@ -112,21 +154,56 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
     return tables
 
 
+def tweet_entry(author_id: str, tweet_id: str, c: TweetContent, repost: tuple[str, int, int] | None = None) -> Entry:
+    """The entry of a tweet's content ``c``; ``repost`` = (reposter, repost time, reposter's profile
+    version) for an entry brought by a repost."""
+    parent = reply_of(c) or (None, None)
+    return Entry(tweet_id, author_id, c[1], c[0], c[2], c[3], *parent, *(repost or (None, None, None)))
+
+
 def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_INBOX_CAP) -> dict[str, list[Entry]]:
     """The joined, sorted timelines as entries; ``inbox_cap`` None means uncapped (the whole join)."""
-    by_author: dict[str, list[Entry]] = {}
+    by_author: dict[str, list[tuple[str, TweetContent]]] = {}
     for (author, tid), c in tables.tweets.items():
-        by_author.setdefault(author, []).append(Entry(tid, author, c[1], c[0], c[2], c[3]))
-    out: dict[str, list[Entry]] = {}
+        by_author.setdefault(author, []).append((tid, c))
+    reposts = tables.live_reposts()
     hidden = tables.hidden()
-    for (follower, followee), (_, active) in tables.follows.items():
-        if active and followee in by_author and (follower, followee) not in hidden:
-            out.setdefault(follower, []).extend(by_author[followee])
-    for follower, entries in out.items():
-        entries.sort(key=sort_key, reverse=True)
-        if inbox_cap is not None:
-            del entries[inbox_cap:]
+    out: dict[str, list[Entry]] = {}
+    for reader, sees in tables.visible().items():
+        entries: dict[tuple[str, str], Entry] = {}
+        for author in sees:
+            for tid, c in by_author.get(author, ()):
+                parent = reply_of(c)
+                if parent is None or parent[1] in (author, reader) or parent[1] in sees:
+                    entries[(author, tid)] = tweet_entry(author, tid, c)
+        chosen: dict[tuple[str, str], tuple[int, str, int]] = {}
+        for reposter in sees:
+            for author, tid, at, pv in reposts.get(reposter, ()):
+                if (author, tid) in entries or (reader, author) in hidden:
+                    continue
+                best = chosen.get((author, tid))
+                if best is None or (at, reposter) < best[:2]:
+                    chosen[(author, tid)] = (at, reposter, pv)
+        for (author, tid), (at, reposter, pv) in chosen.items():
+            entries[(author, tid)] = tweet_entry(author, tid, tables.tweets[(author, tid)], (reposter, at, pv))
+        if entries:
+            timeline = sorted(entries.values(), key=sort_key, reverse=True)
+            out[reader] = timeline if inbox_cap is None else timeline[:inbox_cap]
     return out
+
+
+def reference_user_timelines(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_INBOX_CAP) -> dict[str, list[Entry]]:
+    """Every user's own timeline (``GetUserTimeline``): the user's live tweets and the user's live
+    reposts, one entry per tweet (a repost of one's own tweet shows the tweet itself), newest first."""
+    out: dict[str, dict[tuple[str, str], Entry]] = {}
+    for (author, tid), c in tables.tweets.items():
+        out.setdefault(author, {})[(author, tid)] = tweet_entry(author, tid, c)
+    for reposter, items in tables.live_reposts().items():
+        own = out.setdefault(reposter, {})
+        for author, tid, at, pv in items:
+            if author != reposter:
+                own[(author, tid)] = tweet_entry(author, tid, tables.tweets[(author, tid)], (reposter, at, pv))
+    return {user: sorted(entries.values(), key=sort_key, reverse=True)[:inbox_cap] for user, entries in out.items()}
 
 
 def reference_timelines(
@@ -148,11 +225,13 @@ def reference_timelines(
     timelines = reference_entries(tables, inbox_cap=inbox_cap)
     result: dict[str, list[dict[str, Any]]] = {}
     for uid in sorted(timelines):
-        result[uid] = [
-            entry_dict(e, p[0] if (p := tables.profiles.get((e.author_id, e.profile_version))) else None)
-            for e in timelines[uid]
-        ]
+        result[uid] = [entry_dict(e, _display_name(tables, e.author_id, e.profile_version)) for e in timelines[uid]]
     return result
+
+
+def _display_name(tables: FinalTables, user_id: str, version: int) -> str | None:
+    profile = tables.profiles.get((user_id, version))
+    return None if profile is None else profile[0]
 
 
 # -- the rule of a trimmed view (docs/trimming.md) ------------------------------------------------
@@ -160,24 +239,33 @@ def reference_timelines(
 
 def has_removals(events: Iterable[Event | RawEvent]) -> bool:
     """Whether the history can take a row out of a timeline other than by pushing it down: a tweet
-    delete, an unfollow, a block or mute, or an edit that moves a tweet's ``created_at`` (any
-    version counts).
+    delete, an unfollow, a block or mute, an edit that moves a tweet's ``created_at`` or changes
+    its parent, an unrepost, two reposts of one edge at different times, or reposts and follows
+    together (a follow can move a repost entry down: to the tweet's own time once its author is
+    followed, to an earlier repost once that reposter is); any version counts.
 
     >>> has_removals(['{"type":"follow","op":"follow","follower_id":"ann","followee_id":"bob","version":1}'])
     False
     >>> has_removals(['{"type":"tweet","op":"delete","tweet_id":"t1","author_id":"bob","version":0}'])
     True
     """
-    created: dict[tuple[str, str], int] = {}
+    created: dict[tuple[str, str], tuple[int, object]] = {}
+    reposted: dict[tuple[str, str], int | None] = {}
+    follows = False
     for ev in _events(events):
         if isinstance(ev, TweetDelete) or (isinstance(ev, FollowChange) and not ev.active):
             return True
         if isinstance(ev, (BlockChange, MuteChange)) and ev.hiding:
             return True
+        if isinstance(ev, RepostChange) and (not ev.reposting or reposted.setdefault(
+                (ev.reposter_id, ev.tweet_id), ev.created_at) != ev.created_at):
+            return True
+        follows = follows or isinstance(ev, FollowChange)
         if isinstance(ev, TweetUpsert):
-            if created.setdefault((ev.author_id, ev.tweet_id), ev.created_at) != ev.created_at:
+            shape = (ev.created_at, ev.in_reply_to_author_id)
+            if created.setdefault((ev.author_id, ev.tweet_id), shape) != shape:
                 return True
-    return False
+    return bool(reposted) and follows
 
 
 def exact_timelines(events: Iterable[Event | RawEvent], *, inbox_cap: int, trim_slack: int) -> frozenset[str]:
@@ -207,9 +295,11 @@ def exact_timelines(events: Iterable[Event | RawEvent], *, inbox_cap: int, trim_
     if not has_removals(events):
         return frozenset(users)
     tweet_ids: dict[str, set[str]] = {}
-    for ev in events:
+    for ev in events:  # what each user brings into a follower's join: its tweets and its reposts
         if isinstance(ev, TweetUpsert):
             tweet_ids.setdefault(ev.author_id, set()).add(ev.tweet_id)
+        elif isinstance(ev, RepostChange):
+            tweet_ids.setdefault(ev.reposter_id, set()).add(f"repost {ev.tweet_id}")
     if any(len(ids) > inbox_cap for ids in tweet_ids.values()):
         return frozenset()
     followed: dict[str, set[str]] = {}

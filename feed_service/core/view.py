@@ -9,7 +9,7 @@ one :func:`~feed_service.core.join.step` per key, apply. The CLI and the tests u
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from feed_service.errors import ViewContractError
@@ -21,14 +21,19 @@ from feed_service.core.events import (
     MuteChange,
     ProfileVersion,
     RawEvent,
+    RepostChange,
     TweetDelete,
     TweetUpsert,
     join_keys,
     parse_event,
 )
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
+from feed_service.core.per_reader.author_side import RepostSide, SideResult, author_side
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.reader_step import ReaderState, reader_step
+from feed_service.core.per_reader.reposter_step import ReposterState, reposter_step
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
-from feed_service.core.rows import Entry, ProfileRow
+from feed_service.core.rows import AuthorTimelineDelta, Entry, ProfileRow
 from feed_service.core.state import AuthorState, decode_parts
 from feed_service.core.stored_step import step_stored
 from feed_service.core.timeline_merge import merge_newest, timeline_order
@@ -38,7 +43,7 @@ RowKey = tuple[int, str, str]
 be; an edit that moves created_at is therefore a delete and an insert, never an update."""
 
 
-_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange)
+_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange, RepostChange)
 
 
 sort_key = timeline_order
@@ -46,14 +51,22 @@ sort_key = timeline_order
 
 
 def entry_dict(entry: Entry, display_name: str | None) -> dict[str, Any]:
-    """Return the public shape of one timeline entry (``feedctl materialize``'s output contract)."""
-    return {
+    """Return the public shape of one timeline entry (``feedctl materialize``'s output contract): a
+    reply adds its parent, an entry brought by a repost its reposter and repost time."""
+    out = {
         "tweet_id": entry.tweet_id,
         "author_id": entry.author_id,
         "version": entry.version,
         "text": entry.text,
         "author_display_name": display_name,
     }
+    if entry.in_reply_to_tweet_id is not None:
+        out["in_reply_to_tweet_id"] = entry.in_reply_to_tweet_id
+        out["in_reply_to_author_id"] = entry.in_reply_to_author_id
+    if entry.reposted_by is not None:
+        out["reposted_by"] = entry.reposted_by
+        out["reposted_at"] = entry.reposted_at
+    return out
 
 
 class TimelineView:
@@ -90,6 +103,12 @@ class TimelineView:
         """follower -> the pull authors it follows (merged in at read time)."""
         self.blocks: set[tuple[str, str]] = set()
         """(blocker, blocked) of every block in force (the ``blocks`` table)."""
+        self.extras: dict[str, dict[RowKey, Entry]] = {}
+        """reader -> the entries the reader step decided (``home_extras``: docs/reposts-and-replies.md)."""
+        self.own_reposts: dict[str, dict[RowKey, Entry]] = {}
+        """reposter -> its reposts of others' tweets (its own timeline's repost rows)."""
+        self.visible: dict[str, set[str]] = {}
+        """reader -> the users it sees (what a read filters a pull author's replies with)."""
 
     def _fail(self, message: str) -> None:
         if self.strict:
@@ -158,6 +177,42 @@ class TimelineView:
         for prow in result.profiles:
             self.profiles[(prow.user_id, prow.version)] = prow
 
+    def apply_extras(self, deltas: Iterable[ExtrasDelta]) -> None:
+        """Apply the reader step's rows of ``home_extras``."""
+        for op, reader, entry, _ in deltas:
+            rows = self.extras.setdefault(reader, {})
+            row = (entry.at, entry.tweet_id, entry.author_id)
+            if op == "delete":
+                if rows.pop(row, None) is None:
+                    self._fail(f"delete of missing extras row {row} of {reader!r}")
+            else:
+                if (row in rows) != (op == "update"):
+                    self._fail(f"{op} of {'missing' if op == 'update' else 'present'} extras row {row} of {reader!r}")
+                rows[row] = entry
+            if not rows:
+                del self.extras[reader]
+
+    def apply_own_reposts(self, reposter: str, deltas: Iterable[AuthorTimelineDelta]) -> None:
+        """Apply the reposter step's rows of the reposter's own timeline."""
+        for op, entry in deltas:
+            rows = self.own_reposts.setdefault(reposter, {})
+            row = (entry.at, entry.tweet_id, entry.author_id)
+            if op == "delete":
+                if rows.pop(row, None) is None:
+                    self._fail(f"delete of missing repost row {row} of {reposter!r}")
+            else:
+                rows[row] = entry
+            if not rows:
+                del self.own_reposts[reposter]
+
+    def apply_visible(self, deltas: Iterable[VisibleDelta]) -> None:
+        """Apply the reader step's changes of the readers' visible sets."""
+        for op, reader, user, _ in deltas:
+            users = self.visible.setdefault(reader, set())
+            (users.discard if op == "delete" else users.add)(user)
+            if not users:
+                del self.visible[reader]
+
     def _trim(self, uid: str) -> None:
         """Cut ``uid``'s inbox to its newest ``inbox_cap`` rows if it holds more than cap + slack."""
         rows = self.timelines.get(uid)
@@ -177,14 +232,21 @@ class TimelineView:
         return None if prow is None else prow.display_name
 
     def entries(self, user_id: str) -> list[Entry]:
-        """The ``inbox_cap`` newest entries of ``user_id``'s timeline (inbox and pull authors), newest first."""
-        sources = [_newest_first(self.timelines.get(user_id, {}))]
-        sources += [_newest_first(self.author_timelines.get(a, {})) for a in sorted(self.pull_follows.get(user_id, ()))]
+        """The ``inbox_cap`` newest entries of ``user_id``'s timeline (inbox, the reader step's
+        entries and pull authors), newest first. A pull author's reply to a third user is merged in
+        only if the reader sees that user (docs/reposts-and-replies.md, hybrid fan-out)."""
+        sources = [_newest_first(self.timelines.get(user_id, {})), _newest_first(self.extras.get(user_id, {}))]
+        sees = self.visible.get(user_id, set())
+        for author in sorted(self.pull_follows.get(user_id, ())):
+            rows = _newest_first(self.author_timelines.get(author, {}))
+            sources.append([e for e in rows if e.in_reply_to_author_id in (None, author, user_id)
+                            or e.in_reply_to_author_id in sees])
         return merge_newest(sources, self.inbox_cap)
 
     def author_entries(self, author_id: str) -> list[Entry]:
-        """An author's own timeline: its newest live tweets, newest first."""
-        return _newest_first(self.author_timelines.get(author_id, {}))
+        """An author's own timeline: its newest live tweets and its reposts of others' tweets, newest first."""
+        return merge_newest([_newest_first(self.author_timelines.get(author_id, {})),
+                             _newest_first(self.own_reposts.get(author_id, {}))], self.inbox_cap)
 
     def read(self, user_id: str) -> list[dict[str, Any]]:
         """``user_id``'s timeline in the public entry shape, display names hydrated."""
@@ -192,7 +254,7 @@ class TimelineView:
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """Every non-empty timeline, by user id in sorted order."""
-        users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows))
+        users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows) | set(self.extras))
         return {uid: timeline for uid in users if (timeline := self.read(uid))}
 
 
@@ -257,6 +319,10 @@ class Materializer:
         self.encode_states = encode_states
         self.clock_start = clock_start
         self.states: dict[str, AuthorState] = {}
+        self.sides: dict[str, RepostSide] = {}
+        """Per author key: the per-reader side of its step (repost edges, archive, clock)."""
+        self.reposters: dict[str, ReposterState] = {}
+        self.readers: dict[str, ReaderState] = {}
         self.stored: dict[str, tuple[bytes, bytes | None]] = {}
         """key -> (core part, edges part) when ``encode_states``."""
         self.rejected = 0
@@ -294,9 +360,10 @@ class Materializer:
                 positions.setdefault(key, []).append(i)
             report.accepted += 1
         late: set[int] = set()
+        sides: list[SideResult] = []
         for key in sorted(groups):
             key_times = None if times is None else [times[i] for i in positions[key]]
-            result = self.step_key(key, groups[key], times=key_times)
+            result = self.step_key(key, groups[key], times=key_times, sides=sides)
             report.timeline_deltas += result.delta_count
             for j in result.late:
                 i = positions[key][j]
@@ -305,6 +372,7 @@ class Materializer:
                 late.add(i)
                 report.rejections.append(Rejection(first_position + i, BEYOND_HORIZON, beyond_horizon_reason(
                     key_times[j], result.state.watermark, self.retention)))  # type: ignore[index]
+        self.per_reader(sides)
         report.accepted -= len(late)
         report.rejections.sort(key=lambda r: r.position)
         report.keys = len(groups)
@@ -312,8 +380,13 @@ class Materializer:
         self.rejected += len(report.rejections)
         return report
 
-    def step_key(self, key: str, changes: Sequence[Event], *, times: Sequence[int] | None = None) -> StepResult:
-        """Run one key's step against its stored state, store the new state, apply the outputs."""
+    def step_key(self, key: str, changes: Sequence[Event], *, times: Sequence[int] | None = None,
+                 sides: list[SideResult] | None = None) -> StepResult:
+        """Run one key's step against its stored state, store the new state, apply the outputs.
+
+        The per-reader messages of the step go to ``sides`` (the batch's, run by :meth:`per_reader`
+        once every author key has stepped); without it they run at once."""
+        before = self.state(key)
         if self.encode_states:
             core, edges = self.stored.get(key, (None, None))
             done = step_stored(core, lambda: edges, changes, inbox_cap=self.inbox_cap,
@@ -328,6 +401,47 @@ class Materializer:
                           pull_threshold=self.pull_threshold, clock_start=self.clock_start,
                           times=times, retention=self.retention, key=key)
             self.states[key] = result.state
+        side = author_side(key, before, result, changes, self.sides.get(key))
+        self.sides[key] = side.side
+        result = replace(result, deltas=side.deltas)
         self.view.apply(result)
+        if sides is None:
+            self.per_reader([side])
+        else:
+            sides.append(side)
         return result
+
+    def per_reader(self, sides: Sequence[SideResult]) -> None:
+        """Run the reposter and reader steps of one batch on the author keys' messages, and apply
+        their rows (docs/reposts-and-replies.md): every reposter, then every reader, in key order."""
+        audience: dict[str, list] = {}
+        edges: dict[str, list] = {}
+        tweets: dict[str, list] = {}
+        relations: dict[str, list] = {}
+        replies: dict[str, list] = {}
+        candidates: dict[str, list] = {}
+        for side in sides:
+            for m in side.audience:
+                audience.setdefault(m.user, []).append(m)
+            for e in side.edges:
+                edges.setdefault(e.reposter, []).append(e)
+            for t in side.tweets:
+                tweets.setdefault(t.reposter, []).append(t)
+            for r in side.relations:
+                relations.setdefault(r.reader, []).append(r)
+            for c in side.replies:
+                replies.setdefault(c.reader, []).append(c)
+        for reposter in sorted(audience.keys() | edges.keys() | tweets.keys()):
+            done = reposter_step(reposter, self.reposters.get(reposter), audience.get(reposter, ()),
+                                 edges.get(reposter, ()), tweets.get(reposter, ()))
+            self.reposters[reposter] = done.state
+            self.view.apply_own_reposts(reposter, done.own_timeline)
+            for c in done.candidates:
+                candidates.setdefault(c.reader, []).append(c)
+        for reader in sorted(relations.keys() | replies.keys() | candidates.keys()):
+            decided = reader_step(reader, self.readers.get(reader), relations.get(reader, ()),
+                                  replies.get(reader, ()), candidates.get(reader, ()))
+            self.readers[reader] = decided.state
+            self.view.apply_extras(decided.extras)
+            self.view.apply_visible(decided.visible)
 

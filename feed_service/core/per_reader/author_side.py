@@ -1,0 +1,249 @@
+"""What an author key owes the per-reader steps after its step (docs/reposts-and-replies.md).
+
+:func:`author_side` runs after :func:`feed_service.core.join.step` with the key's state before and
+the step's result, and returns:
+
+- the inbox deltas less what the reader decides: a reply to a third user X is written by this key
+  only to X's own inbox; every other holder gets it as a :class:`ConditionalReply`;
+- a :class:`Relation` (to the reader) and an :class:`AudienceDelta` (to this user's reposter step)
+  for every reader whose "sees this author" or "hidden from this author" changed;
+- as a reposter, a :class:`RepostEdge` for every repost edge of this user whose winning change
+  changed (a repost is routed to its reposter's key, where every change of the edge meets, and to
+  the key of the author it names);
+- as an author, a :class:`RepostedTweet` to each reposter that named one of its tweets: the tweet's
+  content when the reposter first names it and whenever it changes (edit, delete). The reposter
+  step joins the two, in the same micro-batch.
+
+It keeps a small state of its own per user key (:class:`RepostSide`): the user's own repost edges,
+who named each of the user's tweets, the content of the user's live tweets that are not retained (a
+repost may name any live tweet, and the author state keeps only the retained ones' content), and a
+clock that versions its messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+from feed_service.core.events import (
+    BlockChange,
+    Event,
+    FollowChange,
+    MuteChange,
+    RepostChange,
+    TweetContent,
+    TweetUpsert,
+    content_of,
+    repost_rank,
+)
+from feed_service.core.join.key_step import StepResult
+from feed_service.core.per_reader.messages import AudienceDelta, ConditionalReply, Relation, RepostEdge, RepostedTweet
+from feed_service.core.rows import Entry, TimelineDelta
+from feed_service.core.state import AuthorState, hides_reader
+
+RepostRank = tuple[int, bool, str, int, int]
+"""``repost_rank`` of an edge's winning change: (version, unreposted, author_id, created_at, profile_version)."""
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RepostSide:
+    """A user key's per-reader state: its repost edges, its tweets' reposters, archived contents, a clock."""
+
+    edges: Mapping[str, RepostRank] = field(default_factory=lambda: _EMPTY)
+    """tweet_id -> the winning change of this user's repost edge to it (unreposts too: versions)."""
+    reposters: Mapping[str, frozenset[str]] = field(default_factory=lambda: _EMPTY)
+    """tweet_id (of this author) -> every reposter a change of whose edge named this author."""
+    archive: Mapping[str, TweetContent] = field(default_factory=lambda: _EMPTY)
+    """tweet_id -> content of a live tweet out of the retained set (valid while it is ``cold``)."""
+    clock: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SideResult:
+    """What :func:`author_side` produced for one key and batch."""
+
+    side: RepostSide
+    deltas: tuple[TimelineDelta, ...]
+    """The inbox deltas to write (the step's, less the conditional replies)."""
+    relations: tuple[Relation, ...] = ()
+    audience: tuple[AudienceDelta, ...] = ()
+    replies: tuple[ConditionalReply, ...] = ()
+    edges: tuple[RepostEdge, ...] = ()
+    tweets: tuple[RepostedTweet, ...] = ()
+
+
+def author_side(key: str, before: AuthorState | None, result: StepResult, changes: Sequence[Event],
+                side: RepostSide | None) -> SideResult:
+    """The per-reader messages of one user key's step (module docstring). ``before`` is the key's
+    state before the step, with its edges (None: a new key); ``changes`` the batch's changes of the
+    key, late ones included (their positions are in ``result.late`` and they are skipped)."""
+    side = side if side is not None else RepostSide()
+    after = result.state
+    late = set(result.late)
+    timely = [ev for i, ev in enumerate(changes) if i not in late]
+    ts = side.clock + 1
+    deltas, replies = _split_replies(key, before, result.deltas, ts)
+    relations, audience = _relations(key, before, after, timely, ts)
+    edges, reposters, new_names = _fold_reposts(key, side, timely)
+    edge_messages = [RepostEdge(key, tid, edges[tid], ts) for tid in sorted(edges)
+                     if side.edges.get(tid) != edges[tid]]
+    archive = _archive(side.archive, before, after, result)
+    changed = {t.tweet_id for t in result.tweets} | _left_retained(before, after)
+    tweets: list[RepostedTweet] = []
+    for tid in sorted(changed | set(new_names)):
+        old = _content(tid, before, side.archive)
+        new = _content(tid, after, archive)
+        entry = None if new is None else _entry_of(key, tid, new)
+        for reposter in sorted(reposters.get(tid, ())):
+            if old != new or reposter in new_names.get(tid, ()):
+                tweets.append(RepostedTweet(reposter, key, tid, entry, ts))
+    emitted = bool(replies or relations or edge_messages or tweets)
+    new_side = RepostSide(edges, reposters, archive, ts if emitted else side.clock)
+    return SideResult(new_side, tuple(deltas), tuple(relations), tuple(audience), tuple(replies),
+                      tuple(edge_messages), tuple(tweets))
+
+
+def reply_class(key: str, entry: Entry | TweetContent | None) -> str | None:
+    """The third user a tweet of ``key`` replies to, or None for a plain tweet (no reply, or a reply
+    to the author itself: a thread)."""
+    if entry is None:
+        return None
+    parent = entry.in_reply_to_author_id if isinstance(entry, Entry) else (entry[5] if len(entry) > 4 else None)
+    return None if parent is None or parent == key else parent
+
+
+def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[TimelineDelta], ts: int
+                   ) -> tuple[list[TimelineDelta], list[ConditionalReply]]:
+    """The inbox deltas this key writes, and the conditional replies it sends instead.
+
+    A holder R has the tweet's inbox row while the tweet is plain or replies to R itself, and a
+    conditional reply otherwise; an update compares the old content's class with the new one's.
+    """
+    out: list[TimelineDelta] = []
+    replies: dict[tuple[str, str], ConditionalReply] = {}
+    """(reader, tweet_id) -> the step's one value: an edit that moves created_at is a delete and an
+    insert of the same tweet, and the reader's value is the one after the step."""
+    for delta in deltas:
+        op, entry, ids = delta
+        if op == "update":
+            old_content = before.tweets.get(entry.tweet_id) if before is not None else None
+            old_class, new_class = reply_class(key, old_content), reply_class(key, entry)
+            old_entry = _entry_of(key, entry.tweet_id, old_content) if old_content is not None else entry
+        else:
+            old_class = new_class = reply_class(key, entry)
+            old_entry = entry
+        if old_class is None and new_class is None:
+            out.append(delta)
+            continue
+        rows: dict[tuple[str, Entry], list[str]] = {}
+        for reader in ids:
+            had = op != "insert" and (old_class is None or old_class == reader)
+            has = op != "delete" and (new_class is None or new_class == reader)
+            row_op = "update" if had and has else "delete" if had else "insert" if has else None
+            if row_op is not None:
+                rows.setdefault((row_op, old_entry if row_op == "delete" else entry), []).append(reader)
+            if op != "delete" and new_class is not None and new_class != reader:
+                replies[(reader, entry.tweet_id)] = ConditionalReply(reader, entry, True, ts)
+            elif op != "insert" and old_class is not None and old_class != reader:
+                replies.setdefault((reader, entry.tweet_id), ConditionalReply(reader, old_entry, False, ts))
+        out.extend(TimelineDelta(row_op, row_entry, tuple(readers)) for (row_op, row_entry), readers in rows.items())
+    return out, list(replies.values())
+
+
+def _entry_of(key: str, tweet_id: str, c: TweetContent) -> Entry:
+    parent = (c[4], c[5]) if len(c) > 4 else (None, None)
+    return Entry(tweet_id, key, c[1], c[0], c[2], c[3], *parent)
+
+
+def _status(state: AuthorState | None, reader: str) -> tuple[bool, bool]:
+    """(reader sees the author, the author is hidden from the reader) in ``state``."""
+    if state is None:
+        return False, False
+    h = state.hides.get(reader)
+    hidden = h is not None and hides_reader(h)
+    e = state.followers.get(reader)
+    return (e is not None and e[1] and not hidden), hidden
+
+
+def _relations(key: str, before: AuthorState | None, after: AuthorState, changes: Sequence[Event], ts: int
+               ) -> tuple[list[Relation], list[AudienceDelta]]:
+    readers: set[str] = set()
+    for ev in changes:
+        if type(ev) is FollowChange:
+            readers.add(ev.follower_id)
+        elif type(ev) is MuteChange:
+            readers.add(ev.muter_id)
+        elif type(ev) is BlockChange:
+            readers.add(ev.blocked_id if ev.blocker_id == key else ev.blocker_id)
+    relations, audience = [], []
+    for reader in sorted(readers):
+        old, new = _status(before, reader), _status(after, reader)
+        if old != new:
+            relations.append(Relation(reader, key, new[0], new[1], ts))
+            if old[0] != new[0]:
+                audience.append(AudienceDelta(key, reader, new[0], ts))
+    return relations, audience
+
+
+def _fold_reposts(key: str, side: RepostSide, changes: Sequence[Event]
+                  ) -> tuple[Mapping[str, RepostRank], Mapping[str, frozenset[str]], dict[str, set[str]]]:
+    """This user's repost edges after the batch (the highest rank per edge), who named its tweets,
+    and the reposters new to a tweet in this batch."""
+    edges, reposters = side.edges, side.reposters
+    new_names: dict[str, set[str]] = {}
+    for ev in changes:
+        if type(ev) is not RepostChange:
+            continue
+        if ev.reposter_id != key and ev.author_id != key:
+            raise ValueError(f"author side: a repost of {ev.reposter_id!r} naming {ev.author_id!r} reached {key!r}")
+        if ev.reposter_id == key:
+            rank = repost_rank(ev.version, ev.reposting, ev.author_id, ev.created_at, ev.profile_version)
+            old = edges.get(ev.tweet_id)
+            if old is None or rank > old:
+                if edges is side.edges:
+                    edges = dict(edges)
+                edges[ev.tweet_id] = rank  # type: ignore[index]
+        if ev.author_id == key and ev.reposter_id not in reposters.get(ev.tweet_id, ()):
+            if reposters is side.reposters:
+                reposters = dict(reposters)
+            reposters[ev.tweet_id] = reposters.get(ev.tweet_id, frozenset()) | {ev.reposter_id}  # type: ignore[index]
+            new_names.setdefault(ev.tweet_id, set()).add(ev.reposter_id)
+    return edges, reposters, new_names
+
+
+def _left_retained(before: AuthorState | None, after: AuthorState) -> set[str]:
+    if before is None or before.tweets is after.tweets:
+        return set()
+    return {tid for tid in before.tweets if tid not in after.tweets}
+
+
+def _archive(archive: Mapping[str, TweetContent], before: AuthorState | None, after: AuthorState,
+             result: StepResult) -> Mapping[str, TweetContent]:
+    """The contents of the live tweets out of the retained set after the step."""
+    changed = {t.tweet_id: t.entry for t in result.tweets}
+    touched = set(changed) | _left_retained(before, after)
+    if not touched:
+        return archive
+    out = dict(archive)
+    for tid in touched:
+        if tid in after.tweets or tid not in after.cold:
+            out.pop(tid, None)
+        elif tid in changed and changed[tid] is not None:
+            e = changed[tid]
+            out[tid] = content_of(TweetUpsert(tid, e.author_id, e.version, e.created_at, e.text, e.profile_version,
+                                              e.in_reply_to_tweet_id, e.in_reply_to_author_id))
+        elif before is not None and tid in before.tweets:
+            out[tid] = before.tweets[tid]
+    return out
+
+
+def _content(tid: str, state: AuthorState | None, archive: Mapping[str, TweetContent]) -> TweetContent | None:
+    if state is None:
+        return None
+    c = state.tweets.get(tid)
+    if c is not None:
+        return c
+    return archive.get(tid) if tid in state.cold else None

@@ -60,41 +60,49 @@ class ReaderResult:
 
 def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Relation],
                 replies: Sequence[ConditionalReply], candidates: Sequence[RepostCandidate]) -> ReaderResult:
-    """Apply one batch of messages to ``reader``'s state and write the entries that changed."""
-    state = state if state is not None else ReaderState()
-    rel = dict(state.rel)
+    """Apply one batch of messages to ``reader``'s state and write the entries that changed.
+
+    Unlike the author step, this one updates ``state``'s containers in place and returns it: a reader
+    is touched by every conditional reply and repost of everyone it follows, and copying its
+    containers per message cost more than the decisions (docs/reposts-and-replies.md, costs). The
+    stream decodes a fresh state per batch, and the caller keeps only the returned one.
+    """
+    if state is None:
+        state = ReaderState({}, {}, {}, {}, 0)
+    rel, new_replies, new_candidates, shown = state.rel, state.replies, state.candidates, state.shown
     rel_changed: set[str] = set()
+    was_seen: dict[str, bool] = {}
     for m in relations:
         old = rel.get(m.user)
         if old is None or m.ts > old[0]:
             if old is None or (old[1], old[2]) != (m.visible, m.hidden):
                 rel_changed.add(m.user)
-            rel[m.user] = (m.ts, m.visible, m.hidden)
-    new_replies = dict(state.replies)
+                was_seen.setdefault(m.user, old is not None and old[1])
+            rel[m.user] = (m.ts, m.visible, m.hidden)  # type: ignore[index]
     touched: set[TweetKey] = set()
     for r in replies:
         k = (r.entry.author_id, r.entry.tweet_id)
         old_r = new_replies.get(k)
         if old_r is None or r.ts > old_r[0]:
-            new_replies[k] = (r.ts, r.entry if r.present else None)
+            new_replies[k] = (r.ts, r.entry if r.present else None)  # type: ignore[index]
             touched.add(k)
-    new_candidates = dict(state.candidates)
     for c in candidates:
         k = (c.author_id, c.tweet_id)
-        inner = new_candidates.get(k, _EMPTY)
-        old_c = inner.get(c.reposter)
+        inner = new_candidates.get(k)
+        old_c = None if inner is None else inner.get(c.reposter)
         if old_c is None or c.ts > old_c[0]:
-            inner = dict(inner)
-            inner[c.reposter] = (c.ts, c.entry)
-            new_candidates[k] = inner
+            if inner is None:
+                inner = new_candidates[k] = {}  # type: ignore[index]
+            inner[c.reposter] = (c.ts, c.entry)  # type: ignore[index]
             touched.add(k)
     if rel_changed:  # a relation decides the tweets of that user, replies to it and its reposts
         touched.update(k for k in new_replies if k[0] in rel_changed or _parent(new_replies[k][1]) in rel_changed)
         touched.update(k for k, inner in new_candidates.items()
                        if k[0] in rel_changed or rel_changed.intersection(inner)
                        or any(_parent(v[1]) in rel_changed for v in inner.values()))
+    if not touched and not rel_changed:
+        return ReaderResult(state, (), ())
     ts = state.clock + 1
-    shown = dict(state.shown)
     extras: list[ExtrasDelta] = []
     for k in sorted(touched):
         old, new = shown.get(k), _decide(reader, k, rel, new_replies, new_candidates)
@@ -105,21 +113,20 @@ def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Rela
             old = None
         if new is not None:
             extras.append(ExtrasDelta("insert" if old is None else "update", reader, new, ts))
-            shown[k] = new
+            shown[k] = new  # type: ignore[index]
         else:
-            shown.pop(k, None)
+            shown.pop(k, None)  # type: ignore[attr-defined]
     visible = [VisibleDelta("insert" if rel[u][1] else "delete", reader, u, ts)
-               for u in sorted(rel_changed) if _sees(state.rel, u) != rel[u][1]]
+               for u in sorted(rel_changed) if was_seen[u] != rel[u][1]]
     for k in touched:  # forget what no longer matters: withdrawn replies and candidates
         if k in new_replies and new_replies[k][1] is None:
-            del new_replies[k]
+            del new_replies[k]  # type: ignore[attr-defined]
         inner = new_candidates.get(k)
         if inner is not None and any(v[1] is None for v in inner.values()):
-            kept = {p: v for p, v in inner.items() if v[1] is not None}
-            if kept:
-                new_candidates[k] = kept
-            else:
-                del new_candidates[k]
+            for p in [p for p, v in inner.items() if v[1] is None]:
+                del inner[p]  # type: ignore[attr-defined]
+            if not inner:
+                del new_candidates[k]  # type: ignore[attr-defined]
     emitted = bool(extras or visible)
     new_state = ReaderState(rel, new_replies, new_candidates, shown, ts if emitted else state.clock)
     return ReaderResult(new_state, tuple(extras), tuple(visible))

@@ -1,0 +1,78 @@
+"""Engine throughput with reposts and replies against the same stream without them.
+
+Generates one history with the workload generator (``--repost-share`` of the stream events are
+repost changes, ``--reply-share`` of the tweets are replies), and its twin without them (reposts
+dropped, replies turned into plain tweets, every other event the same). Each is cut into batches of
+``--batch-size`` and run through :class:`~feed_service.core.view.Materializer`: the author step, the
+per-reader side, the reposter and reader steps, and the in-memory view they write (the stream's sink
+work is not in it). The two are run alternately ``--rounds`` times; CPU seconds of this process
+(``time.process_time``), the best round of each. Prints events/s of each and their ratio, with the
+load average (docs/reposts-and-replies.md).
+
+    .venv/bin/python bench/bench_reposts_engine.py [--users 2000] [--events 60000] [--batch-size 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from feed_service.core.events import Event, RepostChange, TweetUpsert, parse_event  # noqa: E402
+from feed_service.core.view import Materializer  # noqa: E402
+from feed_service.workload.generator import WorkloadModel  # noqa: E402
+
+
+def histories(users: int, events: int, repost_share: float, reply_share: float, seed: int
+              ) -> tuple[list[Event], list[Event]]:
+    model = WorkloadModel(users, seed=seed, repost_share=repost_share, reply_share=reply_share)
+    raw = list(model.setup()) + [model.step() for _ in range(events)]
+    parsed = [parse_event(r) for r in raw]
+    plain = [replace(e, in_reply_to_tweet_id=None, in_reply_to_author_id=None) if type(e) is TweetUpsert else e
+             for e in parsed if type(e) is not RepostChange]
+    return parsed, plain
+
+
+def run(events: list[Event], batch_size: int, inbox_cap: int) -> tuple[float, Materializer]:
+    engine = Materializer(inbox_cap=inbox_cap)
+    t0 = time.process_time()
+    for i in range(0, len(events), batch_size):
+        engine.process_batch(events[i:i + batch_size])
+    return time.process_time() - t0, engine
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=2_000)
+    parser.add_argument("--events", type=int, default=60_000)
+    parser.add_argument("--batch-size", type=int, default=1_000)
+    parser.add_argument("--inbox-cap", type=int, default=800)
+    parser.add_argument("--repost-share", type=float, default=0.1)
+    parser.add_argument("--reply-share", type=float, default=0.2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    with_them, without = histories(args.users, args.events, args.repost_share, args.reply_share, args.seed)
+    reposts = sum(type(e) is RepostChange for e in with_them)
+    replies = sum(type(e) is TweetUpsert and e.in_reply_to_tweet_id is not None for e in with_them)
+    best = {"with": float("inf"), "without": float("inf")}
+    for _ in range(args.rounds):
+        for name, events in (("without", without), ("with", with_them)):
+            best[name] = min(best[name], run(events, args.batch_size, args.inbox_cap)[0])
+    rate = {"with": len(with_them) / best["with"], "without": len(without) / best["without"]}
+    print(f"bench_reposts_engine: {args.users:,} users, batches of {args.batch_size:,}, cap {args.inbox_cap}, "
+          f"best of {args.rounds} rounds (CPU s); load average {os.getloadavg()[0]:.2f}")
+    print(f"  without reposts and replies: {len(without):>9,} events {best['without']:7.2f} s "
+          f"{rate['without']:>10,.0f} events/s")
+    print(f"  with them ({reposts:,} reposts, {replies:,} replies): {len(with_them):>9,} events "
+          f"{best['with']:7.2f} s {rate['with']:>10,.0f} events/s")
+    print(f"  ratio with / without: {rate['with'] / rate['without']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -106,3 +106,20 @@ def test_trim_slack_option_trims_like_the_stream(tmp_path: Path) -> None:
     assert roomy["timelines"] == reference_timelines(lines, inbox_cap=1)
     bad = run_cli(path, "--trim-slack", "-1")
     assert bad.returncode == 2 and "trim slack must be an integer >= 0" in bad.stderr
+
+
+def test_reposts_and_filtered_replies_print_as_the_reference_has_them(tmp_path: Path) -> None:
+    # A generated history with reposts and replies (docs/reposts-and-replies.md): the JSON entries
+    # name the reposter and the parent, and the timelines equal the reference's.
+    path = tmp_path / "events.jsonl"
+    made = subprocess.run([sys.executable, "-m", "feed_service", "workload", "--users", "150", "--count", "3000",
+                           "--repost-share", "0.1", "--reply-share", "0.2", "--out", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    proc = run_cli(path, "--batch-size", "500")
+    assert proc.returncode == 0, proc.stderr
+    timelines = json.loads(proc.stdout)["timelines"]
+    assert timelines == reference_timelines(path.read_text().splitlines())
+    entries = [e for timeline in timelines.values() for e in timeline]
+    assert any("reposted_by" in e and "reposted_at" in e for e in entries)
+    assert any("in_reply_to_author_id" in e for e in entries)

@@ -300,7 +300,8 @@ def test_the_backfill_with_every_link_secured_rebuilds_the_reference(cluster: Cl
     print(f"\nstream stopped with {code} for the backfill")
     spark = cluster.stack.spark
     assert spark is not None
-    spark.wait_ready(90)  # worker 0 restarted by the phase before
+    spark.start()  # idempotent: brings worker 0 back too if the phase before failed before restarting it
+    spark.wait_ready(90)
     backfill = replace(cluster.settings, keyspace="feed_cluster_backfill")
     provision(backfill)  # the keyspace and its grants (the topics exist)
     env = {**os.environ, **cluster.config.environment(), **backfill.to_env()}

@@ -53,7 +53,9 @@ IDS = st.text(min_size=1, max_size=6)
 
 # --- the codec ------------------------------------------------------------------------------------
 
-entries = st.builds(Entry, IDS, IDS, NATURAL, NATURAL, st.text(max_size=20), NATURAL)
+entries = st.builds(Entry, IDS, IDS, NATURAL, NATURAL, st.text(max_size=20), NATURAL,
+                    *(st.one_of(st.none(), strategy) for strategy in (IDS, IDS, IDS, NATURAL, NATURAL)))
+"""Entries with or without a reply's parent and a repost's reposter (docs/reposts-and-replies.md)."""
 sources = st.none() | INT64
 delta_ops = st.sampled_from(["insert", "update", "delete"])
 follow_ops = st.sampled_from(["insert", "delete"])

@@ -65,7 +65,13 @@ def translate_driver_error(exc: BaseException) -> BaseException:
 
 
 _ENTRY_COLUMNS = "tweet_id, author_id, created_at, version, text, profile_version"
-_new_entry = tuple.__new__  # rows come back as plain tuples in Entry's field order
+_new = tuple.__new__  # rows come back as plain tuples in Entry's field order
+_NO_EXTRA = (None, None, None, None, None)
+"""Entry's reply and repost fields, not stored yet (docs/reposts-and-replies.md)."""
+
+
+def _new_entry(cls: type, row: tuple) -> Entry:
+    return _new(cls, tuple(row) + _NO_EXTRA)
 
 
 class _Slices:

@@ -1,7 +1,7 @@
 """Tweets: the batch's upserts and deletes against the author's retained, cold and deleted tweets.
 
-Retained = the author's newest ``inbox_cap`` live tweets by (created_at, tweet_id), the only ones
-that can be in any follower's timeline; a tweet pushed out of them goes *cold* (its version and
+Retained = the author's newest ``inbox_cap`` live tweets by (created_at, tweet_id) of each class
+(plain tweets; replies to each other user), the only ones that can be in any follower's timeline; a tweet pushed out of them goes *cold* (its version and
 digest are kept so that a late older upsert cannot bring stale content back), a delete leaves a
 tombstone (docs/join-engine.md, the state and its bounds).
 """
@@ -74,7 +74,10 @@ def apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes: 
             after = _merge_ordered(after, changed)
         excess = len(after) - inbox_cap
         if excess > 0:
-            evicted = list(islice(after, excess))  # the oldest: ``after`` is in ascending order
+            if sum(map(len, after.values())) == 4 * len(after):  # no reply among them: one class
+                evicted = list(islice(after, excess))  # the oldest: ``after`` is in ascending order
+            else:
+                evicted = _evicted_by_class(state.key, after, inbox_cap)
         leave_cold = [tid for tid in changed if tid in cold] + [tid for tid in new_deletes if tid in cold]
         if evicted or leave_cold:
             cold = dict(cold)
@@ -88,6 +91,25 @@ def apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes: 
             for tid in sorted(new_deletes):
                 deleted[tid] = since
     return _new(TweetsDiff, (before, after, cold, deleted, changed, removed, evicted, new_deletes))
+
+
+def _evicted_by_class(key: str, tweets: Mapping[str, TweetContent], inbox_cap: int) -> list[str]:
+    """The tweets beyond the newest ``inbox_cap`` of their class, oldest first. A class is the
+    author's plain tweets (no reply, or a reply to the author itself), or its replies to one other
+    user: a reader sees the plain ones and the replies to the users it sees, and the newest
+    ``inbox_cap`` of such a union are among the newest ``inbox_cap`` of each class
+    (docs/reposts-and-replies.md, retention)."""
+    counts: dict[str | None, int] = {}
+    out: list[str] = []
+    for tid, c in reversed(tweets.items()):
+        cls = c[5] if len(c) > 4 and c[5] != key else None
+        n = counts.get(cls, 0)
+        if n >= inbox_cap:
+            out.append(tid)
+        else:
+            counts[cls] = n + 1
+    out.reverse()
+    return out
 
 
 def touched(tweets: TweetsDiff) -> Iterator[TouchedTweet]:

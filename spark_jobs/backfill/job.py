@@ -101,7 +101,7 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
 
             with progress.stage("read"):
                 parsed = keep(classify(parse_changes(read_snapshot(spark, settings, snap))))
-                counts = count_records(parsed)
+                counts = count_records(parsed, snap.end)
                 for partition in counts.partitions:
                     progress.say(f"  {partition.describe()}")
                 summary.update(counts.summary())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from feed_service.kafka.client_config import spark_kafka_options
 from feed_service.security.roles import BACKFILL
@@ -104,8 +104,10 @@ class ReadCounts:
         }
 
 
-def count_records(parsed: "DataFrame") -> ReadCounts:
-    """Records, tombstones and invalid records per partition, and invalid records by reason."""
+def count_records(parsed: "DataFrame", snapshot: Mapping[str, Mapping[int, int]] | None = None) -> ReadCounts:
+    """Records, tombstones and invalid records per partition, and invalid records by reason; every
+    partition of ``snapshot`` (topic -> partition -> end offset) is listed, an empty one with zeros
+    (a topic nothing was published to yet, e.g. a new kind's)."""
     from pyspark.sql import functions as F
 
     per_partition = (parsed.groupBy("topic", "partition").agg(
@@ -115,8 +117,12 @@ def count_records(parsed: "DataFrame") -> ReadCounts:
     ).orderBy("topic", "partition").collect())
     reasons = {r.reject_code: r["count"]
                for r in parsed.where(_invalid()).groupBy("reject_code").count().collect()}
-    return ReadCounts(tuple(PartitionCounts(r.topic, r.partition, r.records, r.tombstones, r.invalid)
-                            for r in per_partition), reasons)
+    counts = {(r.topic, r.partition): PartitionCounts(r.topic, r.partition, r.records, r.tombstones, r.invalid)
+              for r in per_partition}
+    for topic, parts in (snapshot or {}).items():
+        for p in parts:
+            counts.setdefault((topic, int(p)), PartitionCounts(topic, int(p), 0, 0, 0))
+    return ReadCounts(tuple(counts[k] for k in sorted(counts)), reasons)
 
 
 def send_dead_letters(parsed: "DataFrame", settings: Settings) -> None:

@@ -87,7 +87,7 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> None:
     fakes = {
         "snapshot_offsets": lambda settings: snap,
         "read_snapshot": lambda *a: FakeFrame(), "parse_changes": lambda df: df, "classify": lambda df: df,
-        "count_records": lambda df: counts, "valid_events": lambda df: df,
+        "count_records": lambda df, snapshot=None: counts, "valid_events": lambda df: df,
         "winning_changes": lambda df: FakeWinners(),
         "write_states": lambda *a, **k: 4,
         "join_timelines_batch": lambda *a: FakeFrame(), "count_timelines": lambda *a: 2,

@@ -393,12 +393,15 @@ BASE = [
     _follow("ann", "star"), _follow("cat", "star"), _follow("dan", "star"), _follow("eve", "star"),
     *(_view_tweet("bob", n) for n in range(4)), _view_tweet("cat", 0), _view_tweet("star", 0),
 ]
+#: Published and applied before CHANGES: with cat still following when dan follows, bob would reach the
+#: pull threshold (4) in any batch that holds dan's follow without cat's unfollow, and every row of bob
+#: would leave and come back (a delete and an insert, not the update this test checks for).
+UNFOLLOW_FIRST = [_follow("cat", "bob", 2, "unfollow")]  # takes bob's tweets out of cat's inbox
 CHANGES = [
     _view_tweet("bob", 0, version=2, text="bob #0, edited"),  # update in place (eve's row: she stays)
     _view_tweet("bob", 1, version=2, moved=5000),  # a new created_at: delete + insert, one ts
     {"type": "tweet", "op": "delete", "tweet_id": "bob-t2", "author_id": "bob", "version": 2},
     _follow("dan", "bob"),  # brings bob's retained tweets
-    _follow("cat", "bob", 2, "unfollow"),  # takes them out of cat's inbox
     {"type": "block", "op": "block", "blocker_id": "bob", "blocked_id": "ann", "version": 1},
     {"type": "profile", "user_id": "bob", "version": 2, "display_name": "Bobby"},
     _view_tweet("star", 1),
@@ -439,6 +442,8 @@ def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Set
     assert pipeline.view_changes  # the default
     publish(pipeline, BASE)
     started(stream).wait_caught_up()
+    publish(pipeline, UNFOLLOW_FIRST)
+    stream.wait_caught_up()
     publish(pipeline, CHANGES)
     stream.wait_caught_up()
     stored = _home_timeline(pipeline)

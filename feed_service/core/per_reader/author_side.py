@@ -33,8 +33,6 @@ from feed_service.core.events import (
     MuteChange,
     RepostChange,
     TweetContent,
-    TweetUpsert,
-    content_of,
     repost_rank,
 )
 from feed_service.core.join.key_step import StepResult
@@ -233,8 +231,9 @@ def _archive(archive: Mapping[str, TweetContent], before: AuthorState | None, af
             out.pop(tid, None)
         elif tid in changed and changed[tid] is not None:
             e = changed[tid]
-            out[tid] = content_of(TweetUpsert(tid, e.author_id, e.version, e.created_at, e.text, e.profile_version,
-                                              e.in_reply_to_tweet_id, e.in_reply_to_author_id))
+            base = (e.version, e.created_at, e.text, e.profile_version)
+            out[tid] = base if e.in_reply_to_tweet_id is None else base + (e.in_reply_to_tweet_id,
+                                                                          e.in_reply_to_author_id)
         elif before is not None and tid in before.tweets:
             out[tid] = before.tweets[tid]
     return out

@@ -75,7 +75,7 @@ def reposter_step(reposter: str, state: ReposterState | None, audience: Sequence
     changed.sort()
     ts = state.clock + 1
     candidates: list[RepostCandidate] = []
-    changed_readers = sorted(r for r, v in new_audience.items() if _sees(state.audience, r) != v[1])
+    changed_readers = sorted({m.reader for m in audience if _sees(state.audience, m.reader) != new_audience[m.reader][1]})
     stay = sorted(r for r, v in new_audience.items() if v[1] and _sees(state.audience, r))
     for k in changed:  # a changed repost, to everyone who sees the reposter before and after
         for reader in stay:

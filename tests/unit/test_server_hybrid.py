@@ -6,6 +6,7 @@ tests/integration/test_hybrid_fanout.py."""
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import grpc
@@ -140,13 +141,23 @@ def test_a_pull_author_hidden_from_the_user_is_not_merged_in() -> None:
 def test_watch_delivers_pull_authors_new_tweets() -> None:
     store = populated()
     with ServerThread(config(pull_cache_ttl_s=0.2), store=store) as server:
+        polled = threading.Event()  # the watch took its head and polls: what is added now is new
+        newer = store.newer
+
+        async def observed_newer(*args, **kwargs):
+            polled.set()
+            return await newer(*args, **kwargs)
+
+        store.newer = observed_newer
         stream = server.stub().WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id="ann"),
-                                                 metadata=server.auth("ann"), timeout=10)
-        time.sleep(0.3)
-        store.add_author_entry(tweet("star", 9000, 50_000))
-        store.add_entry("ann", tweet("bob", 9001, 50_001))
+                                                 metadata=server.auth("ann"), timeout=20)
+        assert polled.wait(15), "the watch never polled"
+        # star's tweet is the newer: a poll may see it only once its cached head expires, after bob's
+        # (a polling watch sends what is newer than its position; docs/api.md#watch)
+        store.add_author_entry(tweet("star", 9000, 50_001))
+        store.add_entry("ann", tweet("bob", 9001, 50_000))
         got: list[str] = []
         while len(got) < 2:
             got += [e.tweet_id for e in next(stream).entries]
         stream.cancel()
-    assert got == ["star-9000", "bob-9001"]
+    assert got == ["bob-9001", "star-9000"]

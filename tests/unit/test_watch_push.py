@@ -64,11 +64,13 @@ class PushedServer:
 class Watch:
     def __init__(self, server: ServerThread, user: str, token: str, hub: WatchHub) -> None:
         self.messages: queue.Queue = queue.Queue()
+        before = {s for subs in hub._by_user.values() for s in subs}  # an ending watch may linger
         self.call = server.stub().WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id=user, resume_token=token),
                                                     metadata=server.auth(user), timeout=30)
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + 10
-        while len(hub) == 0 or not all(s.early_follows is None for subs in hub._by_user.values() for s in subs):
+        while not any(s not in before for subs in hub._by_user.values() for s in subs) or not all(
+                s.early_follows is None for subs in hub._by_user.values() for s in subs):
             assert time.monotonic() < deadline, "the watch did not subscribe"
             time.sleep(0.01)
 

@@ -15,7 +15,7 @@ import grpc
 from feed_service.core.rows import Cursor, Entry
 from feed_service.errors import PageTokenError
 from feed_service.server.calls import RpcFailure
-from feed_service.server.hydration import EntryHydrator
+from feed_service.server.hydration import EntryHydrator, profile_keys
 from feed_service.server.page_token import PageCursor, PageTokenCodec
 from feed_service.store.ports import TimelineStore
 
@@ -55,7 +55,7 @@ class Pager:
         """Whether every entry of ``rows`` has its profile version cached: their response is then
         final (profile versions never change), so it may be kept encoded."""
         holds = self.hydrator.cache.holds
-        return all(holds((r.author_id, r.profile_version)) for r in rows)
+        return all(holds(key) for key in profile_keys(rows))
 
     async def page(self, store: TimelineStore, timeline_id: str, kind: int, rows: list[Entry], limit: int,
                    served: int, budget: float) -> tuple[list[dict[str, Any]], str]:

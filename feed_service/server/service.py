@@ -170,7 +170,9 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         if row is None or await self._author_blocks_reader(store, row.author_id, claims, budget):
             raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"tweet {tweet_id!r} not found")  # a block looks the same
         return pb.Tweet(tweet_id=row.tweet_id, author_id=row.author_id or "", created_at_ms=row.created_at or 0,
-                        version=row.version, text=row.text or "", profile_version=row.profile_version or 0)
+                        version=row.version, text=row.text or "", profile_version=row.profile_version or 0,
+                        in_reply_to_tweet_id=row.in_reply_to_tweet_id or "",
+                        in_reply_to_author_id=row.in_reply_to_author_id or "")
 
     @rpc("GetProfile")
     async def GetProfile(self, request: pb.GetProfileRequest, context: grpc.aio.ServicerContext,

@@ -64,14 +64,17 @@ def translate_driver_error(exc: BaseException) -> BaseException:
     return exc
 
 
-_ENTRY_COLUMNS = "tweet_id, author_id, created_at, version, text, profile_version"
+_ENTRY_COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
+                  " in_reply_to_author_id")
 _new = tuple.__new__  # rows come back as plain tuples in Entry's field order
-_NO_EXTRA = (None, None, None, None, None)
-"""Entry's reply and repost fields, not stored yet (docs/reposts-and-replies.md)."""
+_NO_REPOST = (None, None, None)
+"""Entry's repost fields: these tables hold no repost entries (docs/reposts-and-replies.md)."""
 
 
 def _new_entry(cls: type, row: tuple) -> Entry:
-    return _new(cls, tuple(row) + _NO_EXTRA)
+    """An entry of a row of :data:`_ENTRY_COLUMNS`; '' (no reply, schemas/cql/feed.cql) and a row
+    written before the reply columns existed (null) both read as no reply."""
+    return _new(cls, (*row[:6], row[6] or None, row[7] or None, *_NO_REPOST))
 
 
 class _Slices:
@@ -227,8 +230,8 @@ class CassandraReader:
         if not rows:  # no partition at all (first slice), or nothing below the cursor
             return InboxSlice([], [] if before is None else None)
         # every row carries the static column; a partition holding only it reads as one keyless row
-        pull = rows[0][6]
-        return InboxSlice([_new_entry(Entry, r[:6]) for r in rows if r[0] is not None], sorted(pull) if pull else [])
+        pull = rows[0][8]
+        return InboxSlice([_new_entry(Entry, r) for r in rows if r[0] is not None], sorted(pull) if pull else [])
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         return await self._newer(self._inbox, timeline_id, after, limit, timeout)
@@ -246,7 +249,7 @@ class CassandraReader:
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         rows = await self._execute(self._tweet, (tweet_id,), timeout)
         # a deleted tweet is a row tombstone: no row; a row without version was never fully written
-        return Entry(*rows[0]) if rows and rows[0][3] is not None else None
+        return _new_entry(Entry, rows[0]) if rows and rows[0][3] is not None else None
 
     async def profile(self, user_id: str, version: int | None, *, timeout: float) -> ProfileRow | None:
         if version is None:

@@ -15,6 +15,9 @@ each, and ``TimelineFanout``, one home-timeline row in many timelines: written a
 (or ``DELETE``) ``WHERE timeline_id IN ?`` per chunk of timelines, which sets every regular column
 at one timestamp exactly as the one-row ``INSERT`` does (docs/idempotent-writes.md, fan-out
 writes). :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
+
+A tweet that is no reply writes '' as its reply fields, not null: a null is a tombstone cell, and
+every row would carry two (schemas/cql/feed.cql).
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ class CassandraWriter:
         ks = keyspace
         self._timeline_upsert = session.prepare(
             f"INSERT INTO {ks}.home_timeline (timeline_id, created_at, tweet_id, author_id, version, text,"
-            " profile_version) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            " profile_version, in_reply_to_tweet_id, in_reply_to_author_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " USING TIMESTAMP ?"
         )
         self._timeline_delete = session.prepare(
             f"DELETE FROM {ks}.home_timeline USING TIMESTAMP ? WHERE timeline_id = ? AND created_at = ?"
@@ -90,15 +94,16 @@ class CassandraWriter:
         # is the same whichever form wrote it (and a trim reads its time from any column).
         self._fanout_upsert = session.prepare(
             f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET author_id = ?, version = ?, text = ?,"
-            " profile_version = ? WHERE timeline_id IN ? AND created_at = ? AND tweet_id = ?"
+            " profile_version = ?, in_reply_to_tweet_id = ?, in_reply_to_author_id = ?"
+            " WHERE timeline_id IN ? AND created_at = ? AND tweet_id = ?"
         )
         self._fanout_delete = session.prepare(
             f"DELETE FROM {ks}.home_timeline USING TIMESTAMP ? WHERE timeline_id IN ? AND created_at = ?"
             " AND tweet_id = ?"
         )
         self._tweet_upsert = session.prepare(
-            f"INSERT INTO {ks}.tweets (tweet_id, author_id, created_at, version, text, profile_version)"
-            " VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            f"INSERT INTO {ks}.tweets (tweet_id, author_id, created_at, version, text, profile_version,"
+            " in_reply_to_tweet_id, in_reply_to_author_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
         self._tweet_delete = session.prepare(f"DELETE FROM {ks}.tweets USING TIMESTAMP ? WHERE tweet_id = ?")
         self._profile_upsert = session.prepare(
@@ -106,8 +111,8 @@ class CassandraWriter:
             " VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
         self._author_upsert = session.prepare(
-            f"INSERT INTO {ks}.author_timeline (author_id, created_at, tweet_id, version, text, profile_version)"
-            " VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            f"INSERT INTO {ks}.author_timeline (author_id, created_at, tweet_id, version, text, profile_version,"
+            " in_reply_to_tweet_id, in_reply_to_author_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         )
         self._author_delete = session.prepare(
             f"DELETE FROM {ks}.author_timeline USING TIMESTAMP ? WHERE author_id = ? AND created_at = ?"
@@ -156,7 +161,8 @@ class CassandraWriter:
                 yield self._timeline_delete, (ts, timeline_id, e.created_at, e.tweet_id)
             else:  # insert and update both write the full row (same clustering key)
                 yield self._timeline_upsert, (
-                    timeline_id, e.created_at, e.tweet_id, e.author_id, e.version, e.text, e.profile_version, ts
+                    timeline_id, e.created_at, e.tweet_id, e.author_id, e.version, e.text, e.profile_version,
+                    e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", ts
                 )
 
     def _timeline_fanout(self, rows: Iterable[TimelineFanout]) -> Iterator[tuple]:
@@ -167,7 +173,8 @@ class CassandraWriter:
                 if op == "delete":
                     yield self._fanout_delete, (ts, ids, e.created_at, e.tweet_id)
                 else:
-                    yield self._fanout_upsert, (ts, e.author_id, e.version, e.text, e.profile_version, ids,
+                    yield self._fanout_upsert, (ts, e.author_id, e.version, e.text, e.profile_version,
+                                                e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", ids,
                                                 e.created_at, e.tweet_id)
 
     def _tweets(self, rows: Iterable[TweetWrite]) -> Iterator[tuple]:
@@ -175,7 +182,8 @@ class CassandraWriter:
             if e is None:
                 yield self._tweet_delete, (ts, tweet_id)
             else:
-                yield self._tweet_upsert, (tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version, ts)
+                yield self._tweet_upsert, (tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
+                                           e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", ts)
 
     def _profiles(self, rows: Iterable[ProfileWrite]) -> Iterator[tuple]:
         for p, ts in rows:
@@ -186,7 +194,8 @@ class CassandraWriter:
             if op == "delete":
                 yield self._author_delete, (ts, e.author_id, e.created_at, e.tweet_id)
             else:
-                yield self._author_upsert, (e.author_id, e.created_at, e.tweet_id, e.version, e.text, e.profile_version, ts)
+                yield self._author_upsert, (e.author_id, e.created_at, e.tweet_id, e.version, e.text, e.profile_version,
+                                            e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", ts)
 
     def _pull_follows(self, rows: Iterable[PullFollowWrite]) -> Iterator[tuple]:
         for op, follower_id, author_id, ts in rows:

@@ -33,11 +33,12 @@ from feed_service.core.rows import (
     Entry,
     ProfileRow,
     ProfileWrite,
+    TimelineFanout,
     TimelineWrite,
     TweetWrite,
 )
 from feed_service.store.cassandra_reader import CassandraReader
-from feed_service.store.cassandra_writer import CassandraWriter
+from feed_service.store.cassandra_writer import MIN_FANOUT_PARTITIONS, CassandraWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 Code = grpc.StatusCode
@@ -166,6 +167,34 @@ def test_edits_and_deletes_show_through(writer, stub, server, unique: str) -> No
     assert list(page(stub, server, user).entries) == []
     err = rpc_error(stub.GetTweet, pb.GetTweetRequest(tweet_id=tweet), metadata=server.auth(user))
     assert err.code() == Code.NOT_FOUND
+
+
+def test_reply_fields_are_stored_served_and_cleared_by_an_edit(writer, stub, server, unique: str) -> None:
+    """A reply's parent goes through every write form (one row, a fan-out statement, the author
+    timeline, the tweet) and back out of GetHomeTimeline, GetUserTimeline and GetTweet; an edit
+    that stops it being a reply clears the fields (stored as '', schemas/cql/feed.cql)."""
+    author, parent_author = f"a-{unique}", f"p-{unique}"
+    readers = [f"u{i}-{unique}" for i in range(MIN_FANOUT_PARTITIONS + 1)]  # readers[1:]: one fan-out statement
+    tid = f"{author}-t001"
+    reply = Entry(tid, author, 9, 1, "@p indeed", 1, f"{parent_author}-t000", parent_author)
+    plain = Entry(tid, author, 9, 2, "indeed", 1)
+    for version, e in ((1, reply), (2, plain)):
+        writer.write(timeline=[TimelineWrite("insert", readers[0], e, ts())],
+                     timeline_fanout=[TimelineFanout("insert", tuple(readers[1:]), e, ts())],
+                     author_timeline=[AuthorTimelineWrite("insert", e, ts())],
+                     tweets=[TweetWrite(tid, author, e, ts())])
+        for user in (readers[0], readers[-1]):
+            (got,) = page(stub, server, user).entries
+            assert got.version == version
+            assert (got.in_reply_to_tweet_id, got.in_reply_to_author_id) == (
+                (e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or ""))
+            assert not got.reposted_by and not got.reposted_at_ms
+        (own,) = stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id=author), metadata=server.auth(author),
+                                      timeout=5).entries
+        tweet = stub.GetTweet(pb.GetTweetRequest(tweet_id=tid), metadata=server.auth(author), timeout=5)
+        for got in (own, tweet):
+            assert (got.in_reply_to_tweet_id, got.in_reply_to_author_id) == (
+                (e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or ""))
 
 
 def test_an_authors_block_hides_its_tweets_and_timeline_from_that_user(writer, stub, server, unique: str) -> None:

@@ -68,9 +68,9 @@ def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
 
 
 @pytest.mark.parametrize("table, frame, want", [
-    ("timeline", TIMELINE, [("INSERT INTO ks.home_timeline", ("ann", 10, "t1", "bob", 1, "hi", 3, TS)),
-                            ("INSERT INTO ks.home_timeline", ("cat", 20, "t2", "bob", 2, "yo", 3, TS))]),
-    ("tweets", TWEETS, [("INSERT INTO ks.tweets", ("t1", "bob", 10, 1, "hi", 3, TS)),
+    ("timeline", TIMELINE, [("INSERT INTO ks.home_timeline", ("ann", 10, "t1", "bob", 1, "hi", 3, "", "", TS)),
+                            ("INSERT INTO ks.home_timeline", ("cat", 20, "t2", "bob", 2, "yo", 3, "", "", TS))]),
+    ("tweets", TWEETS, [("INSERT INTO ks.tweets", ("t1", "bob", 10, 1, "hi", 3, "", "", TS)),
                         ("DELETE FROM ks.tweets", (TS, "t9"))]),
     ("profiles", PROFILES, [("INSERT INTO ks.profiles", ("bob", 1, "Bob", "https://a", None, TS)),
                             ("INSERT INTO ks.profiles", ("bob", 2, "Bobby", None, "hello", TS))]),

@@ -161,3 +161,28 @@ def test_watch_delivers_pull_authors_new_tweets() -> None:
             got += [e.tweet_id for e in next(stream).entries]
         stream.cancel()
     assert got == ["bob-9001", "star-9000"]
+
+
+def test_repost_and_reply_entries_carry_their_fields_and_the_reposters_name() -> None:
+    """A repost entry sits at its repost time and names its reposter with the display name of the
+    repost's profile version; a reply names its parent. The second read is served from cached
+    profiles and shows the same."""
+    store = MemoryStore()
+    store.add_profile(ProfileRow("bob", 1, "Bob", None, None))
+    store.add_profile(ProfileRow("cat", 4, "Cat at 4", None, None))
+    store.add_profile(ProfileRow("cat", 5, "Cat at 5", None, None))
+    store.add_entry("ann", Entry("t1", "bob", 100, 1, "old, reposted late", 1, reposted_by="cat", reposted_at=900,
+                                 reposter_profile_version=4))
+    store.add_entry("ann", Entry("t2", "bob", 500, 1, "@dan yes", 1, "t0", "dan"))
+    store.add_entry("ann", Entry("t3", "bob", 700, 1, "plain", 1))
+    with ServerThread(config(), store=store) as server:
+        pages = [server.stub().GetHomeTimeline(pb.GetHomeTimelineRequest(user_id="ann"), metadata=server.auth("ann"),
+                                               timeout=5).entries for _ in range(2)]
+    assert pages[0] == pages[1]
+    repost, plain, reply = pages[0]
+    assert [e.tweet_id for e in pages[0]] == ["t1", "t3", "t2"]  # the repost at its repost time
+    assert (repost.reposted_by, repost.reposted_by_display_name, repost.reposted_at_ms, repost.created_at_ms) == (
+        "cat", "Cat at 4", 900, 100)
+    assert repost.author_display_name == "Bob" and not repost.in_reply_to_tweet_id
+    assert (reply.in_reply_to_tweet_id, reply.in_reply_to_author_id, reply.reposted_by) == ("t0", "dan", "")
+    assert not plain.reposted_by and not plain.in_reply_to_tweet_id and not plain.reposted_at_ms

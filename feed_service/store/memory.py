@@ -1,18 +1,34 @@
-"""An in-memory :class:`~feed_service.store.ports.TimelineStore` for unit tests of the read service.
+"""An in-memory :class:`~feed_service.store.ports.TimelineStore` and
+:class:`~feed_service.store.ports.ViewWriter` for unit tests of the read service and the writers' callers.
 
-Same ordering and cursor semantics as Cassandra; ``fail`` set to a
-:class:`~feed_service.errors.StoreError` makes every call raise it (outage simulation). Never a
-stand-in for Cassandra in a test of the system: integration tests use the real node.
+Same ordering and cursor semantics as Cassandra, and the same outcome of writes: the highest write
+timestamp wins, a delete wins a tie (docs/idempotent-writes.md), so a test can replay or reorder
+writes as the stream does. ``fail`` set to a :class:`~feed_service.errors.StoreError` makes every
+call raise it (outage simulation; a write then changes nothing). Never a stand-in for Cassandra in
+a test of the system: integration tests use the real node.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Hashable, Iterable
 
-from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.rows import (
+    AuthorTimelineWrite,
+    BlockWrite,
+    Cursor,
+    Entry,
+    ProfileKey,
+    ProfileRow,
+    ProfileWrite,
+    PullFollowWrite,
+    TimelineFanout,
+    TimelineWrite,
+    TweetWrite,
+)
 from feed_service.errors import StoreError, StoreUnavailable
-from feed_service.store.ports import InboxSlice
+from feed_service.store.ports import InboxSlice, WriteCounts
 
 
 class MemoryStore:
@@ -29,6 +45,15 @@ class MemoryStore:
         self.follows_pull: dict[str, set[str]] = {}
         self.blocked: set[tuple[str, str]] = set()
         """(blocker_id, blocked_id) of every block in force: the rows of the ``blocks`` table."""
+        self.extras: dict[str, dict[Cursor, Entry]] = {}
+        """timeline_id -> its ``home_extras`` rows (repost entries and conditional replies) by cursor."""
+        self.user_reposts: dict[str, dict[Cursor, Entry]] = {}
+        """user_id -> its ``user_reposts`` rows (its reposts of others' tweets) by cursor."""
+        self.visible: dict[str, set[str]] = {}
+        """reader_id -> the users it sees: the rows of ``reader_visible``."""
+        self.written: dict[tuple[Hashable, ...], tuple[int, object]] = {}
+        """(table, *primary key) -> (write timestamp, row or None: a delete) of every row
+        :meth:`write` wrote, what a later write must beat (the ``add_*`` helpers bypass it)."""
         self.fail: StoreError | None = None
         self.calls: Counter[str] = Counter()
         """Calls per method: what Cassandra would have been asked, one single-partition read each
@@ -48,6 +73,89 @@ class MemoryStore:
 
     def add_profile(self, row: ProfileRow) -> None:
         self.profile_rows[(row.user_id, row.version)] = row
+
+    # -- writes: ViewWriter, resolved by timestamp as Cassandra resolves them --------------------
+    def _wins(self, key: tuple[Hashable, ...], ts: int, row: object) -> bool:
+        """Record a write of ``row`` (None: a delete) at ``ts`` to ``key`` if it beats what the key
+        holds: a higher timestamp; at a tie, a delete, then the greater row (Cassandra compares the
+        cells' values; the writers never write two contents at one timestamp). False: no change."""
+        held = self.written.get(key)
+        if held is not None:
+            held_ts, held_row = held
+            if ts < held_ts or (ts == held_ts and (held_row is None
+                                                   or (row is not None and repr(row) <= repr(held_row)))):
+                return False
+        self.written[key] = (ts, row)
+        return True
+
+    def _put(self, rows: dict[str, dict[Cursor, Entry]], table: str, partition: str, op: str, e: Entry,
+             ts: int) -> None:
+        if self._wins((table, partition, *e.cursor), ts, None if op == "delete" else e):
+            if op == "delete":
+                rows.get(partition, {}).pop(e.cursor, None)
+            else:
+                rows.setdefault(partition, {})[e.cursor] = e
+
+    def _pair(self, pairs: dict[str, set[str]], table: str, a: str, b: str, op: str, ts: int) -> None:
+        if self._wins((table, a, b), ts, None if op == "delete" else True):
+            if op == "delete":
+                pairs.get(a, set()).discard(b)
+            else:
+                pairs.setdefault(a, set()).add(b)
+
+    def write(
+        self,
+        *,
+        timeline: Iterable[TimelineWrite] = (),
+        timeline_fanout: Iterable[TimelineFanout] = (),
+        tweets: Iterable[TweetWrite] = (),
+        profiles: Iterable[ProfileWrite] = (),
+        author_timeline: Iterable[AuthorTimelineWrite] = (),
+        pull_follows: Iterable[PullFollowWrite] = (),
+        blocks: Iterable[BlockWrite] = (),
+        extras: Iterable[ExtrasDelta] = (),
+        user_reposts: Iterable[AuthorTimelineWrite] = (),
+        visible: Iterable[VisibleDelta] = (),
+    ) -> WriteCounts:
+        """:meth:`ViewWriter.write`: rows in any order, any number of times; the counts are what
+        :class:`~feed_service.store.cassandra_writer.CassandraWriter` returns for the same call."""
+        if self.fail is not None:  # not in ``calls``: those count reads
+            raise self.fail
+        rows = [*timeline, *(w for f in timeline_fanout for w in f.rows())]
+        tweets, profiles, author_timeline = list(tweets), list(profiles), list(author_timeline)
+        pull_follows, blocks = list(pull_follows), list(blocks)
+        extras, user_reposts, visible = list(extras), list(user_reposts), list(visible)
+        for op, timeline_id, e, ts in rows:
+            self._put(self.timelines, "home_timeline", timeline_id, op, _plain(e), ts)
+        for tweet_id, _author_id, e, ts in tweets:
+            if self._wins(("tweets", tweet_id), ts, None if e is None else _plain(e)):
+                if e is None:
+                    self.tweets.pop(tweet_id, None)
+                else:
+                    self.tweets[tweet_id] = _plain(e)
+        for p, ts in profiles:  # never deleted
+            if self._wins(("profiles", p.user_id, p.version), ts, p):
+                self.profile_rows[(p.user_id, p.version)] = p
+        for op, e, ts in author_timeline:
+            self._put(self.author_timelines, "author_timeline", e.author_id, op, _plain(e), ts)
+        for op, follower_id, author_id, ts in pull_follows:
+            self._pair(self.follows_pull, "pull_follows", follower_id, author_id, op, ts)
+        for op, blocker_id, blocked_id, ts in blocks:
+            if self._wins(("blocks", blocker_id, blocked_id), ts, None if op == "delete" else True):
+                (self.blocked.discard if op == "delete" else self.blocked.add)((blocker_id, blocked_id))
+        for op, reader, e, ts in extras:
+            self._put(self.extras, "home_extras", reader, op, _stored(e), ts)
+        for op, e, ts in user_reposts:
+            if not e.reposted_by:
+                raise ValueError(f"a user_reposts row names no reposter: {e!r}")
+            self._put(self.user_reposts, "user_reposts", e.reposted_by, op, _stored(e), ts)
+        for op, reader, user, ts in visible:
+            self._pair(self.visible, "reader_visible", reader, user, op, ts)
+        deletes = sum(1 for w in rows if w.op == "delete")
+        extras_deletes = sum(1 for w in extras if w.op == "delete")
+        return WriteCounts(len(rows) - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
+                           len(pull_follows), len(blocks), len(extras) - extras_deletes, extras_deletes,
+                           len(user_reposts), len(visible))
 
     def _check(self, method: str = "") -> None:
         self.calls[method] += 1
@@ -110,3 +218,19 @@ class MemoryStore:
 
     def close(self) -> None:
         self.fail = StoreUnavailable("store closed")
+
+
+def _stored(e: Entry) -> Entry:
+    """``e`` as Cassandra reads it back from ``home_extras`` or ``user_reposts``: '' is no reply and
+    no reposter, and an entry without a reposter has no repost time or profile version."""
+    if e.reposted_by:
+        return e._replace(in_reply_to_tweet_id=e.in_reply_to_tweet_id or None,
+                          in_reply_to_author_id=e.in_reply_to_author_id or None)
+    return e._replace(in_reply_to_tweet_id=e.in_reply_to_tweet_id or None,
+                      in_reply_to_author_id=e.in_reply_to_author_id or None,
+                      reposted_by=None, reposted_at=None, reposter_profile_version=None)
+
+
+def _plain(e: Entry) -> Entry:
+    """``e`` as a table without repost columns (home_timeline, author_timeline, tweets) reads it back."""
+    return _stored(e._replace(reposted_by=None))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Iterable, Mapping, NamedTuple, Protocol
 
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -96,6 +97,12 @@ class WriteCounts:
     author_timeline: int = 0
     pull_follows: int = 0
     blocks: int = 0
+    extras_upserts: int = 0
+    """``home_extras`` rows inserted or updated."""
+    extras_deletes: int = 0
+    user_reposts: int = 0
+    visible: int = 0
+    """``reader_visible`` rows written (inserts and deletes)."""
 
     def __add__(self, other: "WriteCounts") -> "WriteCounts":
         return WriteCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
@@ -116,9 +123,14 @@ class ViewWriter(Protocol):
         author_timeline: Iterable[AuthorTimelineWrite] = (),
         pull_follows: Iterable[PullFollowWrite] = (),
         blocks: Iterable[BlockWrite] = (),
+        extras: Iterable[ExtrasDelta] = (),
+        user_reposts: Iterable[AuthorTimelineWrite] = (),
+        visible: Iterable[VisibleDelta] = (),
     ) -> WriteCounts:
         """Home-timeline rows come one per row (``timeline``) or one per row and many timelines
-        (``timeline_fanout``, counted per timeline); both land as the same rows."""
+        (``timeline_fanout``, counted per timeline); both land as the same rows. ``extras`` are rows
+        of the reader's ``home_extras`` (at ``entry.at``), ``user_reposts`` rows of the partition
+        ``entry.reposted_by``, ``visible`` rows of ``reader_visible``."""
 
 
 @dataclass(frozen=True, slots=True)

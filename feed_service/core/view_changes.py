@@ -86,8 +86,43 @@ class BlockRowChange(NamedTuple):
     source_ms: int | None
 
 
-ViewChange: TypeAlias = TimelineChange | AuthorChange | PullFollowChange | ProfileChange | BlockRowChange
-ChangeKind: TypeAlias = Literal["timeline", "author", "pull_follow", "profile", "block"]
+class ExtrasChange(NamedTuple):
+    """``op`` on a row of ``timeline_id``'s ``home_extras`` partition (the per-reader entries: a
+    repost entry or a conditional reply, docs/reposts-and-replies.md), written by the reader step of
+    ``timeline_id``. The row's identity is ``(timeline_id, entry.at, entry.tweet_id)``."""
+
+    op: DeltaOp
+    entry: Entry
+    timeline_id: str
+    ts: int
+    source_ms: int | None
+
+
+class UserRepostChange(NamedTuple):
+    """``op`` on a row of ``entry.reposted_by``'s own reposts (``user_reposts``), written by that
+    user's reposter step; identity ``(entry.reposted_by, entry.at, entry.tweet_id)``."""
+
+    op: DeltaOp
+    entry: Entry
+    ts: int
+    source_ms: int | None
+
+
+class VisibleChange(NamedTuple):
+    """``reader_id`` starts (``insert``) or stops (``delete``) seeing ``user_id`` (``reader_visible``:
+    what a read uses to filter a pull author's replies), written by the reader step of ``reader_id``."""
+
+    op: FollowOp
+    reader_id: str
+    user_id: str
+    ts: int
+    source_ms: int | None
+
+
+ViewChange: TypeAlias = (TimelineChange | AuthorChange | PullFollowChange | ProfileChange | BlockRowChange
+                         | ExtrasChange | UserRepostChange | VisibleChange)
+ChangeKind: TypeAlias = Literal["timeline", "author", "pull_follow", "profile", "block", "extras", "user_repost",
+                                "visible"]
 
 
 def message_key(change: ViewChange) -> str:
@@ -98,6 +133,12 @@ def message_key(change: ViewChange) -> str:
         return change.author_id
     if isinstance(change, ProfileChange):
         return change.user_id
+    if isinstance(change, ExtrasChange):
+        return change.timeline_id
+    if isinstance(change, UserRepostChange):
+        return change.entry.reposted_by  # type: ignore[return-value] - decode requires it
+    if isinstance(change, VisibleChange):
+        return change.reader_id
     return change.blocker_id
 
 
@@ -151,6 +192,12 @@ def to_json(change: ViewChange) -> dict:
         base = {"kind": "profile", "user_id": change.user_id, "version": change.version}
     elif isinstance(change, BlockRowChange):
         base = {"kind": "block", "op": change.op, "blocker_id": change.blocker_id, "blocked_id": change.blocked_id}
+    elif isinstance(change, ExtrasChange):
+        base = {"kind": "extras", "op": change.op, "entry": _entry_json(change.entry), "timeline_id": change.timeline_id}
+    elif isinstance(change, UserRepostChange):
+        base = {"kind": "user_repost", "op": change.op, "entry": _entry_json(change.entry)}
+    elif isinstance(change, VisibleChange):
+        base = {"kind": "visible", "op": change.op, "reader_id": change.reader_id, "user_id": change.user_id}
     else:
         raise TypeError(f"not a view change: {change!r}")
     base["ts"] = change.ts
@@ -237,6 +284,15 @@ def decode(value: bytes | str) -> ViewChange:
             return ProfileChange(_str(obj, "user_id"), _int(obj, "version"), ts, source)
         if kind == "block":
             return BlockRowChange(_op(obj, _FOLLOW_OPS), _str(obj, "blocker_id"), _str(obj, "blocked_id"), ts, source)
+        if kind == "extras":
+            return ExtrasChange(_op(obj, _DELTA_OPS), _entry(obj["entry"]), _str(obj, "timeline_id"), ts, source)
+        if kind == "user_repost":
+            entry = _entry(obj["entry"])
+            if entry.reposted_by is None:  # the row's partition and the message key
+                raise ChangeDecodeError("a user_repost change's entry must name its reposter (reposted_by)")
+            return UserRepostChange(_op(obj, _DELTA_OPS), entry, ts, source)
+        if kind == "visible":
+            return VisibleChange(_op(obj, _FOLLOW_OPS), _str(obj, "reader_id"), _str(obj, "user_id"), ts, source)
     except ChangeDecodeError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:

@@ -7,7 +7,8 @@ back on its own I/O thread; the bridge (:class:`_Completions`) queues those resu
 to the loop in bursts: one ``call_soon_threadsafe`` (one wake-up of the loop) for every completion
 that arrives before the loop gets to them, instead of one per query.
 
-Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
+Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``, ``home_extras`` and
+``user_reposts`` by ``(at DESC, tweet_id DESC)``):
 
 =================  ==================================================================================
 ``page``           ``WHERE timeline_id = ? [AND (created_at, tweet_id) < (?, ?)] LIMIT ?``: newest first
@@ -15,6 +16,9 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``):
 ``author_*``       the same two slices of ``author_timeline`` by ``author_id``
 ``inbox``          ``page`` with the static ``pull_authors`` of the partition: one read for both
 ``pull_authors``   ``home_timeline``'s static ``pull_authors`` alone (``LIMIT 1``)
+``extras_*``       ``page`` and ``newer`` of ``home_extras`` by ``timeline_id``, on ``(at, tweet_id)``
+``user_reposts_*`` ``page`` of ``user_reposts`` by ``user_id``, on ``(at, tweet_id)``
+``visible_among``  ``reader_visible WHERE reader_id = ? AND user_id IN ?`` (in chunks of 100 ids)
 ``tweet``          ``tweets WHERE tweet_id = ?``
 ``profile``        ``profiles WHERE user_id = ? AND version = ?`` (or ``LIMIT 1``: the latest)
 ``blocks``         ``blocks WHERE blocker_id = ? AND blocked_id = ?``: one row or none
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
 from feed_service.errors import StoreError, StorePermissionDenied, StoreTimeout, StoreUnavailable
@@ -77,17 +81,35 @@ def _new_entry(cls: type, row: tuple) -> Entry:
     return _new(cls, (*row[:6], row[6] or None, row[7] or None, *_NO_REPOST))
 
 
-class _Slices:
-    """The four prepared slices of one timeline-shaped table (clustered by created_at, tweet_id DESC)."""
+_REPOST_COLUMNS = f"{_ENTRY_COLUMNS}, reposted_by, reposted_at, reposter_profile_version"
+"""The columns of the per-reader tables (``home_extras``, ``user_reposts``): every field of an entry."""
 
-    def __init__(self, session: "Session", table: str, key: str) -> None:
+
+def _new_repost_entry(cls: type, row: tuple) -> Entry:
+    """An entry of a row of :data:`_REPOST_COLUMNS`: '' is no reply and no reposter, and the repost
+    time and profile version of an entry without a reposter are the table's 0, not the entry's."""
+    if row[8]:
+        return _new(cls, (*row[:6], row[6] or None, row[7] or None, *row[8:11]))
+    return _new(cls, (*row[:6], row[6] or None, row[7] or None, *_NO_REPOST))
+
+
+#: Ids per ``IN`` list of a read of ``reader_visible``: a long list is read in several concurrent
+#: reads of the same partition (a coordinator holds a whole IN list's rows at once).
+VISIBLE_CHUNK = 100
+
+
+class _Slices:
+    """The four prepared slices of one timeline-shaped table (clustered by ``position``, tweet_id DESC)."""
+
+    def __init__(self, session: "Session", table: str, key: str, *, position: str = "created_at",
+                 columns: str = _ENTRY_COLUMNS) -> None:
         p = session.prepare
-        select = f"SELECT {_ENTRY_COLUMNS} FROM {table} WHERE {key} = ?"
-        asc = "ORDER BY created_at ASC, tweet_id ASC"
+        select = f"SELECT {columns} FROM {table} WHERE {key} = ?"
+        asc = f"ORDER BY {position} ASC, tweet_id ASC"
         self.first = p(f"{select} LIMIT ?")
-        self.before = p(f"{select} AND (created_at, tweet_id) < (?, ?) LIMIT ?")
+        self.before = p(f"{select} AND ({position}, tweet_id) < (?, ?) LIMIT ?")
         self.oldest = p(f"{select} {asc} LIMIT ?")
-        self.after = p(f"{select} AND (created_at, tweet_id) > (?, ?) {asc} LIMIT ?")
+        self.after = p(f"{select} AND ({position}, tweet_id) > (?, ?) {asc} LIMIT ?")
 
 
 class _Completions:
@@ -160,6 +182,9 @@ class CassandraReader:
         p = session.prepare
         self._inbox = _Slices(session, f"{ks}.home_timeline", "timeline_id")
         self._authors = _Slices(session, f"{ks}.author_timeline", "author_id")
+        self._extras = _Slices(session, f"{ks}.home_extras", "timeline_id", position="at", columns=_REPOST_COLUMNS)
+        self._reposts = _Slices(session, f"{ks}.user_reposts", "user_id", position="at", columns=_REPOST_COLUMNS)
+        self._visible = p(f"SELECT user_id FROM {ks}.reader_visible WHERE reader_id = ? AND user_id IN ?")
         # the inbox with the partition's static pull_authors, so a page needs no read of pull_follows
         with_pull = f"SELECT {_ENTRY_COLUMNS}, pull_authors FROM {ks}.home_timeline WHERE timeline_id = ?"
         self._inbox_first = p(f"{with_pull} LIMIT ?")
@@ -205,19 +230,21 @@ class CassandraReader:
         return future
 
     # -- TimelineStore ---------------------------------------------------------------------
-    async def _older(self, slices: "_Slices", key: str, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+    async def _older(self, slices: "_Slices", key: str, before: Cursor | None, limit: int, timeout: float,
+                     new: Callable[[type, tuple], Entry] = _new_entry) -> list[Entry]:
         if before is None:
             rows = await self._execute(slices.first, (key, limit), timeout)
         else:
             rows = await self._execute(slices.before, (key, before[0], before[1], limit), timeout)
-        return [_new_entry(Entry, r) for r in rows]
+        return [new(Entry, r) for r in rows]
 
-    async def _newer(self, slices: "_Slices", key: str, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
+    async def _newer(self, slices: "_Slices", key: str, after: Cursor | None, limit: int, timeout: float,
+                     new: Callable[[type, tuple], Entry] = _new_entry) -> list[Entry]:
         if after is None:
             rows = await self._execute(slices.oldest, (key, limit), timeout)
         else:
             rows = await self._execute(slices.after, (key, after[0], after[1], limit), timeout)
-        return [_new_entry(Entry, r) for r in rows]
+        return [new(Entry, r) for r in rows]
 
     async def page(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         return await self._older(self._inbox, timeline_id, before, limit, timeout)
@@ -245,6 +272,28 @@ class CassandraReader:
     async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
         rows = await self._execute(self._pull_authors, (user_id,), timeout)
         return sorted(rows[0][0]) if rows and rows[0][0] else []
+
+    async def extras_page(self, timeline_id: str, *, before: Cursor | None, limit: int,
+                          timeout: float) -> list[Entry]:
+        return await self._older(self._extras, timeline_id, before, limit, timeout, _new_repost_entry)
+
+    async def extras_newer(self, timeline_id: str, *, after: Cursor | None, limit: int,
+                           timeout: float) -> list[Entry]:
+        return await self._newer(self._extras, timeline_id, after, limit, timeout, _new_repost_entry)
+
+    async def user_reposts_page(self, user_id: str, *, before: Cursor | None, limit: int,
+                                timeout: float) -> list[Entry]:
+        return await self._older(self._reposts, user_id, before, limit, timeout, _new_repost_entry)
+
+    async def visible_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        ids = sorted(set(user_ids))
+        if not ids:
+            return set()
+        if len(ids) <= VISIBLE_CHUNK:
+            return {r[0] for r in await self._execute(self._visible, (reader_id, ids), timeout)}
+        chunks = [ids[i:i + VISIBLE_CHUNK] for i in range(0, len(ids), VISIBLE_CHUNK)]
+        results = await asyncio.gather(*(self._execute(self._visible, (reader_id, c), timeout) for c in chunks))
+        return {r[0] for rows in results for r in rows}
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         rows = await self._execute(self._tweet, (tweet_id,), timeout)

@@ -11,7 +11,7 @@ a test of the system: integration tests use the real node.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Hashable, Iterable
+from typing import Collection, Hashable, Iterable
 
 from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import (
@@ -196,6 +196,26 @@ class MemoryStore:
     async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
         self._check("pull_authors")
         return sorted(self.follows_pull.get(user_id, ()))
+
+    async def extras_page(self, timeline_id: str, *, before: Cursor | None, limit: int,
+                          timeout: float) -> list[Entry]:
+        self._check("extras_page")
+        return self._older(self.extras.get(timeline_id, {}), before, limit)
+
+    async def extras_newer(self, timeline_id: str, *, after: Cursor | None, limit: int,
+                           timeout: float) -> list[Entry]:
+        self._check("extras_newer")
+        return self._newer(self.extras.get(timeline_id, {}), after, limit)
+
+    async def user_reposts_page(self, user_id: str, *, before: Cursor | None, limit: int,
+                                timeout: float) -> list[Entry]:
+        self._check("user_reposts_page")
+        return self._older(self.user_reposts.get(user_id, {}), before, limit)
+
+    async def visible_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        self._check("visible_among")
+        sees = self.visible.get(reader_id, set())
+        return {u for u in user_ids if u in sees}
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         self._check("tweet")

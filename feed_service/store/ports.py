@@ -6,8 +6,8 @@ Implementations: :class:`~feed_service.store.cassandra_reader.CassandraReader` a
 
 Contract of every implementation:
 
-- reads return rows in timeline order (``(created_at, tweet_id)`` descending, or ascending where
-  the method says so) and never more than ``limit``;
+- reads return rows in timeline order (``(Entry.at, tweet_id)`` descending, or ascending where
+  the method says so; ``at`` is ``created_at`` but for a repost entry) and never more than ``limit``;
 - every method raises only :class:`~feed_service.errors.StoreError` subclasses for store faults
   (``StoreUnavailable``: retryable, the store cannot serve now; ``StoreTimeout``: the time budget
   ran out). Any other exception is a bug and propagates unchanged;
@@ -17,7 +17,7 @@ Contract of every implementation:
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
-from typing import Iterable, Mapping, NamedTuple, Protocol
+from typing import Collection, Iterable, Mapping, NamedTuple, Protocol
 
 from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import (
@@ -68,6 +68,23 @@ class TimelineStore(Protocol):
 
     async def pull_authors(self, user_id: str, *, timeout: float) -> list[str]:
         """The pull authors ``user_id`` follows: whose author timelines its home timeline merges in."""
+
+    async def extras_page(self, timeline_id: str, *, before: Cursor | None, limit: int,
+                          timeout: float) -> list[Entry]:
+        """Like :meth:`page`, of the timeline's per-reader entries (``home_extras``: repost entries and
+        replies shown for their parent), by their position ``(Entry.at, tweet_id)``."""
+
+    async def extras_newer(self, timeline_id: str, *, after: Cursor | None, limit: int,
+                           timeout: float) -> list[Entry]:
+        """Like :meth:`newer`, of the timeline's ``home_extras``."""
+
+    async def user_reposts_page(self, user_id: str, *, before: Cursor | None, limit: int,
+                                timeout: float) -> list[Entry]:
+        """Like :meth:`page`, of a user's own reposts of others' tweets (``user_reposts``), by repost time."""
+
+    async def visible_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        """Those of ``user_ids`` that ``reader_id`` sees (``reader_visible``): a pull author's reply
+        to one of them is shown to the reader. One read for all of them, however many the reader sees."""
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         """The latest version of a tweet; None when unknown or deleted."""

@@ -6,7 +6,8 @@ into the write rows of :mod:`feed_service.core.rows` on the executors, a timelin
 compact (:class:`~feed_service.core.rows.TimelineFanout`: Cassandra writes it per chunk of
 timelines). :func:`result_rows` and :func:`writes_of` are inverses (a unit test holds them together).
 
-A row's ``kind`` says where it goes: ``timeline`` (inboxes: ``timeline_ids`` holds the followers),
+A row's ``kind`` says where it goes: ``per_reader`` (a message to the reposter or reader step of
+``user_id``, run by the sink after the rows are written), ``timeline`` (inboxes: ``timeline_ids`` holds the followers),
 ``tweet``, ``profile``, ``author`` (the author timeline), ``pull_follow`` (``timeline_ids`` holds
 the followers who start or stop merging ``author_id`` in) or ``block`` (``author_id`` starts or stops
 blocking ``user_id``) to Cassandra, or ``dead_letter`` (a
@@ -20,11 +21,22 @@ letters). After the rows are written, :func:`view_changes_of` turns every row bu
 
 from __future__ import annotations
 
+import pickle
 from itertools import repeat
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from feed_service.core.change_sources import StepSources
 from feed_service.core.join import StepResult
+from feed_service.core.per_reader.author_side import SideResult
+from feed_service.core.per_reader.messages import (
+    READER_STAGE,
+    REPOSTER_STAGE,
+    AudienceDelta,
+    ConditionalReply,
+    Relation,
+    RepostedTweet,
+    RepostEdge,
+)
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -69,6 +81,8 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("reposted_by", "string"),
     ("reposted_at", "bigint"),
     ("reposter_profile_version", "bigint"),
+    # a message to the per-reader steps (kind ``per_reader``), pickled: docs/reposts-and-replies.md
+    ("message", "binary"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in OUTPUT_FIELDS)
 OUTPUT_COLUMNS = [name for name, _ in OUTPUT_FIELDS]
@@ -84,11 +98,14 @@ class Writes(NamedTuple):
     pull_follows: list[PullFollowWrite]
     dead_letters: list[tuple[str, str]]
     blocks: list[BlockWrite]
+    messages: list[tuple[str, str, Any]]
+    """(step, destination key, message) for the per-reader steps, run after the rows are written."""
 
 
 _NO_PROFILE = (None, None, None, None)
 _NO_LETTER = (None, None)
-_NO_EXTRA = (None, None, None, None, None)
+_NO_EXTRA = (None, None, None, None, None, None)
+_NO_MESSAGE = (None,)
 
 
 def _unknown(n: int) -> Iterator[None]:
@@ -103,7 +120,8 @@ def result_rows(result: StepResult, sources: StepSources | None = None) -> list[
         *(_unknown(len(part)) for part in (result.deltas, result.tweets, result.profiles, result.author_timeline,
                                            result.pull_follows, result.blocks)))
     rows: list[tuple[Any, ...]] = [
-        ("timeline", d.op, *d.entry[:6], list(d.timeline_ids), *_NO_PROFILE, ts, *_NO_LETTER, s, *d.entry[6:])
+        ("timeline", d.op, *d.entry[:6], list(d.timeline_ids), *_NO_PROFILE, ts, *_NO_LETTER, s, *d.entry[6:],
+         *_NO_MESSAGE)
         for d, s in zip(result.deltas, src.deltas)
     ]
     for t, s in zip(result.tweets, src.tweets):
@@ -111,12 +129,13 @@ def result_rows(result: StepResult, sources: StepSources | None = None) -> list[
             rows.append(("tweet", "delete", t.tweet_id, t.author_id, None, None, None, None, None,
                          *_NO_PROFILE, ts, *_NO_LETTER, s, *_NO_EXTRA))
         else:
-            rows.append(("tweet", "upsert", *t.entry[:6], None, *_NO_PROFILE, ts, *_NO_LETTER, s, *t.entry[6:]))
+            rows.append(("tweet", "upsert", *t.entry[:6], None, *_NO_PROFILE, ts, *_NO_LETTER, s, *t.entry[6:],
+                         *_NO_MESSAGE))
     for p, s in zip(result.profiles, src.profiles):
         rows.append(("profile", "upsert", None, None, None, p.version, None, None, None,
                      p.user_id, p.display_name, p.avatar_url, p.bio, ts, *_NO_LETTER, s, *_NO_EXTRA))
     for a, s in zip(result.author_timeline, src.author_timeline):
-        rows.append(("author", a.op, *a.entry[:6], None, *_NO_PROFILE, ts, *_NO_LETTER, s, *a.entry[6:]))
+        rows.append(("author", a.op, *a.entry[:6], None, *_NO_PROFILE, ts, *_NO_LETTER, s, *a.entry[6:], *_NO_MESSAGE))
     for f, s in zip(result.pull_follows, src.pull_follows):
         rows.append(("pull_follow", f.op, None, f.author_id, None, None, None, None, list(f.follower_ids),
                      *_NO_PROFILE, ts, *_NO_LETTER, s, *_NO_EXTRA))
@@ -124,6 +143,39 @@ def result_rows(result: StepResult, sources: StepSources | None = None) -> list[
         rows.append(("block", b.op, None, b.blocker_id, None, None, None, None, None,
                      b.blocked_id, None, None, None, ts, *_NO_LETTER, s, *_NO_EXTRA))
     return rows
+
+
+#: A message's class -> (its ``op`` in the row, the per-reader step it goes to, its destination key's field).
+_MESSAGE_ROUTES = {
+    AudienceDelta: ("audience", REPOSTER_STAGE, "user"),
+    RepostEdge: ("edge", REPOSTER_STAGE, "reposter"),
+    RepostedTweet: ("tweet", REPOSTER_STAGE, "reposter"),
+    Relation: ("relation", READER_STAGE, "reader"),
+    ConditionalReply: ("reply", READER_STAGE, "reader"),
+}
+
+
+def message_rows(side: SideResult | None, source_ms: int | None) -> list[tuple[Any, ...]]:
+    """The messages an author key owes the per-reader steps, one ``per_reader`` row each: ``op`` names
+    the message, ``user_id`` its destination key, ``message`` the pickled message (it travels only
+    between the operator and the sink of one micro-batch, inside the job)."""
+    if side is None:
+        return []
+    rows: list[tuple[Any, ...]] = []
+    for part in (side.relations, side.audience, side.replies, side.edges, side.tweets):
+        for m in part:
+            op, _, field = _MESSAGE_ROUTES[type(m)]
+            rows.append(("per_reader", op, None, None, None, None, None, None, None, getattr(m, field), None, None,
+                         None, m.ts, *_NO_LETTER, source_ms, None, None, None, None, None,
+                         pickle.dumps(m, protocol=5)))
+    return rows
+
+
+def message_of(row: Any) -> tuple[str, str, Any]:
+    """A ``per_reader`` row back to (the step it goes to, its destination key, the message)."""
+    message = pickle.loads(row["message"])
+    _, stage, _ = _MESSAGE_ROUTES[type(message)]
+    return stage, row["user_id"], message
 
 
 def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
@@ -135,7 +187,7 @@ def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:
 def writes_of(rows: Iterable[Any]) -> Writes:
     """Compact output rows (anything indexable by column name) -> write rows; a timeline delta stays
     one :class:`TimelineFanout` (the store writes it per chunk of timelines), pull follows are exploded."""
-    out = Writes([], [], [], [], [], [], [])
+    out = Writes([], [], [], [], [], [], [], [])
     for r in rows:
         kind = r["kind"]
         if kind == "timeline":
@@ -157,6 +209,8 @@ def writes_of(rows: Iterable[Any]) -> Writes:
             out.blocks.append(BlockWrite(r["op"], r["author_id"], r["user_id"], r["ts"]))
         elif kind == "dead_letter":
             out.dead_letters.append((r["dl_key"], r["dl_value"]))
+        elif kind == "per_reader":
+            out.messages.append(message_of(r))
         else:
             raise ValueError(f"output row of unknown kind {kind!r}")
     return out
@@ -185,6 +239,6 @@ def view_changes_of(rows: Iterable[Any]) -> list[ViewChange]:
             out.append(ProfileChange(r["user_id"], r["version"], r["ts"], r["source_ms"]))
         elif kind == "block":
             out.append(BlockRowChange(r["op"], r["author_id"], r["user_id"], r["ts"], r["source_ms"]))
-        elif kind != "tweet" and kind != "dead_letter":
+        elif kind not in ("tweet", "dead_letter", "per_reader"):
             raise ValueError(f"output row of unknown kind {kind!r}")
     return out

@@ -42,7 +42,7 @@ from feed_service.core.change_sources import step_sources
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER
-from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, dead_letter_rows, result_rows
+from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, dead_letter_rows, message_rows, result_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -136,6 +136,7 @@ def run_key(core: bytes | None, load_edges: Callable[[], bytes | None], rows: It
                        times=times, retention=retention, key=key)
     sources = step_sources(done.result, events, event_times) if known and done.result.emitted else None
     out = result_rows(done.result, sources)
+    out += message_rows(done.side, max(known) if known else None)
     if done.result.late:
         out += dead_letter_rows(_LateLetter(rows[i].dl_key, _late_value(events[i], rows[i], done.result.state.watermark,
                                                                        retention))

@@ -153,6 +153,10 @@ class AuthorState:
     hides: Mapping[str, HideEdges] = field(default_factory=lambda: _EMPTY_MAP)
     hides_dead_at: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
     seen: tuple[str, ...] | None = None
+    side: tuple | None = None
+    """The per-reader side of the key (reposts and replies, docs/reposts-and-replies.md) as its plain
+    payload (:func:`feed_service.core.per_reader.author_side.side_of` reads it), None while it has
+    none: a key without reposts stores exactly what it stored before they existed."""
 
     @classmethod
     def empty(cls, key: str, *, clock: int = 0) -> AuthorState:
@@ -188,6 +192,7 @@ def _fields(state: AuthorState) -> tuple:
         dict(state.hides) if state.edges_loaded else None,
         dict(state.hides_dead_at) if state.edges_loaded else None,
         visible_followers(state) if state.edges_loaded else None,
+        state.side,
     )
 
 
@@ -236,8 +241,9 @@ batch for ordinary keys, a separate part only for keys whose edges are worth ski
 
 
 def _core_payload(state: AuthorState, edges: tuple | None = None) -> tuple:
-    return (state.key, state.clock, len(state.active), state.pull, _plain(state.tweets), _plain(state.cold),
+    core = (state.key, state.clock, len(state.active), state.pull, _plain(state.tweets), _plain(state.cold),
             _since_map(state.deleted), _plain(state.profiles), edges, state.watermark)
+    return core if state.side is None else core + (state.side,)
 
 
 def _edges_payload(state: AuthorState) -> tuple:
@@ -324,11 +330,15 @@ def decode_parts(core_blob: bytes, edges_blob: bytes | None) -> AuthorState:
 def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
     """A state from decoded payloads; the layout before the horizon (a shorter core tuple, edges
     without ``dead_at``) is upgraded, so a key may hold parts of both layouts until both are rewritten."""
+    side = None
     if len(core) == 9:  # before the horizon
         key, clock, active_count, pull, tweets, cold, deleted, profiles, inline = core
         watermark, upgrade = NO_WATERMARK, True
-    else:
+    elif len(core) == 10:  # no per-reader side
         key, clock, active_count, pull, tweets, cold, deleted, profiles, inline, watermark = core
+        upgrade = False
+    else:
+        key, clock, active_count, pull, tweets, cold, deleted, profiles, inline, watermark, side = core
         upgrade = False
     if edges is None:
         edges = inline
@@ -344,5 +354,5 @@ def _assemble(core: tuple, edges: tuple | None) -> AuthorState:
         followers, active, dead_at, hides, hides_dead_at, seen = edges
     state = AuthorState(key=key, clock=clock, followers=followers, active=active, tweets=tweets, cold=cold,
                         deleted=deleted, profiles=profiles, pull=pull, watermark=watermark, dead_at=dead_at,
-                        hides=hides, hides_dead_at=hides_dead_at, seen=seen)
+                        hides=hides, hides_dead_at=hides_dead_at, seen=seen, side=side)
     return _upgraded(state) if upgrade else state

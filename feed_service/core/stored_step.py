@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from feed_service.core.events import Event
-from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, needs_edges, step
+from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, needs_edges
+from feed_service.core.per_reader.author_side import SideResult
+from feed_service.core.per_reader.author_step import step_with_side
 from feed_service.core.retention import Retention
 from feed_service.core.state import (
     INLINE_EDGES_LIMIT,
@@ -37,6 +39,8 @@ class StoredStep:
     edges: bytes | None
     clear_edges: bool = False
     """The edges moved inside the core part: remove the separate part."""
+    side: SideResult | None = None
+    """The messages the key owes the per-reader steps this batch (docs/reposts-and-replies.md)."""
 
 
 def _parts(state: AuthorState, *, had_separate_edges: bool, edges_changed: bool) -> tuple[bytes, bytes | None, bool]:
@@ -76,14 +80,14 @@ def step_stored(
                 raise ValueError(f"state of {previous.key!r}: the core part says its edges are stored apart, "
                                  "but there is no edges part")
             previous = decode_parts(core_blob, edges_blob)
-    result = step(previous, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start,
-                  times=times, retention=retention, key=key)
+    result, side = step_with_side(previous, changes, inbox_cap=inbox_cap, pull_threshold=pull_threshold,
+                                  clock_start=clock_start, times=times, retention=retention, key=key)
     if result.state is previous and not (core_blob is not None and is_whole_state(core_blob)):
-        return StoredStep(result, None, None)
+        return StoredStep(result, None, None, side=side)
     edges_changed = (previous is None or result.state.followers is not previous.followers
                      or result.state.hides is not previous.hides)
     core, edges, clear = _parts(result.state, had_separate_edges=had_separate_edges, edges_changed=edges_changed)
-    return StoredStep(result, core, edges, clear)
+    return StoredStep(result, core, edges, clear, side)
 
 
 def stored_parts(whole_blob: bytes) -> tuple[bytes, bytes | None]:

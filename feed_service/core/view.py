@@ -28,7 +28,8 @@ from feed_service.core.events import (
     parse_event,
 )
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
-from feed_service.core.per_reader.author_side import RepostSide, SideResult, author_side
+from feed_service.core.per_reader.author_side import SideResult
+from feed_service.core.per_reader.author_step import step_with_side
 from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.per_reader.reader_step import ReaderState, reader_step
 from feed_service.core.per_reader.reposter_step import ReposterState, reposter_step
@@ -319,8 +320,6 @@ class Materializer:
         self.encode_states = encode_states
         self.clock_start = clock_start
         self.states: dict[str, AuthorState] = {}
-        self.sides: dict[str, RepostSide] = {}
-        """Per author key: the per-reader side of its step (repost edges, archive, clock)."""
         self.reposters: dict[str, ReposterState] = {}
         self.readers: dict[str, ReaderState] = {}
         self.stored: dict[str, tuple[bytes, bytes | None]] = {}
@@ -386,24 +385,20 @@ class Materializer:
 
         The per-reader messages of the step go to ``sides`` (the batch's, run by :meth:`per_reader`
         once every author key has stepped); without it they run at once."""
-        before = self.state(key)
         if self.encode_states:
             core, edges = self.stored.get(key, (None, None))
             done = step_stored(core, lambda: edges, changes, inbox_cap=self.inbox_cap,
                                pull_threshold=self.pull_threshold, clock_start=self.clock_start,
                                times=times, retention=self.retention, key=key)
-            result = done.result
+            result, side = done.result, done.side
             if done.core is not None:
                 edges = None if done.clear_edges else (done.edges if done.edges is not None else edges)
                 self.stored[key] = (done.core, edges)
         else:
-            result = step(self.states.get(key), changes, inbox_cap=self.inbox_cap,
-                          pull_threshold=self.pull_threshold, clock_start=self.clock_start,
-                          times=times, retention=self.retention, key=key)
+            result, side = step_with_side(self.states.get(key), changes, inbox_cap=self.inbox_cap,
+                                          pull_threshold=self.pull_threshold, clock_start=self.clock_start,
+                                          times=times, retention=self.retention, key=key)
             self.states[key] = result.state
-        side = author_side(key, before, result, changes, self.sides.get(key))
-        self.sides[key] = side.side
-        result = replace(result, deltas=side.deltas)
         self.view.apply(result)
         if sides is None:
             self.per_reader([side])

@@ -87,11 +87,11 @@ def test_a_new_key_of_blocks_only_takes_the_groups_key() -> None:
     for key, kinds in (("ann", ["block"]), ("bob", [])):  # the blocker's key writes the blocks row
         done, rows = run_key(None, no_edges, [Routed(block, key)], CONFIG, key=key)
         assert done is not None and done.core is not None and decode_parts(done.core, None).key == key
-        assert [r[0] for r in rows] == kinds
+        assert [r[0] for r in rows if r[0] != "per_reader"] == kinds
 
 
 def test_a_mute_is_stepped_at_the_muted_users_key() -> None:
     core = _core_after(FIRST)  # ann follows bob, who tweeted t1
     done, rows = run_key(core, no_edges, [Routed(MuteChange("ann", "bob", 1, "mute"))], CONFIG, key="bob")
     assert done is not None and done.core is not None
-    assert [(r[0], r[1], r[2], r[8]) for r in rows] == [("timeline", "delete", "t1", ["ann"])]
+    assert [(r[0], r[1], r[2], r[8]) for r in rows if r[0] != "per_reader"] == [("timeline", "delete", "t1", ["ann"])]

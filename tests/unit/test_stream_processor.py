@@ -12,6 +12,8 @@ PySpark's own ``TwsTester`` hands the processor a one-column grouping key; this 
 
 from __future__ import annotations
 
+import pickle
+
 import json
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from typing import Any, Iterable
 import pandas as pd
 import pytest
 from pyspark.sql import Row
+from feed_service.core.per_reader.messages import AudienceDelta, Relation
 from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
 
 from feed_service.core.events import (
@@ -130,13 +133,16 @@ class Harness:
         return None if blob is None else decode_parts(blob, None if edges is None else bytes(edges[0]))
 
     def feed(self, key: tuple[str, str], rows: Iterable[Row]) -> list[Row]:
-        """One micro-batch of one key; returns the output rows (pandas: as Spark reads the frames back)."""
+        """One micro-batch of one key; returns the output rows (pandas: as Spark reads the frames back)
+        but the messages to the per-reader steps, which go to ``self.messages``."""
         self.handle.key = key
         self.handle.calls.clear()
         rows = list(rows)
         inputs: Iterable[Any] = iter(rows) if self.rows_api else iter([to_spark_frame(rows)])
         out = list(self.processor.handleInputRows(key, inputs, None))
-        return out if self.rows_api else [r for frame in out for r in from_spark_frame(frame)]
+        out = out if self.rows_api else [r for frame in out for r in from_spark_frame(frame)]
+        self.messages = [r for r in out if r.kind == "per_reader"]
+        return [r for r in out if r.kind != "per_reader"]
 
     def initial(self, key: tuple[str, str], state: AuthorState) -> None:
         """``handleInitialState`` with a backfill's row (columns key, state, route)."""
@@ -153,7 +159,8 @@ class Harness:
 # Spark's own Arrow <-> pandas conversions of the pandas operators (no JVM needed): a frame of
 # input rows as the Python worker builds it, and output frames as the worker ships them back.
 _ARROW_TYPES = {"string": "string", "bigint": "int64"}
-_SPARK_TYPES = {"string": StringType(), "bigint": LongType(), "array<string>": ArrayType(StringType())}
+_SPARK_TYPES = {"string": StringType(), "bigint": LongType(), "array<string>": ArrayType(StringType()),
+                "binary": BinaryType()}
 ROUTED_TYPES = (("route", "string"), ("key", "string"), *EVENT_COLUMNS, ("event_time", "bigint"), ("dl_key", "string"),
                 ("dl_value", "string"))
 OUTPUT_STRUCT = StructType([StructField(name, _SPARK_TYPES[t], True) for name, t in OUTPUT_FIELDS])
@@ -274,7 +281,11 @@ def test_new_key_tweet_and_follow_in_one_batch() -> None:
     assert harness.handle.calls == [("get", BOB), ("update", BOB)]
     assert harness.peek(BOB) == AuthorState(key="bob", clock=1, followers={"ann": (1, True)}, active=("ann",),
                                             tweets={"t1": (1, 10, "hello", 1)}, cold={}, deleted=frozenset(),
-                                            profiles={}, pull=False)
+                                            profiles={}, pull=False, side=({}, {}, {}, 1))
+    # ann starts seeing bob: a relation to ann's reader step, an audience delta to bob's reposter step
+    assert [(m.op, m.user_id, pickle.loads(m.message)) for m in harness.messages] == [
+        ("relation", "ann", Relation("ann", "bob", True, False, 1)),
+        ("audience", "bob", AudienceDelta("bob", "ann", True, 1))]
     # What the sink makes of the compact rows: one timeline write to every follower, one tweet row.
     writes = writes_of(out)
     assert writes.timeline == [TimelineFanout("insert", ("ann",), entry(t1), 1)]

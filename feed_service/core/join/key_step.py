@@ -232,4 +232,4 @@ def _successor(state: AuthorState, history: History, clock: int, tweets: Mapping
         return state
     return AuthorState(key=state.key, clock=clock, followers=followers, active=active, tweets=tweets, cold=cold,
                        deleted=deleted, profiles=profiles, pull=pull, watermark=watermark, dead_at=dead_at,
-                       hides=hides, hides_dead_at=hides_dead_at, seen=seen)
+                       hides=hides, hides_dead_at=hides_dead_at, seen=seen, side=state.side)

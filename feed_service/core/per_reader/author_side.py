@@ -104,6 +104,33 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
                       tuple(edge_messages), tuple(tweets))
 
 
+def side_of(state: AuthorState | None) -> RepostSide | None:
+    """The per-reader side kept in an author key's state (its plain payload), or None."""
+    if state is None or state.side is None:
+        return None
+    edges, reposters, archive, clock = state.side
+    return RepostSide(edges, reposters, archive, clock)
+
+
+def side_payload(side: RepostSide) -> tuple | None:
+    """The plain payload :class:`~feed_service.core.state.AuthorState` keeps (None for an empty side,
+    so a key that never met a repost or a reply stores what it stored before they existed)."""
+    if not side.edges and not side.reposters and not side.archive and side.clock == 0:
+        return None
+    return (_plain(side.edges), _plain(side.reposters), _plain(side.archive), side.clock)
+
+
+def _plain(mapping: Mapping) -> dict:
+    return mapping if type(mapping) is dict else dict(mapping)  # the codec pickles dicts, not proxies
+
+
+def same_side(a: RepostSide | None, b: RepostSide) -> bool:
+    """Whether ``b`` (an :func:`author_side` result) leaves ``a`` unchanged: it shares unchanged containers."""
+    if a is None:
+        return side_payload(b) is None
+    return a.edges is b.edges and a.reposters is b.reposters and a.archive is b.archive and a.clock == b.clock
+
+
 def reply_class(key: str, entry: Entry | TweetContent | None) -> str | None:
     """The third user a tweet of ``key`` replies to, or None for a plain tweet (no reply, or a reply
     to the author itself: a thread)."""

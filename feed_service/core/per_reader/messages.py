@@ -12,6 +12,11 @@ from typing import NamedTuple
 
 from feed_service.core.rows import Entry
 
+REPOSTER_STAGE = "reposter"
+"""The step keyed by a reposter (:mod:`~feed_service.core.per_reader.reposter_step`)."""
+READER_STAGE = "reader"
+"""The step keyed by a reader (:mod:`~feed_service.core.per_reader.reader_step`)."""
+
 
 class Relation(NamedTuple):
     """To the reader step of ``reader``: whether ``reader`` sees ``user`` (actively follows, nothing

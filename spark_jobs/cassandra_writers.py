@@ -1,4 +1,5 @@
-"""One :class:`~feed_service.store.cassandra_writer.CassandraWriter` per Spark Python worker and settings.
+"""One :class:`~feed_service.store.cassandra_writer.CassandraWriter` (and store of the per-reader steps'
+states) per Spark Python worker and settings.
 
 Workers are reused across tasks, so a micro-batch (the stream's sink, spark_jobs/stream/sink.py) or a
 backfill partition (spark_jobs/backfill/write.py) pays for statements, not for connections; the
@@ -8,9 +9,13 @@ driver session is shut down when the worker exits.
 from __future__ import annotations
 
 import atexit
+from typing import TYPE_CHECKING
 
 from feed_service.settings import Settings
 from feed_service.store.cassandra_writer import CassandraWriter
+
+if TYPE_CHECKING:
+    from feed_service.store.per_reader_state import CassandraStepStates
 
 _writers: dict[tuple, CassandraWriter] = {}
 
@@ -27,3 +32,18 @@ def writer_for(settings: Settings) -> CassandraWriter:
         atexit.register(cluster.shutdown)
         writer = _writers[cache_key] = CassandraWriter(session, settings.keyspace)
     return writer
+
+
+_states: dict[tuple, "CassandraStepStates"] = {}
+
+
+def states_for(settings: Settings) -> "CassandraStepStates":
+    """The worker process's store of the per-reader steps' states (spark_jobs/stream/per_reader.py),
+    on the same session as :func:`writer_for`'s writer."""
+    cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace, settings.role)
+    states = _states.get(cache_key)
+    if states is None:
+        from feed_service.store.per_reader_state import CassandraStepStates
+
+        states = _states[cache_key] = CassandraStepStates(writer_for(settings).session, settings.keyspace)
+    return states

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from feed_service.settings import Settings
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
     from spark_jobs.stream.sink import PartitionReport
     from spark_jobs.stream.trimming import StreamTrimming
+
+#: ``(spark context, settings, batch id, clock start, messages)`` -> what the per-reader steps did.
+PerReaderRunner = Callable[[Any, Settings, int, int, Any], Any]
 
 #: ``(settings, rows, counter, write_seconds)`` -> the partition's report: what each executor partition
 #: runs (:func:`spark_jobs.stream.sink.write_partition`, or a test's fake).
@@ -46,6 +49,9 @@ class BatchTimes:
     trim_background: float = 0.0
     background_seen: float = 0.0
     """The background trims' total time when the previous batch ended."""
+    per_reader: Any = None
+    """The last batch's :class:`~spark_jobs.stream.per_reader.PerReaderReport`, None when it had no
+    messages for the per-reader steps."""
     completed: "deque[tuple[PartitionReport, int]]" = field(default_factory=lambda: deque(maxlen=MAX_PENDING_REPORTS))
     """What each completed batch wrote (its partitions' reports merged) and the rows its trim pass
     deleted, until the supervisor hands them to the metrics (:meth:`take_completed`)."""
@@ -66,17 +72,23 @@ class BatchTimes:
 
 def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
                   write_seconds: Any = None, times: BatchTimes | None = None, *,
-                  partition_writer: PartitionWriter | None = None) -> Any:
+                  partition_writer: PartitionWriter | None = None, clock_start: int = 0,
+                  per_reader: "PerReaderRunner | None" = None) -> Any:
     """The foreachBatch function: the executors write the rows and each partition hands back its
     :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
     written, dead letters, view changes); the driver then trims the timelines that may be over the
     bound, before the batch ends, or in the background when they are near it (docs/trimming.md). ``times`` gets the batch's timings and, once the
     call completes, its merged report for the metrics (a failed call adds nothing; its replay does).
     ``partition_writer`` is what each partition runs (default: the sink's ``write_partition``, imported
-    here so that the command line does not load the Cassandra and Kafka clients)."""
+    here so that the command line does not load the Cassandra and Kafka clients). Once every
+    partition's rows are written, the batch's messages to the per-reader steps run through
+    ``per_reader`` (default: :func:`spark_jobs.stream.per_reader.run_per_reader`), with
+    ``clock_start`` as the first clock of a key new to those steps."""
+    from spark_jobs.stream.per_reader import run_per_reader
     from spark_jobs.stream.sink import merge_reports, write_partition
 
     write_rows: PartitionWriter = partition_writer or write_partition
+    run_steps: PerReaderRunner = per_reader or run_per_reader
 
     trimmed_seen: list[int | None] = [None]  # the trims' rows deleted when the last batch completed
 
@@ -85,6 +97,15 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
         written_before = write_seconds.value if write_seconds is not None else 0.0
         report = merge_reports(batch_df.rdd.mapPartitions(
             lambda rows: [write_rows(settings, rows, counter, write_seconds)]).collect())
+        steps = None
+        if report.messages:
+            steps = run_steps(batch_df.sparkSession.sparkContext, settings, batch_id, clock_start, report.messages)
+            report = replace(report, messages=[],
+                             counts=report.counts + steps.reposters.counts + steps.readers.counts,
+                             changes_published=(report.changes_published + steps.reposters.changes_published
+                                                + steps.readers.changes_published))
+        if times is not None:
+            times.per_reader = steps
         joined = time.perf_counter()
         if trimming is not None:
             if trimmed_seen[0] is None:

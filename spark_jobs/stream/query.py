@@ -109,7 +109,8 @@ def start_stream(
         .outputMode("append")
         .option("checkpointLocation", str(options.checkpoint / "join"))
         .trigger(**trigger_of(options))
-        .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times))
+        .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times,
+                                    clock_start=config.clock_start))
         .start()
     )
     return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times,

@@ -65,6 +65,9 @@ class PartitionReport:
     """Dead letters published, by ``reason_code`` (``unknown`` when a record does not say)."""
     changes_published: int = 0
     """View-change messages published to ``timeline_changes`` (after splitting)."""
+    messages: list[tuple[str, str, Any]] = field(default_factory=list)
+    """The batch's messages to the per-reader steps, (step, destination key, message): the driver
+    runs those steps once every partition's rows are written (spark_jobs/stream/per_reader.py)."""
 
 
 def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
@@ -80,7 +83,8 @@ def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
     return PartitionReport(merge_counts(r.upserts for r in reports),
                            sum((r.counts for r in reports), WriteCounts()),
                            merge_counts(r.dead_letters for r in reports),
-                           sum(r.changes_published for r in reports))
+                           sum(r.changes_published for r in reports),
+                           [m for r in reports for m in r.messages])
 
 
 def reason_code(dl_value: str | None) -> str:
@@ -125,8 +129,10 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     letters: dict[str, int] = {}
     published = 0
     spent = 0.0
+    messages: list[tuple[str, str, Any]] = []
     for chunk in _chunks(rows, chunk_rows):
         writes = writes_of(chunk)
+        messages += writes.messages
         started = time.perf_counter()
         total = total + writer.write(timeline_fanout=writes.timeline, tweets=writes.tweets,
                                      profiles=writes.profiles, author_timeline=writes.author_timeline,
@@ -149,4 +155,4 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
         counter.add(total.timeline_upserts + total.timeline_deletes)
     if write_seconds is not None:
         write_seconds.add(spent)
-    return PartitionReport(upserts, total, letters, published)
+    return PartitionReport(upserts, total, letters, published, messages)

@@ -1,0 +1,155 @@
+"""The stream's path through the per-reader steps (spark_jobs/stream/per_reader.py), without Spark:
+the author keys stepped by the operator's ``run_key``, their ``per_reader`` rows turned into messages
+as the sink does, and the reposter and reader steps run with their states in a batch-versioned
+store. The rows they write must be the in-memory Materializer's, batch after batch, also when a
+batch's per-reader steps run again (a replayed micro-batch)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from feed_service.core.events import (
+    BlockChange,
+    Event,
+    FollowChange,
+    MuteChange,
+    ProfileVersion,
+    RepostChange,
+    TweetDelete,
+    TweetUpsert,
+    event_to_json,
+    join_keys,
+    parse_event,
+)
+from feed_service.core.view import Materializer
+from feed_service.errors import InvalidEvent
+from feed_service.settings import Settings
+from feed_service.store.memory import MemoryStore
+from feed_service.store.per_reader_state import MemoryStepStates
+from spark_jobs.envelope import EVENT_COLUMNS
+from spark_jobs.output_rows import OUTPUT_COLUMNS, writes_of
+from spark_jobs.stream.per_reader import PerReaderOutputs, run_locally, state_stage
+from spark_jobs.timeline_join import JoinConfig, run_key
+from tests.unit.test_reposts_replies_properties import SETTINGS, Run, runs
+
+TYPES = {TweetUpsert: "tweet", TweetDelete: "tweet", FollowChange: "follow", BlockChange: "block",
+         MuteChange: "mute", RepostChange: "repost", ProfileVersion: "profile"}
+
+
+class Routed:
+    """A routed row as the Row API hands it over: the event columns as attributes."""
+
+    def __init__(self, event: Event, key: str) -> None:
+        for name, _ in EVENT_COLUMNS:
+            setattr(self, name, getattr(event, name, None))
+        self.type = TYPES[type(event)]
+        self.op = getattr(event, "op", "delete" if type(event) is TweetDelete else "upsert")
+        self.key = key
+
+
+class Fakes:
+    """One store and one state store shared by every 'worker', reached by module-level functions
+    (as :class:`PerReaderOutputs` requires)."""
+
+    store = MemoryStore()
+    states = MemoryStepStates()
+    published: list[Any] = []
+
+
+def _writer(settings: Settings) -> MemoryStore:
+    return Fakes.store
+
+
+def _states(settings: Settings) -> MemoryStepStates:
+    return Fakes.states
+
+
+def _publish(settings: Settings, changes: Any) -> int:
+    Fakes.published.extend(changes)
+    return len(changes)
+
+
+OUTPUTS = PerReaderOutputs(_writer, _states, _publish)
+
+
+def _events(batch: list[str]) -> list[Event]:
+    out = []
+    for line in batch:
+        try:
+            out.append(parse_event(line))
+        except InvalidEvent:
+            pass
+    return out
+
+
+def run_stream(run: Run, *, inbox_cap: int, pull_threshold: int, replay: random.Random | None = None) -> None:
+    """The operator (``run_key`` per join key), then the sink's per-reader steps, batch by batch;
+    with ``replay``, some batches' per-reader steps run twice, as a failed micro-batch would."""
+    config = JoinConfig(inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=1000)
+    settings = Settings()
+    cores: dict[str, tuple[bytes | None, bytes | None]] = {}
+    for batch_id, batch in enumerate(run.batches):
+        groups: dict[str, list[Routed]] = {}
+        for event in _events(batch):
+            for key in join_keys(event):
+                groups.setdefault(key, []).append(Routed(event, key))
+        rows: list[tuple] = []
+        for key in sorted(groups):
+            core, edges = cores.get(key, (None, None))
+            done, out = run_key(core, lambda: edges, groups[key], config, key=key)
+            if done is not None and done.core is not None:
+                cores[key] = (done.core, None if done.clear_edges else (done.edges if done.edges is not None else edges))
+            rows += out
+        messages = writes_of([dict(zip(OUTPUT_COLUMNS, r)) for r in rows]).messages
+        if not messages:
+            continue
+        if replay is not None and replay.random() < 0.3:  # a first attempt whose batch then fails
+            run_locally(settings, batch_id, config.clock_start, messages, outputs=OUTPUTS)
+        run_locally(settings, batch_id, config.clock_start, messages, outputs=OUTPUTS)
+
+
+def _reset() -> None:
+    Fakes.store = MemoryStore()
+    Fakes.states = MemoryStepStates()
+    Fakes.published = []
+
+
+def _rows(table: dict[str, dict]) -> dict[str, list]:
+    return {k: sorted(v.values()) for k, v in table.items() if v}
+
+
+@SETTINGS
+@given(run=runs(), pull_threshold=st.sampled_from([1, 2, 1000]), replay=st.randoms(use_true_random=False))
+def test_the_streams_per_reader_rows_are_the_materializers(run: Run, pull_threshold: int,
+                                                           replay: random.Random) -> None:
+    _reset()
+    run_stream(run, inbox_cap=100, pull_threshold=pull_threshold, replay=replay)
+    engine = Materializer(inbox_cap=100, pull_threshold=pull_threshold)
+    for batch in run.batches:
+        engine.process_batch(batch)
+    assert _rows(Fakes.store.extras) == _rows(engine.view.extras)
+    assert _rows(Fakes.store.user_reposts) == _rows(engine.view.own_reposts)
+    assert {k: v for k, v in Fakes.store.visible.items() if v} == {k: v for k, v in engine.view.visible.items() if v}
+
+
+def test_a_reply_to_an_unseen_parent_is_written_once_the_parent_is_followed() -> None:
+    _reset()
+    lines = [json.dumps(event_to_json(e)) for e in (
+        FollowChange("ann", "bob", 1, "follow"),
+        TweetUpsert("t1", "bob", 1, 10, "re: cat", 1, "c1", "cat"),
+    )]
+    later = [json.dumps(event_to_json(FollowChange("ann", "cat", 1, "follow")))]
+    run_stream(Run([], [lines], 0), inbox_cap=100, pull_threshold=1000)
+    assert not any(Fakes.store.extras.values())
+    run_stream(Run([], [lines, later], 0), inbox_cap=100, pull_threshold=1000)
+    (entry,) = Fakes.store.extras["ann"].values()
+    assert (entry.tweet_id, entry.in_reply_to_author_id, entry.reposted_by) == ("t1", "cat", None)
+
+
+def test_states_are_kept_per_checkpoint() -> None:
+    assert state_stage("reader", 1000) != state_stage("reader", 2000)

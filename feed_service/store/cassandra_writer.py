@@ -10,23 +10,29 @@ cell, the write with the highest timestamp (a tombstone wins a tie), so:
   older write can bring it back (for as long as ``gc_grace_seconds`` keeps the tombstone).
 
 Rows are the write rows of :mod:`feed_service.core.rows` (``TimelineWrite``, ``TweetWrite``,
-``ProfileWrite``, ``AuthorTimelineWrite``, ``PullFollowWrite``, ``BlockWrite``), one Cassandra row
-each, and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
+``ProfileWrite``, ``AuthorTimelineWrite``, ``PullFollowWrite``, ``BlockWrite``) and of the
+per-reader steps (:class:`~feed_service.core.per_reader.messages.ExtrasDelta` for ``home_extras``,
+``AuthorTimelineWrite`` of repost entries for ``user_reposts``,
+:class:`~feed_service.core.per_reader.messages.VisibleDelta` for ``reader_visible``, each at its
+step's clock), one Cassandra row each, and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
 (or ``DELETE``) ``WHERE timeline_id IN ?`` per chunk of timelines, which sets every regular column
 at one timestamp exactly as the one-row ``INSERT`` does (docs/idempotent-writes.md, fan-out
 writes). :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
 
 A tweet that is no reply writes '' as its reply fields, not null: a null is a tombstone cell, and
-every row would carry two (schemas/cql/feed.cql).
+every row would carry two (schemas/cql/feed.cql). For the same reason an entry that is no repost
+writes '' as ``reposted_by`` and 0 as ``reposted_at`` and ``reposter_profile_version``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
+    Entry,
     ProfileWrite,
     PullFollowWrite,
     TimelineFanout,
@@ -60,6 +66,31 @@ MIN_FANOUT_PARTITIONS = 8
 
 def _timeline_of(row: TimelineWrite) -> str:
     return row.timeline_id
+
+
+def _reader_of(row: ExtrasDelta | VisibleDelta) -> str:
+    return row.reader
+
+
+def _reposter_of(row: AuthorTimelineWrite) -> str:
+    if not row.entry.reposted_by:  # the partition key: Cassandra would refuse the row, as a bug
+        raise ValueError(f"a user_reposts row names no reposter: {row!r}")
+    return row.entry.reposted_by
+
+
+#: The columns of ``home_extras`` and ``user_reposts`` after the partition key, in :func:`_entry_values` order.
+_ENTRY_ROW = ("at, tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
+              " in_reply_to_author_id, reposted_by, reposted_at, reposter_profile_version")
+
+
+def _entry_values(e: Entry) -> tuple:
+    """An entry's values for :data:`_ENTRY_ROW`: '' for no reply or no reposter, 0 for the repost
+    time and profile version of an entry that is no repost (values, not tombstone cells)."""
+    if bool(e.reposted_by) != (e.reposted_at is not None):  # it would read back at another position
+        raise ValueError(f"an entry's reposted_by and reposted_at disagree: {e!r}")
+    repost = (e.reposted_by, e.reposted_at, e.reposter_profile_version or 0) if e.reposted_by else ("", 0, 0)
+    return (e.at, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
+            e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", *repost)
 
 
 class CassandraWriter:
@@ -136,6 +167,25 @@ class CassandraWriter:
         )
         self._block_delete = session.prepare(
             f"DELETE FROM {ks}.blocks USING TIMESTAMP ? WHERE blocker_id = ? AND blocked_id = ?"
+        )
+        marks = ", ".join("?" * (_ENTRY_ROW.count(",") + 1))
+        self._extras_upsert = session.prepare(
+            f"INSERT INTO {ks}.home_extras (timeline_id, {_ENTRY_ROW}) VALUES (?, {marks}) USING TIMESTAMP ?"
+        )
+        self._extras_delete = session.prepare(
+            f"DELETE FROM {ks}.home_extras USING TIMESTAMP ? WHERE timeline_id = ? AND at = ? AND tweet_id = ?"
+        )
+        self._user_repost_upsert = session.prepare(
+            f"INSERT INTO {ks}.user_reposts (user_id, {_ENTRY_ROW}) VALUES (?, {marks}) USING TIMESTAMP ?"
+        )
+        self._user_repost_delete = session.prepare(
+            f"DELETE FROM {ks}.user_reposts USING TIMESTAMP ? WHERE user_id = ? AND at = ? AND tweet_id = ?"
+        )
+        self._visible_insert = session.prepare(
+            f"INSERT INTO {ks}.reader_visible (reader_id, user_id) VALUES (?, ?) USING TIMESTAMP ?"
+        )
+        self._visible_delete = session.prepare(
+            f"DELETE FROM {ks}.reader_visible USING TIMESTAMP ? WHERE reader_id = ? AND user_id = ?"
         )
 
     def _batched(self, statements: list[tuple]) -> list[tuple]:
@@ -215,6 +265,27 @@ class CassandraWriter:
             else:
                 yield self._block_insert, (blocker_id, blocked_id, ts)
 
+    def _extras(self, rows: Iterable[ExtrasDelta]) -> Iterator[tuple]:
+        for op, reader, e, ts in rows:
+            if op == "delete":
+                yield self._extras_delete, (ts, reader, e.at, e.tweet_id)
+            else:
+                yield self._extras_upsert, (reader, *_entry_values(e), ts)
+
+    def _user_reposts(self, rows: Iterable[AuthorTimelineWrite]) -> Iterator[tuple]:
+        for op, e, ts in rows:
+            if op == "delete":
+                yield self._user_repost_delete, (ts, e.reposted_by, e.at, e.tweet_id)
+            else:
+                yield self._user_repost_upsert, (e.reposted_by, *_entry_values(e), ts)
+
+    def _visible(self, rows: Iterable[VisibleDelta]) -> Iterator[tuple]:
+        for op, reader, user, ts in rows:
+            if op == "delete":
+                yield self._visible_delete, (ts, reader, user)
+            else:
+                yield self._visible_insert, (reader, user, ts)
+
     def write(
         self,
         *,
@@ -225,6 +296,9 @@ class CassandraWriter:
         author_timeline: Iterable[AuthorTimelineWrite] = (),
         pull_follows: Iterable[PullFollowWrite] = (),
         blocks: Iterable[BlockWrite] = (),
+        extras: Iterable[ExtrasDelta] = (),
+        user_reposts: Iterable[AuthorTimelineWrite] = (),
+        visible: Iterable[VisibleDelta] = (),
     ) -> WriteCounts:
         """Write rows (any order: timestamps decide); raises :class:`WriteFailed` if any write failed."""
         from cassandra.concurrent import execute_concurrent
@@ -240,9 +314,13 @@ class CassandraWriter:
         # the node); the order of writes does not matter (timestamps decide).
         timeline.sort(key=_timeline_of)
         author_timeline, pull_follows, blocks = list(author_timeline), list(pull_follows), list(blocks)
+        # the per-reader tables' rows by partition too, for the same reason
+        extras, visible = sorted(extras, key=_reader_of), sorted(visible, key=_reader_of)
+        user_reposts = sorted(user_reposts, key=_reposter_of)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
                       *self._author_timeline(author_timeline), *self._pull_follows(pull_follows),
-                      *self._blocks(blocks)]
+                      *self._blocks(blocks), *self._extras(extras), *self._user_reposts(user_reposts),
+                      *self._visible(visible)]
         if self.batch_rows > 1:
             statements = self._batched(statements)
         statements.extend(self._timeline_fanout(fanout))  # each one spans partitions already: unbatched
@@ -257,5 +335,7 @@ class CassandraWriter:
         rows = len(timeline) + sum(len(f.timeline_ids) for f in fanout)
         deletes = sum(1 for r in timeline if r.op == "delete") + sum(
             len(f.timeline_ids) for f in fanout if f.op == "delete")
+        extras_deletes = sum(1 for r in extras if r.op == "delete")
         return WriteCounts(rows - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
-                           len(pull_follows), len(blocks))
+                           len(pull_follows), len(blocks), len(extras) - extras_deletes, extras_deletes,
+                           len(user_reposts), len(visible))

@@ -92,14 +92,20 @@ class MemoryStore:
              ts: int) -> None:
         if self._wins((table, partition, *e.cursor), ts, None if op == "delete" else e):
             if op == "delete":
-                rows.get(partition, {}).pop(e.cursor, None)
+                held = rows.get(partition, {})
+                held.pop(e.cursor, None)
+                if not held:  # as Cassandra: no row, no partition
+                    rows.pop(partition, None)
             else:
                 rows.setdefault(partition, {})[e.cursor] = e
 
     def _pair(self, pairs: dict[str, set[str]], table: str, a: str, b: str, op: str, ts: int) -> None:
         if self._wins((table, a, b), ts, None if op == "delete" else True):
             if op == "delete":
-                pairs.get(a, set()).discard(b)
+                held = pairs.get(a, set())
+                held.discard(b)
+                if not held:
+                    pairs.pop(a, None)
             else:
                 pairs.setdefault(a, set()).add(b)
 
@@ -125,6 +131,12 @@ class MemoryStore:
         tweets, profiles, author_timeline = list(tweets), list(profiles), list(author_timeline)
         pull_follows, blocks = list(pull_follows), list(blocks)
         extras, user_reposts, visible = list(extras), list(user_reposts), list(visible)
+        # every row as it reads back, before anything is applied: a row Cassandra would refuse
+        # raises here, with nothing written, as CassandraWriter raises before it sends anything
+        stored_extras = [(op, reader, _stored(e), ts) for op, reader, e, ts in extras]
+        stored_reposts = [(op, _stored(e), ts) for op, e, ts in user_reposts]
+        if any(not e.reposted_by for _, e, _ in stored_reposts):
+            raise ValueError(f"a user_reposts row names no reposter: {user_reposts!r}")
         for op, timeline_id, e, ts in rows:
             self._put(self.timelines, "home_timeline", timeline_id, op, _plain(e), ts)
         for tweet_id, _author_id, e, ts in tweets:
@@ -143,12 +155,10 @@ class MemoryStore:
         for op, blocker_id, blocked_id, ts in blocks:
             if self._wins(("blocks", blocker_id, blocked_id), ts, None if op == "delete" else True):
                 (self.blocked.discard if op == "delete" else self.blocked.add)((blocker_id, blocked_id))
-        for op, reader, e, ts in extras:
-            self._put(self.extras, "home_extras", reader, op, _stored(e), ts)
-        for op, e, ts in user_reposts:
-            if not e.reposted_by:
-                raise ValueError(f"a user_reposts row names no reposter: {e!r}")
-            self._put(self.user_reposts, "user_reposts", e.reposted_by, op, _stored(e), ts)
+        for op, reader, e, ts in stored_extras:
+            self._put(self.extras, "home_extras", reader, op, e, ts)
+        for op, e, ts in stored_reposts:
+            self._put(self.user_reposts, "user_reposts", e.reposted_by, op, e, ts)  # type: ignore[arg-type]
         for op, reader, user, ts in visible:
             self._pair(self.visible, "reader_visible", reader, user, op, ts)
         deletes = sum(1 for w in rows if w.op == "delete")
@@ -243,6 +253,8 @@ class MemoryStore:
 def _stored(e: Entry) -> Entry:
     """``e`` as Cassandra reads it back from ``home_extras`` or ``user_reposts``: '' is no reply and
     no reposter, and an entry without a reposter has no repost time or profile version."""
+    if bool(e.reposted_by) != (e.reposted_at is not None):  # as CassandraWriter refuses it
+        raise ValueError(f"an entry's reposted_by and reposted_at disagree: {e!r}")
     if e.reposted_by:
         return e._replace(in_reply_to_tweet_id=e.in_reply_to_tweet_id or None,
                           in_reply_to_author_id=e.in_reply_to_author_id or None)
@@ -253,4 +265,4 @@ def _stored(e: Entry) -> Entry:
 
 def _plain(e: Entry) -> Entry:
     """``e`` as a table without repost columns (home_timeline, author_timeline, tweets) reads it back."""
-    return _stored(e._replace(reposted_by=None))
+    return _stored(e._replace(reposted_by=None, reposted_at=None))

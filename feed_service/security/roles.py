@@ -9,7 +9,7 @@ refusals against the same tables. Least privilege per role (docs/security.md):
 | ``admin`` | super user: topics, configs, ACLs | the keyspace's owner: schema, roles, grants |
 | ``producer`` | write the changelog topics | none |
 | ``stream`` | read the changelogs; write the dead-letter and view-change topics | read and write the keyspace |
-| ``server`` | read the view-change topic | read the keyspace |
+| ``server`` | read the view-change topic | read the view's tables (not the steps' state) |
 | ``backfill`` | read the changelogs; write the dead-letter topic (``--dead-letters``) | read and write the keyspace |
 """
 
@@ -32,6 +32,15 @@ ROLES = (ADMIN, PRODUCER, STREAM, SERVER, BACKFILL)
 CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
 #: Topic roles only the stream writes.
 STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
+
+#: Tables of the keyspace the read service reads: the view and its dimensions. Granted table by
+#: table, so a table added to schemas/cql/feed.cql is readable by the server only once it is named
+#: here (a unit test holds every table of the schema here or in :data:`STATE_TABLES`).
+SERVER_TABLES = ("home_timeline", "home_extras", "tweets", "profiles", "author_timeline", "user_reposts",
+                 "pull_follows", "reader_visible", "blocks")
+#: Tables only the writers use: the per-reader steps' state, nothing the read service needs, and
+#: the follow graph and hidden relations of every user in one place.
+STATE_TABLES = ("per_reader_state",)
 
 #: Consumer-group name prefixes each role's readers use: Spark's Kafka source and batch relation name
 #: their groups ``spark-kafka-source-<uuid>-…`` / ``spark-kafka-relation-<uuid>`` (executors add
@@ -117,15 +126,30 @@ def kafka_acls(topic_names: Mapping[str, str]) -> list[KafkaAcl]:
 
 def cassandra_grants(keyspace: str) -> list[str]:
     """CQL that gives each non-admin role what it needs on ``keyspace`` (the admin owns it: it created
-    it). ``MODIFY`` covers INSERT, UPDATE, DELETE and TRUNCATE; ``SELECT`` reads.
+    it). ``MODIFY`` covers INSERT, UPDATE, DELETE and TRUNCATE; ``SELECT`` reads. The writers get the
+    whole keyspace, the server :data:`SERVER_TABLES` one by one.
 
     >>> cassandra_grants("feed")[0]
     'GRANT SELECT ON KEYSPACE feed TO feed_stream'
+    >>> cassandra_grants("feed")[4]
+    'GRANT SELECT ON TABLE feed.home_timeline TO feed_server'
     """
     return [
         f"GRANT SELECT ON KEYSPACE {keyspace} TO {cassandra_role(STREAM)}",
         f"GRANT MODIFY ON KEYSPACE {keyspace} TO {cassandra_role(STREAM)}",
         f"GRANT SELECT ON KEYSPACE {keyspace} TO {cassandra_role(BACKFILL)}",
         f"GRANT MODIFY ON KEYSPACE {keyspace} TO {cassandra_role(BACKFILL)}",
-        f"GRANT SELECT ON KEYSPACE {keyspace} TO {cassandra_role(SERVER)}",
+        *(f"GRANT SELECT ON TABLE {keyspace}.{table} TO {cassandra_role(SERVER)}" for table in SERVER_TABLES),
     ]
+
+
+def cassandra_revocations(keyspace: str) -> list[tuple[str, str, str]]:
+    """``(permission, resource, role)`` of grants a role held in an earlier release and no longer
+    should, to revoke where provisioning finds them held: the server's SELECT on the whole keyspace,
+    which reached the steps' state (:data:`STATE_TABLES`). Revoked after :func:`cassandra_grants`
+    are applied, so the server never loses a table it reads.
+
+    >>> cassandra_revocations("feed")
+    [('SELECT', 'KEYSPACE feed', 'feed_server')]
+    """
+    return [("SELECT", f"KEYSPACE {keyspace}", cassandra_role(SERVER))]

@@ -2,7 +2,9 @@
 
 ``GRANT`` is idempotent in Cassandra (granting a permission a role holds changes nothing), so
 provisioning applies the whole table every time: a keyspace provisioned before a role gained a
-permission gets it on the next run. The roles themselves are made when the secured stack first
+permission gets it on the next run. A permission a role lost (:func:`cassandra_revocations`) is
+revoked where it is still held, after the grants: ``LIST`` first, since revoking what a role does
+not hold draws a warning from the node on every run. The roles themselves are made when the secured stack first
 starts (feed_service/stack/cassandra_roles.py), or by the operator in a deployment (docs/security.md).
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from feed_service.security.roles import cassandra_grants
+from feed_service.security.roles import cassandra_grants, cassandra_revocations
 from feed_service.settings import Settings
 
 if TYPE_CHECKING:
@@ -24,3 +26,6 @@ def apply_grants(session: "Session", settings: Settings) -> None:
         return
     for statement in cassandra_grants(settings.keyspace):
         session.execute(statement)
+    for permission, resource, role in cassandra_revocations(settings.keyspace):
+        if list(session.execute(f"LIST {permission} ON {resource} OF {role} NORECURSIVE")):
+            session.execute(f"REVOKE {permission} ON {resource} FROM {role}")

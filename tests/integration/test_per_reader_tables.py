@@ -1,0 +1,221 @@
+"""The per-reader tables on the real Cassandra (docs/reposts-and-replies.md, docs/idempotent-writes.md):
+``home_extras``, ``user_reposts`` and ``reader_visible`` rows written in any order, batching and
+duplication end as the newest write of each row, equal to MemoryStore's outcome of the same writes;
+absent fields are stored as '' and 0; the steps' state loads by the batch rule, a replayed batch
+from what it started from; and a keyspace made before the tables gains them."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.rows import AuthorTimelineWrite, Entry
+from feed_service.settings import Settings
+
+NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_state")
+ENTRY_COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
+                 " in_reply_to_author_id, reposted_by, reposted_at, reposter_profile_version")
+
+
+def _isolated(settings: Settings, unique: str) -> Settings:
+    from feed_service.ops.provision import provision
+
+    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
+    provision(isolated)
+    return isolated
+
+
+def _drop(session, keyspace: str) -> None:  # type: ignore[no-untyped-def]
+    session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+
+
+def _tweet(n: int, version: int, **fields: object) -> Entry:
+    return Entry(f"t{n}", f"author{n % 3}", 1_000 + n, version, f"v{version}", 1)._replace(**fields)
+
+
+def _history(rnd: random.Random) -> tuple[list[ExtrasDelta], list[AuthorTimelineWrite], list[VisibleDelta]]:
+    """Writes of a few rows by three readers, one reposter and their visible sets: inserts, updates,
+    deletes, ties of an upsert and a delete, repost entries moved to another time."""
+    extras: list[ExtrasDelta] = []
+    reposts: list[AuthorTimelineWrite] = []
+    visible: list[VisibleDelta] = []
+    for ts in range(1, 25):
+        reader = f"reader{ts % 3}"
+        n = rnd.randrange(6)
+        reply = {"in_reply_to_tweet_id": f"t{n + 10}", "in_reply_to_author_id": "dan"} if n % 2 else {}
+        plain = _tweet(n, ts, **reply)
+        repost = _tweet(n, ts, reposted_by="cat", reposted_at=5_000 + rnd.randrange(3), reposter_profile_version=ts,
+                        **reply)
+        op = rnd.choice(("insert", "update", "delete"))
+        extras.append(ExtrasDelta(op, reader, rnd.choice((plain, repost)), ts))
+        if rnd.random() < 0.3:  # a tie: the delete wins it
+            extras.append(ExtrasDelta("delete", reader, extras[-1].entry, ts))
+        reposts.append(AuthorTimelineWrite(op, repost, ts))
+        visible.append(VisibleDelta(rnd.choice(("insert", "delete")), reader, f"user{rnd.randrange(4)}", ts))
+    return extras, reposts, visible
+
+
+def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Settings, unique: str) -> None:
+    from feed_service.store.cassandra_writer import CassandraWriter
+    from feed_service.store.memory import MemoryStore
+    from feed_service.store.session import connect
+
+    pipeline = _isolated(settings, unique)
+    ks = pipeline.keyspace
+    rnd = random.Random(11)
+    extras, reposts, visible = _history(rnd)
+    model = MemoryStore()
+    model.write(extras=extras, user_reposts=reposts, visible=visible)
+    cluster, session = connect(pipeline)
+    try:
+        for batch_rows in (16, 1):  # batched and one request per row: the same rows
+            writer = CassandraWriter(session, ks, batch_rows=batch_rows)
+            for _ in range(2):  # shuffled, cut in two calls, with replays of a third of the writes
+                def mixed(rows: list) -> tuple[list, list]:  # type: ignore[type-arg]
+                    rows = rnd.sample(rows, len(rows)) + rnd.sample(rows, len(rows) // 3)
+                    cut = rnd.randrange(len(rows))
+                    return rows[:cut], rows[cut:]
+
+                (e1, e2), (r1, r2), (v1, v2) = mixed(extras), mixed(reposts), mixed(visible)
+                first = writer.write(extras=e1, user_reposts=r1, visible=v1)
+                second = writer.write(extras=e2, user_reposts=r2, visible=v2)
+                total = first + second
+                assert total.extras_upserts + total.extras_deletes == len(e1) + len(e2)
+                assert total.extras_deletes == sum(1 for r in e1 + e2 if r.op == "delete")
+                assert (total.user_reposts, total.visible) == (len(r1) + len(r2), len(v1) + len(v2))
+                assert total.timeline_upserts == total.tweets == 0
+
+        def rows(table: str, key: str) -> dict[str, dict]:  # type: ignore[type-arg]
+            out: dict[str, dict] = {}  # type: ignore[type-arg]
+            for row in session.execute(f"SELECT {key}, at, {ENTRY_COLUMNS} FROM {ks}.{table}"):
+                out.setdefault(row[0], {})[(row[1], row[2])] = row[2:]
+            return out
+
+        def as_stored(e: Entry) -> tuple:  # type: ignore[type-arg]
+            return (e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
+                    e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", e.reposted_by or "",
+                    e.reposted_at or 0, e.reposter_profile_version or 0)
+
+        expected = {r: {c: as_stored(e) for c, e in part.items()} for r, part in model.extras.items()}
+        assert rows("home_extras", "timeline_id") == expected and expected
+        expected = {u: {c: as_stored(e) for c, e in part.items()} for u, part in model.user_reposts.items()}
+        assert rows("user_reposts", "user_id") == expected and expected
+        stored_visible: dict[str, set[str]] = {}
+        for reader, user in session.execute(f"SELECT reader_id, user_id FROM {ks}.reader_visible"):
+            stored_visible.setdefault(reader, set()).add(user)
+        assert stored_visible == model.visible and stored_visible
+
+        # '' and 0, never null, for what an entry lacks; the repost fields of a repost entry as given
+        writer = CassandraWriter(session, ks)
+        plain = Entry("p1", "bob", 7_000, 1, "plain", 3)
+        repost = Entry("p2", "bob", 7_001, 1, "shared", 3, "p1", "bob", "cat", 9_000, 4)
+        writer.write(extras=[ExtrasDelta("insert", "zed", plain, 100), ExtrasDelta("insert", "zed", repost, 100)])
+        raw = {r.tweet_id: r for r in session.execute(
+            f"SELECT at, {ENTRY_COLUMNS} FROM {ks}.home_extras WHERE timeline_id = 'zed'")}
+        assert (raw["p1"].at, raw["p1"].in_reply_to_tweet_id, raw["p1"].in_reply_to_author_id, raw["p1"].reposted_by,
+                raw["p1"].reposted_at, raw["p1"].reposter_profile_version) == (7_000, "", "", "", 0, 0)
+        assert (raw["p2"].at, raw["p2"].in_reply_to_tweet_id, raw["p2"].reposted_by, raw["p2"].reposted_at,
+                raw["p2"].reposter_profile_version) == (9_000, "p1", "cat", 9_000, 4)
+        # one write timestamp per row, the step's clock: what a trim or a later step compares
+        times = {r[0]: r[1:] for r in session.execute(
+            f"SELECT tweet_id, WRITETIME(version), WRITETIME(reposted_by), WRITETIME(reposted_at)"
+            f" FROM {ks}.home_extras WHERE timeline_id = 'zed'")}
+        assert times == {"p1": (100, 100, 100), "p2": (100, 100, 100)}
+        with pytest.raises(ValueError):  # no partition to write it to: refused before anything is sent
+            writer.write(user_reposts=[AuthorTimelineWrite("insert", plain, 101)],
+                         extras=[ExtrasDelta("delete", "zed", plain, 101)])
+        assert session.execute(f"SELECT tweet_id FROM {ks}.home_extras WHERE timeline_id = 'zed'"
+                               " AND at = 7000 AND tweet_id = 'p1'").one() is not None
+        _drop(session, ks)
+    finally:
+        cluster.shutdown()
+
+
+def test_step_states_load_by_the_batch_rule_and_a_replay_recomputes_the_same(settings: Settings,
+                                                                             unique: str) -> None:
+    from feed_service.errors import StoreError, WriteFailed
+    from feed_service.store.per_reader_state import CassandraStepStates, MemoryStepStates
+    from feed_service.store.session import connect
+
+    pipeline = _isolated(settings, unique)
+    cluster, session = connect(pipeline)
+    try:
+        states = CassandraStepStates(session, pipeline.keyspace)
+        model = MemoryStepStates()
+        keys = [f"user{i}" for i in range(300)]  # concurrent reads and writes, more than one round of them
+        big = bytes(range(256)) * 1_000  # a large state: one request per row, never in a batch
+
+        def step(store, batch_id: int, touched: list[str]) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+            """A toy step: a key's new state is its old one plus this batch's id; returns the new states."""
+            before = store.load("reader", touched + touched[:3], batch_id)  # duplicates asked once
+            assert set(before) == set(touched)
+            new = {k: (before[k] or b"") + b"|%d" % batch_id for k in touched}
+            if batch_id == 1:
+                new["user0"] += big
+            assert store.save("reader", {k: (new[k], before[k]) for k in touched}, batch_id) == len(touched)
+            return new
+
+        for store in (states, model):
+            assert store.load("reader", keys[:5], 1) == dict.fromkeys(keys[:5])
+            first = step(store, 1, keys)
+            # batch 2 saves part of its keys, then fails; its replay sees batch 1's states everywhere
+            part = keys[:120]
+            step(store, 2, part)
+            assert store.load("reader", keys, 2) == first
+            replay = step(store, 2, keys)
+            assert replay == {k: first[k] + b"|2" for k in keys}
+            again = step(store, 2, keys)  # and once more: the same outputs
+            assert again == replay
+            third = step(store, 3, keys[::2])
+            assert store.load("reader", keys, 4) == replay | third
+            assert store.load("reposter", keys[:3], 4) == dict.fromkeys(keys[:3])  # stages apart
+        rows = {r.key: (r.batch_id, r.state, r.previous) for r in session.execute(
+            f"SELECT key, batch_id, state, previous FROM {pipeline.keyspace}.per_reader_state WHERE stage = 'reader'"
+            " AND key IN ('user0', 'user1')")}
+        assert rows == {k: model.rows[("reader", k)] for k in ("user0", "user1")}
+
+        # an explicit timestamp: a late save of an earlier batch changes nothing
+        states.save("ts", {"k": (b"b8", b"b7")}, 8, ts=1_000_008)
+        states.save("ts", {"k": (b"b7", b"b6")}, 7, ts=1_000_007)
+        assert states.load("ts", ["k"], 9) == {"k": b"b8"}
+
+        session.execute(f"DROP TABLE {pipeline.keyspace}.per_reader_state", timeout=60)
+        with pytest.raises(WriteFailed):
+            states.save("reader", {"user0": (b"x", None)}, 9)
+        with pytest.raises(StoreError):
+            states.load("reader", ["user0"], 9)
+        _drop(session, pipeline.keyspace)
+    finally:
+        cluster.shutdown()
+
+
+def test_a_keyspace_from_before_the_tables_gains_them(settings: Settings, unique: str) -> None:
+    from feed_service.store.cassandra_writer import CassandraWriter
+    from feed_service.store.per_reader_state import CassandraStepStates
+    from feed_service.store.schema import apply_schema, schema_statements
+    from feed_service.store.session import connect
+
+    keyspace = f"feed_{unique}"
+    cluster, session = connect(settings)
+    try:
+        for statement in schema_statements(keyspace):  # the schema as it was: none of the four tables
+            if not any(f"{keyspace}.{table} " in statement for table in NEW_TABLES):
+                session.execute(statement, timeout=60)
+        query = f"SELECT table_name FROM system_schema.tables WHERE keyspace_name = '{keyspace}'"
+        assert not {r.table_name for r in session.execute(query)} & set(NEW_TABLES)
+        apply_schema(session, keyspace, gc_grace_seconds=3_600)
+        apply_schema(session, keyspace, gc_grace_seconds=3_600)  # and again: nothing to do
+        assert set(NEW_TABLES) <= {r.table_name for r in session.execute(query)}
+        grace = {r.table_name: r.gc_grace_seconds for r in session.execute(
+            f"SELECT table_name, gc_grace_seconds FROM system_schema.tables WHERE keyspace_name = '{keyspace}'")}
+        assert grace["home_extras"] == grace["user_reposts"] == grace["reader_visible"] == 3_600
+        # and the writers use them
+        CassandraWriter(session, keyspace).write(visible=[VisibleDelta("insert", "ann", "bob", 1)])
+        CassandraStepStates(session, keyspace).save("reader", {"ann": (b"s", None)}, 1)
+        assert CassandraStepStates(session, keyspace).load("reader", ["ann"], 2) == {"ann": b"s"}
+        _drop(session, keyspace)
+    finally:
+        cluster.shutdown()

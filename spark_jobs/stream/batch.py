@@ -57,8 +57,15 @@ class BatchTimes:
     deleted, until the supervisor hands them to the metrics (:meth:`take_completed`)."""
 
     def record(self) -> dict[str, Any]:
-        return {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
-                "trim_ms": round(self.trim), "trim_background_ms": round(self.trim_background)}
+        out = {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
+               "trim_ms": round(self.trim), "trim_background_ms": round(self.trim_background)}
+        steps = self.per_reader
+        if steps is not None:  # the per-reader steps ran in this batch (inside job_ms)
+            out["per_reader"] = {"messages": steps.messages, "candidates": steps.candidates,
+                                 "reposters": steps.reposters.keys, "readers": steps.readers.keys,
+                                 "reposter_ms": round(steps.reposters.seconds * 1000),
+                                 "reader_ms": round(steps.readers.seconds * 1000)}
+        return out
 
     def take_completed(self) -> "list[tuple[PartitionReport, int]]":
         """The completed batches' reports not taken yet, oldest first (the foreachBatch thread appends)."""

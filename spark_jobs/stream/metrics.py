@@ -71,7 +71,8 @@ whose Prometheus scrapes the pod sets ``--metrics-host 0.0.0.0`` (k8s/stream-spa
 #: for a backlog after downtime.
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 #: The ``table`` label values of ``feed_stream_rows_written_total`` (all exported from the start, at 0).
-TABLES = ("home_timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks")
+TABLES = ("home_timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks", "home_extras",
+          "user_reposts", "reader_visible")
 #: How often the consumer lag is refreshed, and how long one watermark request may take.
 LAG_INTERVAL_SECONDS = 5.0
 LAG_TIMEOUT_SECONDS = 5.0
@@ -168,7 +169,8 @@ class StreamMetrics:
         for table, n in (("home_timeline", counts.timeline_upserts + counts.timeline_deletes),
                          ("tweets", counts.tweets), ("profiles", counts.profiles),
                          ("author_timeline", counts.author_timeline), ("pull_follows", counts.pull_follows),
-                         ("blocks", counts.blocks)):
+                         ("blocks", counts.blocks), ("home_extras", counts.extras_upserts + counts.extras_deletes),
+                         ("user_reposts", counts.user_reposts), ("reader_visible", counts.visible)):
             if n:
                 self._tables[table].inc(n)
         for reason, n in report.dead_letters.items():

@@ -96,10 +96,17 @@ def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Rela
             inner[c.reposter] = (c.ts, c.entry)  # type: ignore[index]
             touched.add(k)
     if rel_changed:  # a relation decides the tweets of that user, replies to it and its reposts
-        touched.update(k for k in new_replies if k[0] in rel_changed or _parent(new_replies[k][1]) in rel_changed)
-        touched.update(k for k, inner in new_candidates.items()
-                       if k[0] in rel_changed or rel_changed.intersection(inner)
-                       or any(_parent(v[1]) in rel_changed for v in inner.values()))
+        for k, (_, e) in new_replies.items():
+            if k[0] in rel_changed or (e is not None and e.in_reply_to_author_id in rel_changed):
+                touched.add(k)
+        for k, inner in new_candidates.items():
+            if k[0] in rel_changed:
+                touched.add(k)
+                continue
+            for p, (_, e) in inner.items():
+                if p in rel_changed or (e is not None and e.in_reply_to_author_id in rel_changed):
+                    touched.add(k)
+                    break
     if not touched and not rel_changed:
         return ReaderResult(state, (), ())
     ts = state.clock + 1
@@ -165,7 +172,9 @@ def _decide(reader: str, k: TweetKey, rel: Mapping[str, tuple[int, bool, bool]],
     parent = content.in_reply_to_author_id
     if _sees(rel, author) and (parent is None or parent in (author, reader) or _sees(rel, parent)):
         return None  # direct: at its own time, in the inbox (plain) or above (a conditional reply)
-    at, reposter, e = min(live, key=lambda item: (item[0], item[1]))
+    at, reposter, e = min(live, key=lambda item: (item[0], item[1])) if len(live) > 1 else live[0]
+    if e is content or e[:8] == content[:8]:
+        return e  # the earliest candidate already holds the newest content (the usual case): no copy
     return content._replace(reposted_by=reposter, reposted_at=at, reposter_profile_version=e.reposter_profile_version)
 
 

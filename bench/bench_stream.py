@@ -65,6 +65,12 @@ def _tweet(author: str, n: int, now_ms: int) -> dict:
             "created_at": now_ms, "text": f"tweet {n} of {author}", "profile_version": 1}
 
 
+def _repost(reposter: str, author: str, n: int, at_n: int, now_ms: int) -> dict:
+    """``reposter`` reposts ``author``'s n-th tweet of :func:`_tweet` (the at_n-th event) at ``now_ms``."""
+    return {"type": "repost", "op": "repost", "reposter_id": reposter, "tweet_id": f"{author}-t{n}",
+            "author_id": author, "version": 1, "created_at": now_ms, "profile_version": 1}
+
+
 def _hides(graph: dict[str, list[str]], count: int, rng: random.Random) -> list[dict]:
     """``count`` block and mute changes between authors and their followers: 60 % mutes, 25 % a
     follower's block of the author, 15 % the author's block of a follower; every fifth undoes one."""
@@ -276,8 +282,12 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
     cluster, session = connect(settings, keyspace=settings.keyspace)
     lookup = session.prepare("SELECT tweet_id FROM home_timeline WHERE timeline_id = ? AND created_at = ? "
                              "AND tweet_id = ?")
+    # a repost entry: in the home_extras of a follower of the reposter who does not follow the author
+    repost_lookup = session.prepare("SELECT tweet_id FROM home_extras WHERE timeline_id = ? AND at = ? "
+                                    "AND tweet_id = ?")
     pending: dict[str, tuple[float, tuple, bool]] = {}
     latencies: dict[bool, list[float]] = {True: [], False: []}  # cold? -> seconds
+    repost_latencies: list[float] = []  # steady window only
     lock = threading.Lock()
     done = threading.Event()
 
@@ -285,11 +295,12 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
         while not done.is_set() or pending:
             with lock:
                 items = list(pending.items())
-            for tweet_id, (sent_at, key, cold) in items:
-                if session.execute(lookup, key).one() is not None:
+            for sample, (sent_at, key, cold) in items:
+                repost = sample.startswith("repost|")
+                if session.execute(repost_lookup if repost else lookup, key).one() is not None:
                     with lock:
-                        latencies[cold].append(time.perf_counter() - sent_at)
-                        del pending[tweet_id]
+                        (repost_latencies if repost else latencies[cold]).append(time.perf_counter() - sent_at)
+                        del pending[sample]
             time.sleep(0.02)
             if done.is_set() and time.perf_counter() - done_at[0] > 60:
                 break
@@ -322,6 +333,9 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
         poller.start()
         threading.Thread(target=batches, daemon=True).start()
         cold_tweets = int(args.rate * args.warmup_seconds)
+        repost_rng = random.Random(5)
+        tweeted: list[tuple[str, int]] = []  # (author, n) of the run's tweets, in order
+        followers = {a: set(f) for a, f in graph.items()}
         total = cold_tweets + int(args.rate * args.seconds)
         with EventProducer(settings) as producer:
             started = time.perf_counter()
@@ -331,11 +345,26 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
                     time.sleep(min(delay, 0.01))
                 author = authors[n % len(authors)]
                 now_ms = int(time.time() * 1000)
-                event = _tweet(author, n, now_ms)
-                producer.publish_event(event)
                 if n == cold_tweets:
                     sampling.set()
                     cpu_window[0] = tree_cpu(stream.proc.pid)
+                old_enough = len(tweeted) - int(args.rate) - 1 - repost_rng.randrange(len(authors))
+                repost = (n >= cold_tweets and args.repost_share > 0 and old_enough >= 0
+                          and repost_rng.random() < args.repost_share and tweeted[old_enough][0] != author)
+                if repost:  # the author reposts another author's tweet of a second or more ago
+                    original, back = tweeted[old_enough]
+                    reader = next((r for r in graph[author] if r not in followers[original]), None)
+                    event = _repost(author, original, back, n, now_ms)
+                    producer.publish_event(event)
+                    if reader is not None:
+                        producer.flush()
+                        with lock:
+                            pending[f"repost|{author}|{back}"] = (time.perf_counter(),
+                                                                   (reader, now_ms, f"{original}-t{back}"), False)
+                    continue
+                event = _tweet(author, n, now_ms)
+                producer.publish_event(event)
+                tweeted.append((author, n))
                 if n % 5 == 0:
                     producer.flush()  # the sample's clock starts when the broker has the record
                     with lock:
@@ -349,6 +378,9 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
         stream.stop()
         cluster.shutdown()
     out: dict[str, float] = {"lost": len(pending)}
+    values = sorted(repost_latencies) or [float("nan")]
+    out.update({"repost_samples": len(repost_latencies), "repost_p50_s": values[len(values) // 2],
+                "repost_p99_s": values[min(len(values) - 1, int(0.99 * len(values)))]})
     for cold, name in ((True, "cold"), (False, "steady")):
         values = sorted(latencies[cold]) or [float("nan")]
         q = lambda p: values[min(len(values) - 1, int(p * len(values)))]  # noqa: E731
@@ -391,6 +423,9 @@ def main() -> int:
                              "'name:spark.k=v,spark.k2=v2|name2:...' (an empty conf = the defaults)")
     parser.add_argument("--hide-share", type=float, default=0.1,
                         help="share of block and mute changes in the extra throughput run (0: no such run)")
+    parser.add_argument("--repost-share", type=float, default=0.0,
+                        help="share of the freshness run's steady events that are reposts of a tweet a second or more"
+                             " old, sampled apart (docs/reposts-and-replies.md)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -459,6 +494,11 @@ def main() -> int:
                       f"steady window: {f['key_steps']:,} author-key steps in {f['batches']} batches, Python workers "
                       f"{f['worker_ms_per_key']:.2f} ms CPU per author key (engine alone {f['engine_ms_per_key']:.3f} ms), "
                       f"stream {f['cpu_s']:.1f} s CPU; load average {_load()}", flush=True)
+                if args.repost_share > 0:
+                    print(f"  reposts ({args.repost_share:.0%} of the steady window's events), to a reader who follows"
+                          f" the reposter and not the author: p50 {f['repost_p50_s']:.2f}s, p99 {f['repost_p99_s']:.2f}s"
+                          f" ({f['repost_samples']} samples) against tweets' p99 {f['steady_p99_s']:.2f}s:"
+                          f" {f['repost_p99_s'] / f['steady_p99_s']:.2f}x", flush=True)
     return 0
 
 

@@ -34,6 +34,9 @@ from feed_service.stack.config import SINGLE, TOPOLOGIES, StackConfig, free_port
 #: Low enough that the demo workload's most followed authors are pull authors (the service's
 #: default, measured for production-sized graphs, is in feed_service.core.join).
 DEMO_PULL_THRESHOLD = 150
+#: Reposts among the workload's changes and replies among its new tweets (docs/reposts-and-replies.md).
+DEMO_REPOST_SHARE = 0.08
+DEMO_REPLY_SHARE = 0.2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--pull-threshold", type=pull_threshold, default=str(DEMO_PULL_THRESHOLD),
                         help="active followers from which an author's tweets are merged in at read time (default"
                              f" {DEMO_PULL_THRESHOLD}: the demo's most followed authors; docs/fan-out.md)")
+    parser.add_argument("--repost-share", type=float, default=DEMO_REPOST_SHARE,
+                        help=f"share of the workload's changes that are reposts (default {DEMO_REPOST_SHARE})")
+    parser.add_argument("--reply-share", type=float, default=DEMO_REPLY_SHARE,
+                        help=f"share of the new tweets that are replies (default {DEMO_REPLY_SHARE})")
     parser.add_argument("--keep-running", action="store_true", help="leave the stream and the server running")
     parser.add_argument("--topology", choices=TOPOLOGIES, default=SINGLE,
                         help="single (default): one node per service, Spark in local mode; cluster: three Kafka "
@@ -131,10 +138,27 @@ def _read_user_timeline(address: str, token: str, author_id: str, page_size: int
 
 def _print_entries(entries: list[Any], pull: set[str]) -> None:
     for entry in entries:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(entry.created_at_ms / 1000))
+        at = entry.reposted_at_ms if entry.reposted_by else entry.created_at_ms
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at / 1000))
         name = entry.author_display_name or entry.author_id
         mark = "*" if entry.author_id in pull else " "
         print(f"    {when} {mark} {name:<24} {entry.text[:68]}")
+        if entry.reposted_by:
+            print(f"    {'':21}   \u21bb reposted by {entry.reposted_by_display_name or entry.reposted_by}")
+        if entry.in_reply_to_author_id:
+            print(f"    {'':21}   \u21b3 in reply to {entry.in_reply_to_author_id} ({entry.in_reply_to_tweet_id})")
+
+
+def _served(entries: list[Any]) -> list[tuple]:
+    """Entries read through the API, as comparable tuples (repost and reply fields included)."""
+    return [(e.tweet_id, e.author_id, e.version, e.text, e.author_display_name or None, e.reposted_by or None,
+             e.reposted_at_ms if e.reposted_by else None, e.in_reply_to_author_id or None) for e in entries]
+
+
+def _wanted(entries: list[dict[str, Any]]) -> list[tuple]:
+    """The reference's entries (feedctl materialize's shape) as :func:`_served` tuples."""
+    return [(e["tweet_id"], e["author_id"], e["version"], e["text"], e["author_display_name"], e.get("reposted_by"),
+             e.get("reposted_at"), e.get("in_reply_to_author_id")) for e in entries]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     say("    " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     for report in provision(settings):
         say(f"    topic {report}")
-    say(f"    keyspace {settings.keyspace}: home_timeline, author_timeline, pull_follows, tweets, profiles, blocks")
+    say(f"    keyspace {settings.keyspace}: home_timeline, author_timeline, pull_follows, tweets, profiles, blocks,"
+        " home_extras, user_reposts, reader_visible, per_reader_state")
 
     checkpoint = stack_config.data_dir / "checkpoints" / "stream"
     say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'}); authors with at least"
@@ -204,16 +229,20 @@ def run(args: argparse.Namespace) -> int:
             f"{args.duration:.0f}s, seed {seed}, ids prefixed {prefix!r}")
         # Real time for created_at, so the printed timeline reads like one.
         clock = {"start_ms": int(time.time() * 1000), "events_per_second": args.rate}
-        events = generate(users=args.users, events=None, seed=seed, prefix=prefix, **clock)
-        setup_count = sum(1 for _ in generate(users=args.users, events=0, seed=seed, prefix=prefix, **clock))
+        shares = {"repost_share": args.repost_share, "reply_share": args.reply_share}
+        events = generate(users=args.users, events=None, seed=seed, prefix=prefix, **clock, **shares)
+        setup_count = sum(1 for _ in generate(users=args.users, events=0, seed=seed, prefix=prefix, **clock,
+                                              **shares))
         publish_workload(settings, _recording(islice(events, setup_count), published))
         say(f"    set-up published: {setup_count} profiles and follows")
         stats = publish_workload(settings, _recording(events, published), rate=args.rate,
                                  duration=args.duration,
                                  on_tick=lambda s: say(f"    {s.sent} events sent ({s.rate:.0f}/s)"))
         hides = [e for e in published if e["type"] in ("block", "mute")]
+        reposts = sum(1 for e in published if e["type"] == "repost")
+        replies = sum(1 for e in published if e.get("in_reply_to_author_id"))
         say(f"    published {stats.sent} changes in {stats.elapsed:.1f}s ({stats.rate:.0f}/s), {len(hides)} of them"
-            f" blocks, mutes and their reversals")
+            f" blocks, mutes and their reversals, {reposts} reposts and unreposts, {replies} replies")
 
         say("5/6 waiting for the stream to catch up with the topics")
         progress = stream.wait_caught_up(timeout=600)
@@ -247,15 +276,19 @@ def run(args: argparse.Namespace) -> int:
         say(f"6/6 home timeline of {user_id} through gRPC GetHomeTimeline ({len(full)} entries, newest first;"
             f" * = a pull author's tweet, merged in at read time):")
         _print_entries(first, pull)
-        served = [(e.tweet_id, e.author_id, e.version, e.text, e.author_display_name or None) for e in full]
-        want = [(e["tweet_id"], e["author_id"], e["version"], e["text"], e["author_display_name"])
-                for e in expected[user_id]]
+        served = _served(full)
+        want = _wanted(expected[user_id])
+        shown_reposts = sum(1 for e in full if e.reposted_by)
+        shown_replies = sum(1 for e in full if e.in_reply_to_author_id)
+        say(f"    of them {shown_reposts} brought by a repost (\u21bb: one entry per tweet, at its earliest"
+            f" reposter {user_id} follows) and {shown_replies} replies (\u21b3: shown as {user_id} follows both"
+            " sides, or the reply is to them)")
         if user_id in exact:
             same, claim = served == want, "matches the engine's batch reference"
         else:
             whole = reference_timelines(published, inbox_cap=None)
             read = [{"tweet_id": t, "author_id": a, "version": v, "text": x, "author_display_name": n}
-                    for t, a, v, x, n in served]
+                    for t, a, v, x, n, *_ in served]
             same = not rule_violations({user_id: read}, whole, inbox_cap=settings.inbox_cap, exact=())
             claim = "keeps the view's rule at the cap (docs/trimming.md) against the batch reference"
         if not same:
@@ -266,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
             f"{'yes' if same else 'NO'}")
         if same:
             same = _mute_and_unmute(settings, stream, address, token, user_id, full, published, pull, say)
+        if same and user_id in exact:
+            same = _filtered_reply(settings, stream, address, token, user_id, published, say)
         say("    " + _server_metrics_line(metrics_port))
         if pull:
             star = max(pull, key=lambda a: (followers[a], a))
@@ -371,21 +406,62 @@ def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, 
                     f"{'removed' if op == 'mute' else 'back'} in {len(messages)} message(s),"
                     f" {1000 * (arrived - sent):.0f} ms after the {op} was published")
             _, now = _read_timeline(address, token, user_id, 200)  # exact: the read cache has applied it
-            keys = [(e.tweet_id, e.author_id, e.version) for e in now]
             if op == "mute":
+                from feed_service.core.reference import reference_timelines
+
                 left = sum(1 for e in now if e.author_id == author)
-                good = left == 0 and keys == [(e.tweet_id, e.author_id, e.version) for e in full
-                                              if e.author_id != author]
+                # A tweet the muted author reposted may stay, brought by another reposter: the
+                # reference says what remains.
+                good = left == 0 and _served(now) == _wanted(reference_timelines(published).get(user_id, []))
                 say(f"    {user_id} mutes {author}{' *' if author in pull else ''}: {counts[author]} entries leave, "
                     f"{len(now)} remain, the rest unchanged: {'yes' if good else 'NO'}")
             else:
-                good = keys == [(e.tweet_id, e.author_id, e.version) for e in full]
+                good = _served(now) == _served(full)
                 say(f"    {user_id} unmutes {author}: the timeline is again exactly the {len(full)} entries it was: "
                     f"{'yes' if good else 'NO'}")
             ok = ok and good
     finally:
         watch.close()
     return ok
+
+
+def _filtered_reply(settings: Settings, stream: Any, address: str, token: str, user_id: str,
+                    published: list[dict[str, Any]], say: Any) -> bool:
+    """A reply ``user_id`` does not see because it does not follow the user replied to comes in,
+    at its own time, once it follows that user (the reply rule is decided again on every follow,
+    not once at insert: docs/reposts-and-replies.md); the timeline then equals the reference."""
+    from feed_service.core.events import event_to_json
+    from feed_service.core.reference import reference_tables, reference_timelines
+    from feed_service.kafka.producer import EventProducer
+
+    tables = reference_tables(published)
+    sees = tables.visible().get(user_id, set())
+    hidden = tables.hidden()
+    shown = {e["tweet_id"] for e in reference_timelines(published).get(user_id, [])}
+    tweets_of: dict[str, int] = {}
+    for author, _ in tables.tweets:
+        tweets_of[author] = tweets_of.get(author, 0) + 1
+    candidates = [(tweets_of.get(c[5], 0), author, tid, c[5]) for (author, tid), c in tables.tweets.items()
+                  if len(c) > 4 and author in sees and c[5] not in (author, user_id) and c[5] not in sees
+                  and (user_id, c[5]) not in hidden and (c[5], user_id) not in hidden
+                  and (user_id, c[5]) not in tables.follows and tid not in shown]
+    if not candidates:
+        say(f"    no reply of a user {user_id} follows to a user it does not follow in this workload")
+        return True
+    _, author, tid, parent = min(candidates)  # the parent with the fewest tweets: a short timeline change
+    say(f"    {author} replied to {parent} ({tid}); {user_id} follows {author}, not {parent}: the reply is not in"
+        f" {user_id}'s timeline")
+    with EventProducer(settings) as producer:
+        published.append(event_to_json(producer.follow(user_id, parent)))
+    stream.wait_caught_up(timeout=300)
+    _, now = _read_timeline(address, token, user_id, 200)
+    want = reference_timelines(published).get(user_id, [])
+    came = [e for e in now if e.tweet_id == tid and e.author_id == author and not e.reposted_by]
+    good = bool(came) and _served(now) == _wanted(want)
+    say(f"    {user_id} follows {parent}: the reply comes in at its own time"
+        f" ({1 + [e.tweet_id for e in now].index(tid) if came else '?'} of {len(now)}) with {parent}'s tweets,"
+        f" the timeline equals the batch reference: {'yes' if good else 'NO'}")
+    return good
 
 
 def _server_metrics_line(metrics_port: int) -> str:

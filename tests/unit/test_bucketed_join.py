@@ -125,7 +125,11 @@ def per_key(harness: Harness, rows: Iterable[Row]) -> list[Row]:
     groups: dict[tuple, list[Row]] = defaultdict(list)
     for r in rows:
         groups[(r.route, r.key)].append(r)
-    return [out for group_key, group_rows in groups.items() for out in harness.feed(group_key, group_rows)]
+    out: list[Row] = []
+    for group_key, group_rows in groups.items():
+        out += harness.feed(group_key, group_rows)
+        out += harness.messages  # the per-reader messages too: the bucketed processor emits them as well
+    return out
 
 
 def routed_rows(events: Iterable[Event]) -> list[Row]:

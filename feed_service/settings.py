@@ -205,6 +205,11 @@ def check_state_buckets(value: int) -> int:
     return value
 
 
+
+DEFAULT_PER_READER_LOCAL_LIMIT = 20_000
+"""Starting two Spark jobs (a shuffle each) costs more than stepping a few thousand small messages
+in the driver's process (docs/reposts-and-replies.md, "Where the steps run in the stream")."""
+
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -271,6 +276,9 @@ class Settings:
     """Buckets of join keys a new stream checkpoint groups its state by (0: one state per key)."""
     view_changes: bool = True
     """Whether the stream publishes the view's changes to the ``timeline_changes`` topic."""
+    per_reader_local_limit: int = DEFAULT_PER_READER_LOCAL_LIMIT
+    """Messages of a micro-batch up to which the reposter and reader steps run in the stream's driver
+    process; above it they run on the executors (docs/reposts-and-replies.md)."""
     cassandra_replication: str = "SimpleStrategy:1"
     """The keyspace's replication when provisioning creates it (:func:`keyspace_replication`)."""
     cassandra_local_dc: str = ""
@@ -305,6 +313,8 @@ class Settings:
         check_state_partitions(self.state_partitions)
         check_state_buckets(self.state_buckets)
         check_view_changes(self.view_changes)
+        if type(self.per_reader_local_limit) is not int or self.per_reader_local_limit < 0:
+            raise ConfigError(f"per-reader local limit must be an integer >= 0, got {self.per_reader_local_limit!r}")
         keyspace_replication(self.cassandra_replication)
         check_consistency(self.write_consistency, "write consistency")
         check_consistency(self.read_consistency, "read consistency")
@@ -367,6 +377,8 @@ class Settings:
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
                 state_buckets=int(env.get("FEED_STATE_BUCKETS", str(DEFAULT_STATE_BUCKETS))),
                 view_changes=parse_flag(env.get("FEED_VIEW_CHANGES", "1"), "FEED_VIEW_CHANGES"),
+                per_reader_local_limit=int(env.get("FEED_PER_READER_LOCAL_LIMIT",
+                                                   str(DEFAULT_PER_READER_LOCAL_LIMIT))),
                 cassandra_replication=env.get("FEED_CASSANDRA_REPLICATION", "SimpleStrategy:1"),
                 cassandra_local_dc=env.get("FEED_CASSANDRA_LOCAL_DC", ""),
                 write_consistency=env.get("FEED_CASSANDRA_WRITE_CONSISTENCY", "ONE").upper(),
@@ -407,6 +419,7 @@ class Settings:
             "FEED_STATE_PARTITIONS": str(self.state_partitions),
             "FEED_STATE_BUCKETS": str(self.state_buckets),
             "FEED_VIEW_CHANGES": "1" if self.view_changes else "0",
+            "FEED_PER_READER_LOCAL_LIMIT": str(self.per_reader_local_limit),
             "FEED_CASSANDRA_REPLICATION": self.cassandra_replication,
             "FEED_CASSANDRA_LOCAL_DC": self.cassandra_local_dc,
             "FEED_CASSANDRA_WRITE_CONSISTENCY": self.write_consistency,

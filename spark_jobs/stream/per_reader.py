@@ -198,26 +198,20 @@ def run_locally(settings: Settings, batch_id: int, clock_start: int, messages: S
     return PerReaderReport(reposters, readers, len(messages), reposters.sent)
 
 
-LOCAL_LIMIT = 20_000
-"""Messages up to which a batch's per-reader steps run in the driver's process: starting two Spark
-jobs (a shuffle each) costs more than stepping a few thousand small messages in place. Above it
-they run on the executors."""
-
-
 def run_per_reader(sc: "SparkContext", settings: Settings, batch_id: int, clock_start: int,
                    messages: Sequence[tuple[str, str, Message]], *,
-                   outputs: PerReaderOutputs = PerReaderOutputs(), local_limit: int = LOCAL_LIMIT) -> PerReaderReport:
+                   outputs: PerReaderOutputs = PerReaderOutputs(), local_limit: int | None = None) -> PerReaderReport:
     """Run the reposter step, then the reader step, of one micro-batch.
 
     ``messages`` are the author keys' (step, destination key, message), collected by the driver
-    from the batch's first pass. Up to ``local_limit`` of them run in this process
+    from the batch's first pass. Up to ``local_limit`` of them (default: the settings') run in this process
     (:func:`run_locally`); more run on the executors, each step one shuffle by key and one task
     per partition, the reposter step's output kept (persisted) so that its candidates and its
     report come from one run.
     """
     if not messages:
         return PerReaderReport()
-    if len(messages) <= local_limit:
+    if len(messages) <= (settings.per_reader_local_limit if local_limit is None else local_limit):
         return run_locally(settings, batch_id, clock_start, messages, outputs=outputs)
     to_reposters = [(key, m) for stage, key, m in messages if stage == REPOSTER_STAGE]
     to_readers = [(key, m) for stage, key, m in messages if stage == READER_STAGE]

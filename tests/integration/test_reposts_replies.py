@@ -101,6 +101,8 @@ def test_stream_with_reposts_and_replies_equals_the_reference(settings: Settings
         # a restart from the checkpoint continues the per-reader steps' states
         stop_cleanly(stream)
     publish(pipeline, second)
-    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream2.log")) as stream:
+    # the second run steps every batch's per-reader messages on the executors (no local limit)
+    on_executors = replace(pipeline, per_reader_local_limit=0)
+    with running(StreamProcess(on_executors, tmp_path / "ckpt", log_file=tmp_path / "stream2.log")) as stream:
         stream.wait_caught_up()
         assert read_views(pipeline) == _reference(pipeline, events)

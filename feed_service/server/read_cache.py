@@ -2,8 +2,12 @@
 
 What a home-timeline page is made of is cached per source (docs/api.md#read-cache): the head of the
 user's inbox (``home_timeline``) with the user's pull authors (its static ``pull_authors``, read with
-it), and the head of each pull author's own timeline (``author_timeline``); a page is their merge, as
-on the uncached path. Every source is filled from Cassandra on a miss and then changed only by the
+it) and the head of the user's per-reader entries (``home_extras``, read beside it), and the head of
+each pull author's own timeline (``author_timeline``); a page is their merge, as on the uncached
+path. A pull author's reply to a third user is decided by whether the reader sees that user: the
+inbox head keeps the memberships of the reader's visible set it was asked about, each replaced by
+the change of its row. A user's own reposts (``user_reposts``) have heads of their own, for
+GetUserTimeline. Every source is filled from Cassandra on a miss and then changed only by the
 change topic, so the cache is never older than what Cassandra returned once the stream's changes of
 that moment are applied.
 
@@ -19,8 +23,11 @@ followed by the re-insert it did not). So a fill notes the feed's position when 
 becomes usable only once the feed has applied everything published before the read ended (high
 watermarks read after it); a change in between is applied only when the result cannot be older
 than the read (a newer tweet version of a row the read holds, a delete of a row it does not); in any
-other case the fill is dropped and the next read tries again. Changes published after the read are
-applied in order, as to any cached head. Nothing here blocks the loop or reads Cassandra by itself.
+other case the fill is dropped and the next read tries again (a per-reader row's content can
+change without a new tweet version, so its change settles a fill only if the read shows that very
+content). Changes published after the read are applied in order, as to any cached head. Rows are
+identified by position, as in Cassandra, so the two changes of a move apply in either order.
+Nothing here blocks the loop or reads Cassandra by itself.
 """
 
 from __future__ import annotations
@@ -30,13 +37,21 @@ import bisect
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Hashable
+from typing import Awaitable, Callable, Collection, Hashable, NamedTuple
 
 from cachetools import Cache, LRUCache
 
 from feed_service.core.rows import Cursor, Entry
-from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
+from feed_service.core.view_changes import (
+    AuthorChange,
+    ExtrasChange,
+    PullFollowChange,
+    TimelineChange,
+    UserRepostChange,
+    VisibleChange,
+)
 from feed_service.server.change_feed import ChangeFeed, Consumed, Positions
+from feed_service.server.pull_replies import first_shown, has_replies
 from feed_service.store.ports import InboxSlice
 
 #: Rows kept per cached timeline or pull author: two pages of the default size and the row that
@@ -51,7 +66,8 @@ SETTLE_TIMEOUT_S = 5.0
 MAX_PAGES_PER_HEAD = 2
 
 CacheKey = tuple[str, str]
-"""("home", user) | ("author", author)."""
+"""("home", user) | ("author", author) | ("reposts", user): an inbox (with its extras), an author
+timeline, a user's own reposts."""
 PageKey = Hashable
 """What identifies an encoded page of one timeline: the request's page token and page size."""
 Sources = tuple[tuple[CacheKey, "TimelineHead", int], ...]
@@ -61,23 +77,41 @@ Sources = tuple[tuple[CacheKey, "TimelineHead", int], ...]
 _stamps = itertools.count(1)
 
 
+class HomeSlice(NamedTuple):
+    """A slice of a home timeline's own rows: the inbox with the pull authors, and the reader's
+    ``home_extras`` from the same cursor (two reads of two partitions, made together)."""
+
+    inbox: InboxSlice
+    extras: list[Entry]
+
+
 class TimelineHead:
     """The newest rows of one timeline-shaped table, exact down to the oldest row held (or whole,
     when ``complete``: its read returned fewer rows than it asked for). Kept oldest first, so that
-    positions bisect on the cursors ``(created_at, tweet_id)`` themselves. An inbox head also holds
-    its user's pull authors (``pull``; None when filled without them) and encoded pages (``pages``)."""
+    positions bisect on the cursors ``(Entry.at, tweet_id)`` themselves. Rows are identified by
+    position, as Cassandra's are: a move is a delete at the old position and an insert at the new
+    one, which apply in either order (a read between the two writes may see both rows).
 
-    __slots__ = ("rows", "cursors", "by_id", "complete", "depth", "pull", "stamp", "pages")
+    An inbox head also holds its user's pull authors (``pull``; None when filled without them), the
+    head of the user's ``home_extras`` (``extras``), the users the reader is known to see or not
+    (``sees``: what decides a pull author's replies) and encoded pages (``pages``)."""
 
-    def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None) -> None:
+    __slots__ = ("rows", "cursors", "complete", "depth", "pull", "stamp", "pages", "extras", "sees", "sees_epoch")
+
+    def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None,
+                 extras: "TimelineHead | None" = None) -> None:
         self.depth = depth
         self.complete = len(newest_first) < depth
         self.rows = list(reversed(newest_first[:depth]))
         self.cursors = [e.cursor for e in self.rows]
-        self.by_id = {e.tweet_id: e for e in self.rows}
         self.pull = pull
         self.stamp = next(_stamps)
         self.pages: dict[PageKey, tuple[Sources, bytes]] = {}
+        self.extras = extras
+        self.sees: dict[str, bool] | None = None
+        #: bumped by every visible-set change of the reader: a membership read that a change
+        #: overtook is not kept
+        self.sees_epoch = 0
 
     def changed(self) -> None:
         """Something this head holds changed: a new stamp, and its encoded pages are gone."""
@@ -106,30 +140,39 @@ class TimelineHead:
     def newest_first(self) -> list[Entry]:
         return self.rows[::-1]
 
+    def below(self, before: Cursor | None) -> list[Entry]:
+        """Every row held older than ``before``, newest first."""
+        end = len(self.rows) if before is None else bisect.bisect_left(self.cursors, before)
+        return self.rows[end - 1::-1] if end else []
+
     def _below(self, cursor: Cursor) -> bool:
         """Whether ``cursor`` lies below what the head knows (older than its oldest row, not complete)."""
         return not self.complete and (not self.cursors or cursor < self.cursors[0])
 
+    def _held(self, cursor: Cursor) -> int:
+        """The index of the row at ``cursor``, or -1."""
+        i = bisect.bisect_left(self.cursors, cursor)
+        return i if i < len(self.cursors) and self.cursors[i] == cursor else -1
+
     def apply(self, op: str, entry: Entry) -> None:
-        """One change of one row, in order."""
+        """One change of one row (the row at ``entry``'s position), in order."""
         self.changed()
-        old = self.by_id.pop(entry.tweet_id, None)
-        if old is not None:
-            i = bisect.bisect_left(self.cursors, old.cursor)
-            del self.rows[i], self.cursors[i]
-        if op == "delete":
-            return
         cursor = entry.cursor
+        i = self._held(cursor)
+        if op == "delete":
+            if i >= 0:
+                del self.rows[i], self.cursors[i]
+            return
+        if i >= 0:
+            self.rows[i] = entry
+            return
         if self._below(cursor):
             return
         i = bisect.bisect_left(self.cursors, cursor)
         self.rows.insert(i, entry)
         self.cursors.insert(i, cursor)
-        self.by_id[entry.tweet_id] = entry
         if len(self.rows) > self.depth:
-            dropped = self.rows.pop(0)
-            self.cursors.pop(0)
-            del self.by_id[dropped.tweet_id]
+            del self.rows[0], self.cursors[0]
             self.complete = False
 
     @property
@@ -137,17 +180,31 @@ class TimelineHead:
         """Nothing held and not known to be empty: useless until refilled."""
         return not self.rows and not self.complete
 
-    def settles(self, op: str, entry: Entry) -> bool:
+    def settles(self, op: str, entry: Entry, *, versioned: bool = True) -> bool:
         """Apply a change published while this head's read ran, if its result cannot be older than
-        the read; False when it could be (the fill must then be dropped)."""
-        old = self.by_id.get(entry.tweet_id)
+        the read; False when it could be (the fill must then be dropped). ``versioned``: a row's
+        content at one position changes only with the tweet's version (an inbox or an author
+        timeline); the per-reader rows can change without it (another reposter at the same time),
+        and a change of them settles only when the read shows exactly its content."""
+        i = self._held(entry.cursor)
         if op == "delete":
-            return old is None  # deleting a row the read does not hold changes nothing
-        if old is not None:
+            return i < 0  # deleting a row the read does not hold changes nothing
+        if i >= 0:
+            old = self.rows[i]
+            if not versioned:
+                return old == entry
             if entry.version > old.version:
                 self.apply(op, entry)  # a newer tweet version than the read's: newer than the read
             return True
         return self._below(entry.cursor)  # outside the head: nothing to decide
+
+    def see(self, change: VisibleChange) -> None:
+        """A change of the reader's visible set (an inbox head): a membership held is replaced."""
+        self.sees_epoch += 1
+        sees = self.sees
+        if sees is not None and change.user_id in sees:
+            sees[change.user_id] = change.op == "insert"
+            self.changed()
 
 
 @dataclass
@@ -242,11 +299,12 @@ class ReadCache:
         return rows[:n]
 
     async def home(self, user_id: str, n: int, before: Cursor | None,
-                   read: Callable[[int], Awaitable[InboxSlice]]) -> InboxSlice:
-        """The ``n`` newest inbox rows of ``user_id`` older than ``before`` and the user's pull
-        authors: from the cached head when it can say, else ``read(limit)`` (one store read, which
-        fills the head and its pull authors from the top). Pull authors None: not known (a read
-        below a cursor that returned no row).
+                   read: Callable[[int], Awaitable[HomeSlice]]) -> HomeSlice:
+        """The ``n`` newest inbox rows of ``user_id`` older than ``before``, the user's pull authors
+        and the ``n`` newest rows of its ``home_extras``: from the cached head when it can say, else
+        ``read(limit)`` (the store's reads of both partitions, which fill the head, its pull authors
+        and its extras from the top). Pull authors None: not known (a read below a cursor that
+        returned no inbox row).
 
         A user's first page fills the head on its second miss in a while (:class:`_SeenOnce`); the
         first is read as without the cache. A fill reads the ``n`` rows the page needs, no more: a
@@ -256,17 +314,44 @@ class ReadCache:
         head = self._data.get(ck) if self.usable else None
         if head is not None and head.pull is not None:
             rows = head.first(n, before)
-            if rows is not None:
+            extras = head.extras.first(n, before) if rows is not None and head.extras is not None else None
+            if extras is not None:
                 self.hits += 1
-                return InboxSlice(rows, sorted(head.pull))
+                return HomeSlice(InboxSlice(rows, sorted(head.pull)), extras)  # type: ignore[arg-type]
         self.misses += 1
         if (before is not None or n > self.depth or not self.usable or ck in self._pending
                 or (head is None and not self._seen.again(user_id))):
             got = await read(n)
-            if got.pull_authors is None and head is not None and head.pull is not None:
-                return InboxSlice(got.entries, sorted(head.pull))
+            if got.inbox.pull_authors is None and head is not None and head.pull is not None:
+                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull)), got.extras)
             return got
-        return await self._fill(ck, lambda: read(n), lambda s: TimelineHead(s.entries, n, set(s.pull_authors or ())))
+        return await self._fill(ck, lambda: read(n), lambda s: TimelineHead(
+            s.inbox.entries, n, set(s.inbox.pull_authors or ()), TimelineHead(s.extras, n)))
+
+    async def sees(self, user_id: str, users: Collection[str],
+                   read: Callable[[Collection[str]], Awaitable[set[str]]]) -> set[str]:
+        """Those of ``users`` that ``user_id`` sees: from the memberships its cached inbox head holds,
+        reading the others with ``read`` (and keeping them, unless a change of the reader's visible
+        set arrived while the read ran: a membership is a whole row, so every change replaces it, and
+        one consumed before the read started is in what the read returns)."""
+        head = self._data.get(("home", user_id)) if self.usable else None
+        if head is None:
+            return await read(users)
+        known = head.sees
+        if known is None:
+            known = head.sees = {}
+        unknown = [u for u in users if u not in known]
+        seen = {u for u in users if known.get(u)}
+        if not unknown:
+            self.hits += 1
+            return seen
+        self.misses += 1
+        epoch = head.sees_epoch
+        got = await read(unknown)
+        if head.sees_epoch == epoch and self._data.get(("home", user_id)) is head and self.usable:
+            for u in unknown:
+                known[u] = u in got
+        return seen | (got & set(unknown))
 
     async def pull_authors(self, user_id: str, read: Callable[[], Awaitable[list[str]]]) -> list[str]:
         """The pull authors ``user_id`` follows: from the cached inbox head, else ``read()``."""
@@ -293,6 +378,15 @@ class ReadCache:
         if inbox is None:
             return None
         sources = [inbox]
+        extras = head.extras
+        if extras is None:
+            return None
+        if extras.rows or not extras.complete:  # a timeline without extras pays one test for them
+            rows = extras.first(n, before)
+            if rows is None:
+                return None
+            if rows:
+                sources.append(rows)
         stamps = []
         for author in sorted(head.pull):
             ck = ("author", author)
@@ -302,6 +396,10 @@ class ReadCache:
             rows = author_head.first(n, before)
             if rows is None:
                 return None
+            if has_replies(rows):  # a reply to a third user is shown only if the reader sees that user
+                rows = first_shown(author_head.below(before), user_id, head.sees, n)
+                if rows is None or (len(rows) < n and not author_head.complete):
+                    return None
             sources.append(rows)
             stamps.append((ck, author_head, author_head.stamp))
         self.hits += 1 + len(stamps)
@@ -390,10 +488,21 @@ class ReadCache:
                 return False  # it may or may not be in the read: the fill is dropped
             head.follow(change)
             return True
+        if isinstance(change, VisibleChange):
+            head.see(change)  # a new head holds no membership yet: nothing to settle
+            return True
+        versioned = True
+        if isinstance(change, ExtrasChange):
+            if head.extras is None:  # a head filled without them (a plain timeline-shaped read)
+                return True
+            head = head.extras
+            versioned = False
+        elif isinstance(change, UserRepostChange):
+            versioned = False
         if after_read:
             head.apply(change.op, change.entry)  # type: ignore[union-attr]
             return True
-        return head.settles(change.op, change.entry)  # type: ignore[union-attr]
+        return head.settles(change.op, change.entry, versioned=versioned)  # type: ignore[union-attr]
 
     # -- changes ---------------------------------------------------------------------------
     def apply(self, batch: list[Consumed]) -> None:
@@ -407,6 +516,12 @@ class ReadCache:
                 keys = [("author", change.entry.author_id)]
             elif isinstance(change, PullFollowChange):
                 keys = [("home", f) for f in change.follower_ids]
+            elif isinstance(change, ExtrasChange):
+                keys = [("home", change.timeline_id)]
+            elif isinstance(change, UserRepostChange):
+                keys = [("reposts", change.entry.reposted_by)]  # type: ignore[list-item]
+            elif isinstance(change, VisibleChange):
+                keys = [("home", change.reader_id)]
             else:
                 continue
             for ck in keys:
@@ -418,6 +533,17 @@ class ReadCache:
                 head = Cache.__getitem__(data, ck)  # a change is not a use: no LRU touch
                 if isinstance(change, PullFollowChange):
                     head.follow(change)
+                    continue
+                if isinstance(change, VisibleChange):
+                    head.see(change)
+                    continue
+                if isinstance(change, ExtrasChange):
+                    extras = head.extras
+                    if extras is not None:
+                        head.changed()  # its pages show the extras too
+                        extras.apply(change.op, change.entry)
+                        if extras.empty_and_unknown:
+                            del data[ck]
                     continue
                 head.apply(change.op, change.entry)  # type: ignore[union-attr]
                 if head.empty_and_unknown:

@@ -12,18 +12,19 @@ Every call runs the same steps, in this order, so a call fails with the first ap
    (StoreUnavailable -> UNAVAILABLE; StoreTimeout -> DEADLINE_EXCEEDED once the deadline is spent).
 
 The parts: :mod:`.calls` (the decorator every RPC wears: metrics, access log, authentication,
-budget, error mapping), :mod:`.timeline_reads` (inbox and pull authors merged at read),
-:mod:`.paging` (page sizes, starts, next-page tokens), :mod:`.hydration` (display names) and
-:mod:`.watch` (WatchHomeTimeline).
+budget, error mapping), :mod:`.timeline_reads` (inbox, extras and pull authors merged at read),
+:mod:`.paging` (page sizes, starts, next-page tokens), :mod:`.hydration` (display names, a
+reposter's too) and :mod:`.watch` (WatchHomeTimeline).
 
-GetHomeTimeline reads ``page_size + 1`` rows in one single-partition slice (the extra row says
-whether a next page exists, so the last page never ends in an empty one), then hydrates display
-names by ``(author_id, profile_version)`` through the profile cache. With the read cache, a page
+GetHomeTimeline reads ``page_size + 1`` rows from each source, the inbox and the reader's
+``home_extras`` in two concurrent single-partition slices (the extra row says whether a next page
+exists, so the last page never ends in an empty one), then hydrates display names by
+``(author_id, profile_version)`` (and a repost entry's reposter's) through the profile cache. With the read cache, a page
 whose sources are all cached is merged without a task per source, and its encoded response is kept
 with the cached head until a source changes: a repeated read returns those bytes as they are
 (docs/api.md#read-cache). Entries carry the text and
 version of the timeline row, which the join keeps current (an edit is an ``update`` delta of every
-inbox row of the tweet), so a page costs one query, not one per entry (docs/api.md#consistency).
+inbox row of the tweet), so a page costs no query per entry (docs/api.md#consistency).
 
 Blocks and mutes need nothing more on the home timeline: the join never writes a hidden pair into
 an inbox or into ``pull_follows``, and the pull authors merged in are exactly the user's
@@ -197,7 +198,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
     @rpc("GetUserTimeline")
     async def GetUserTimeline(self, request: pb.GetUserTimelineRequest, context: grpc.aio.ServicerContext,
                               claims: auth.Claims) -> pb.GetUserTimelineResponse:
-        # an author's own tweets are public: any valid token reads them, unless the author blocks its user
+        # a user's own tweets and reposts are public: any valid token reads them, unless the user blocks its reader
         author_id = check_id(request.user_id, "user_id")
         size = page_size(request.page_size)
         before, served, limit = self.pages.start(request.page_token, author_id, KIND_AUTHOR_PAGE, size)
@@ -205,7 +206,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             return pb.GetUserTimelineResponse()
         store = self.calls.store()
         budget = self.calls.budget(context)
-        page = self.reads.author_page(store, author_id, before, limit + 1, budget)
+        page = self.reads.user_page(store, author_id, before, limit + 1, budget)
         if auth.blockable_reader(claims, author_id) is None:  # a service, or the author itself: no block read
             rows = await page
         else:  # the block check runs beside the page read

@@ -1,24 +1,29 @@
-"""Timeline reads of the hybrid fan-out: a home timeline is the user's inbox merged, at read time,
-with the author timelines of the pull authors the user follows (docs/fan-out.md).
+"""Timeline reads of the hybrid fan-out: a home timeline is the user's inbox and per-reader entries
+(``home_extras``: repost entries, replies shown for their parent) merged, at read time, with the
+author timelines of the pull authors the user follows (docs/fan-out.md, docs/reposts-and-replies.md),
+a pull author's reply to a third user only if the reader sees that user (:mod:`.pull_replies`). A
+user's own timeline is its author timeline merged with its reposts (``user_reposts``).
 
 Each source is read from the read cache while the view's change topic keeps it exact
 (docs/api.md#read-cache), else from the store, with pull authors' heads through the process's TTL'd
-:class:`.pull_sources.PullSources`. The user's pull authors come with the inbox slice (one read: a
-static column of the inbox partition). Pages go newest first (:func:`merge_newest`), a watch's
-catch-up oldest first (:func:`merge_oldest`).
+:class:`.pull_sources.PullSources`. The user's pull authors come with the inbox slice (a static
+column of the inbox partition), read beside the extras slice. Pages go newest first
+(:func:`merge_newest`), a watch's catch-up oldest first (:func:`merge_oldest`), all by ``(Entry.at,
+tweet_id)``: one cursor serves every source.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Awaitable
+from typing import Awaitable, Collection
 
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
 from feed_service.server.change_feed import ChangeFeed
+from feed_service.server.pull_replies import has_replies, shown_slices
 from feed_service.server.pull_sources import PullSources
-from feed_service.server.read_cache import ReadCache, Sources
+from feed_service.server.read_cache import HomeSlice, ReadCache, Sources
 from feed_service.store.ports import TimelineStore
 
 
@@ -68,51 +73,85 @@ class TimelineReads:
         rows = sources[0] if len(sources) == 1 else merge_newest(sources, limit)
         return rows, authors, stamp
 
+    async def sees(self, store: TimelineStore, user_id: str, users: Collection[str], budget: float) -> set[str]:
+        """Those of ``users`` that ``user_id`` sees: through the exact cache's memberships, else the store."""
+        cache = self.live_cache()
+        if cache is not None:
+            return await cache.sees(user_id, users, lambda u: store.visible_among(user_id, u, timeout=budget))
+        return await store.visible_among(user_id, users, timeout=budget)
+
+    async def _own_rows(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
+                        budget: float) -> HomeSlice:
+        """The inbox slice (with the pull authors) and the extras slice from one cursor, read together."""
+        inbox, extras = await asyncio.gather(store.inbox(user_id, before=before, limit=limit, timeout=budget),
+                                             store.extras_page(user_id, before=before, limit=limit, timeout=budget))
+        return HomeSlice(inbox, extras)
+
     async def home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
                         budget: float) -> list[Entry]:
         """Up to ``limit`` entries of the home timeline older than ``before``, newest first: the
-        inbox slice merged with the pull authors the user follows. One store read when the user
-        follows no pull author (the slice brings the list), more only for pull authors' heads."""
+        inbox and extras slices merged with the pull authors the user follows. Two concurrent store
+        reads when the user follows no pull author (the inbox slice brings the list), more only for
+        pull authors' heads and, if they hold replies to third users, the reader's visible set."""
         cache = self.live_cache()
         if cache is None:
-            got = await store.inbox(user_id, before=before, limit=limit, timeout=budget)
-            authors = got.pull_authors
+            got = await self._own_rows(store, user_id, before, limit, budget)
+            authors = got.inbox.pull_authors
             if authors is None:  # nothing below the cursor came back, so neither did the list
                 authors = await self.pull.authors(store, user_id, timeout=budget)
-            if not authors:
-                return got.entries
-            pulled = await self.pull.pages(store, authors, before=before, limit=limit, timeout=budget)
-            return merge_newest([got.entries, *pulled], limit)
-        got = await cache.home(user_id, limit, before,
-                               lambda n: store.inbox(user_id, before=before, limit=n, timeout=budget))
-        authors = got.pull_authors
-        if authors is None:
-            authors = await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
-        if not authors:
-            return got.entries
-        pulled = [cache.rows("author", a, limit, before,
-                             lambda n, a=a: store.author_page(a, before=before, limit=n, timeout=budget))
-                  for a in authors]
-        return merge_newest([got.entries, *(await asyncio.gather(*pulled))], limit)
+            pulled = await self.pull.pages(store, authors, before=before, limit=limit, timeout=budget) if authors else []
+        else:
+            got = await cache.home(user_id, limit, before, lambda n: self._own_rows(store, user_id, before, n, budget))
+            authors = got.inbox.pull_authors
+            if authors is None:
+                authors = await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
+            pulled = list(await asyncio.gather(*(
+                cache.rows("author", a, limit, before, lambda n, a=a: store.author_page(a, before=before, limit=n,
+                                                                                        timeout=budget))
+                for a in authors)))
+        if any(has_replies(rows) for rows in pulled):
+            pulled = await shown_slices(
+                user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
+                lambda i, cursor, n: store.author_page(authors[i], before=cursor, limit=n, timeout=budget))
+        sources = [got.inbox.entries, *(rows for rows in (got.extras, *pulled) if rows)]
+        return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
 
     def author_page(self, store: TimelineStore, author_id: str, before: Cursor | None, limit: int,
                     budget: float) -> Awaitable[list[Entry]]:
-        """An author's own timeline, newest first: from the read cache or the TTL'd pull sources."""
+        """An author's own tweets, newest first: from the read cache or the TTL'd pull sources."""
         cache = self.live_cache()
         if cache is not None:
             return cache.rows("author", author_id, limit, before,
                               lambda n: store.author_page(author_id, before=before, limit=n, timeout=budget))
         return self.pull.page(store, author_id, before=before, limit=limit, timeout=budget)
 
+    async def user_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
+                        budget: float) -> list[Entry]:
+        """A user's own timeline (GetUserTimeline), newest first: its tweets merged with its reposts
+        of others' tweets, both from the read cache when it holds them."""
+        cache = self.live_cache()
+        if cache is not None:
+            reposts = cache.rows("reposts", user_id, limit, before,
+                                 lambda n: store.user_reposts_page(user_id, before=before, limit=n, timeout=budget))
+        else:
+            reposts = store.user_reposts_page(user_id, before=before, limit=limit, timeout=budget)
+        own, reposted = await asyncio.gather(self.author_page(store, user_id, before, limit, budget), reposts)
+        return merge_newest([own, reposted], limit) if reposted else own
+
     async def home_newer(self, store: TimelineStore, user_id: str, after: Cursor | None, limit: int,
                          budget: float) -> list[Entry]:
-        """Up to ``limit`` entries of the home timeline newer than ``after``, oldest first: the inbox
-        and the pull authors the user follows now."""
+        """Up to ``limit`` entries of the home timeline newer than ``after``, oldest first: the inbox,
+        the extras and the pull authors the user follows now."""
         pushed = self.pushed()
         authors = await self.pull_authors(store, user_id, budget, exact=pushed)
         # A pushed watch catches up from the store itself: the TTL'd heads may predate its subscription.
         newer = store.author_newer if pushed else functools.partial(self.pull.newer, store)
-        sources = await asyncio.gather(
+        own, extras, *pulled = await asyncio.gather(
             store.newer(user_id, after=after, limit=limit, timeout=budget),
+            store.extras_newer(user_id, after=after, limit=limit, timeout=budget),
             *(newer(a, after=after, limit=limit, timeout=budget) for a in authors))
-        return merge_oldest(sources, limit)
+        if any(has_replies(rows) for rows in pulled):
+            pulled = await shown_slices(
+                user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
+                lambda i, cursor, n: store.author_newer(authors[i], after=cursor, limit=n, timeout=budget))
+        return merge_oldest([own, extras, *pulled], limit)

@@ -16,7 +16,7 @@ import pytest
 from feed_service.core.rows import Entry
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
 from feed_service.kafka.view_change_consumer import Consumed
-from feed_service.server.read_cache import ReadCache, TimelineHead
+from feed_service.server.read_cache import HomeSlice, ReadCache, TimelineHead
 from feed_service.store.ports import InboxSlice
 
 
@@ -176,9 +176,9 @@ def test_pull_authors_and_author_heads_are_kept_by_their_changes() -> None:
         cache = feed.cache = ReadCache(feed, depth=5)
         reads = []
 
-        async def inbox(n: int) -> InboxSlice:  # one read: the inbox slice and its static pull authors
+        async def inbox(n: int) -> HomeSlice:  # the inbox slice with its static pull authors, and the extras
             reads.append(n)
-            return InboxSlice([e(3)], ["star"])
+            return HomeSlice(InboxSlice([e(3)], ["star"]), [])
 
         async def authors() -> list[str]:
             raise AssertionError("the pull authors came with the inbox head")
@@ -186,10 +186,10 @@ def test_pull_authors_and_author_heads_are_kept_by_their_changes() -> None:
         async def star(n: int) -> list[Entry]:
             return [e(1, author="star")]
 
-        assert await cache.home("u", 2, None, inbox) == InboxSlice([e(3)], ["star"])
+        assert await cache.home("u", 2, None, inbox) == HomeSlice(InboxSlice([e(3)], ["star"]), [])
         await settle(cache)
         assert not cache.cached("home", "u")  # a user's first read is not cached: most are read once
-        assert await cache.home("u", 2, None, inbox) == InboxSlice([e(3)], ["star"])  # the second fills
+        assert await cache.home("u", 2, None, inbox) == HomeSlice(InboxSlice([e(3)], ["star"]), [])  # the second fills
         await cache.rows("author", "star", 2, None, star)
         await settle(cache)
         assert await cache.pull_authors("u", authors) == ["star"] and reads == [2, 2]  # the rows the page needs
@@ -197,7 +197,7 @@ def test_pull_authors_and_author_heads_are_kept_by_their_changes() -> None:
         feed.publish(AuthorChange("insert", e(2, author="star"), 5, None))
         feed.deliver()
         assert await cache.pull_authors("u", authors) == ["moon", "star"]
-        assert (await cache.home("u", 2, None, inbox)).pull_authors == ["moon", "star"]
+        assert (await cache.home("u", 2, None, inbox)).inbox.pull_authors == ["moon", "star"]
         assert newest(await cache.rows("author", "star", 2, None, star)) == ["t002", "t001"]
         feed.publish(PullFollowChange("delete", "star", ("u",), 6, None))
         feed.deliver()
@@ -289,7 +289,8 @@ def test_random_histories_with_fills_racing_the_changes_never_serve_a_row_older_
                     continue
                 floor = max(applied.get(tid, 0), read_floor.get(tid, 0))
                 allowed = [state for t, state in history[tid] if t >= floor]
-                assert head.by_id.get(tid) in allowed, f"{tid}: cached {head.by_id.get(tid)}, allowed {allowed}"
+                held = next((r for r in head.rows if r.tweet_id == tid), None)
+                assert held in allowed, f"{tid}: cached {held}, allowed {allowed}"
                 checked += 1
 
         for _ in range(200):

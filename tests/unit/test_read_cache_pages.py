@@ -184,7 +184,7 @@ async def _deliver(feed: ScriptedFeed) -> None:
     feed.deliver()
 
 
-def test_an_uncached_first_page_without_pull_authors_is_one_store_read() -> None:
+def test_an_uncached_first_page_without_pull_authors_reads_the_inbox_and_the_extras_only() -> None:
     store = MemoryStore()
     for n in range(30):
         store.add_entry(USER, Entry(f"t{n:04d}", "bob", 1_000 + n, 1, f"text {n}", 1))
@@ -194,8 +194,9 @@ def test_an_uncached_first_page_without_pull_authors_is_one_store_read() -> None
         store.calls.clear()
         first, second = pages(server, 20, limit=2)
         assert [e.tweet_id for e in first.entries][:2] == ["t0029", "t0028"] and len(second.entries) == 10
-        # one inbox slice per page (it reads through page: counted there too); no pull_follows read
-        assert store.calls == {"inbox": 2, "page": 2}
+        # one inbox slice per page (it reads through page: counted there too) and, beside it, one
+        # slice of the reader's home_extras; no pull_follows read, no visible set (no pull author)
+        assert store.calls == {"inbox": 2, "page": 2, "extras_page": 2}
 
 
 def test_a_first_page_with_pull_authors_reads_the_list_with_the_inbox() -> None:

@@ -1,0 +1,94 @@
+"""A pull author's replies, decided at read (docs/reposts-and-replies.md, hybrid fan-out).
+
+The stream decides for every reader which replies of a push author it sees (the reader step writes
+them to ``home_extras``); a pull author's tweets are fanned out to nobody, so a read decides: the
+author's row that replies to X, X neither the author nor the reader, is shown only if the reader
+sees X (``reader_visible``). Rows a reader is not shown make a pull author's slice short, so a read
+goes on below them until it has its rows or the author's timeline ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable, Collection, Sequence
+
+from feed_service.core.rows import Cursor, Entry
+
+#: Rows read at most per further read of one pull author whose replies were hidden (the reads
+#: double from the page's size up to this).
+MAX_FURTHER = 800
+
+
+def deciding_user(entry: Entry, reader: str) -> str | None:
+    """The user whose visibility to ``reader`` decides whether a pull author's row is shown: a reply's
+    parent author, unless that is the author itself (a thread) or the reader; None: always shown."""
+    parent = entry.in_reply_to_author_id
+    if parent is None or parent == entry.author_id or parent == reader:
+        return None
+    return parent
+
+
+def has_replies(rows: Sequence[Entry]) -> bool:
+    """Whether any row of ``rows`` is a reply (only those may need deciding)."""
+    for e in rows:
+        if e.in_reply_to_author_id is not None:
+            return True
+    return False
+
+
+Sees = Callable[[Collection[str]], Awaitable[set[str]]]
+"""Those of some users the reader sees."""
+Further = Callable[[int, Cursor, int], Awaitable[list[Entry]]]
+"""``(source index, cursor, limit)`` -> the source's next rows beyond ``cursor``, in the slice's order."""
+
+
+async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, sees: Sees,
+                       further: Further) -> list[list[Entry]]:
+    """Each pull author's slice (newest first for a page, oldest first for a watch's catch-up) cut to
+    the first ``limit`` rows ``reader`` is shown. A slice shorter than ``limit`` is its timeline's end;
+    where hidden replies leave fewer than ``limit`` rows of a full slice, ``further`` reads on past
+    its last row (twice as many rows each time). ``sees`` is asked once per round for every user not
+    decided yet."""
+    known: dict[str, bool] = {}
+    out: list[list[Entry]] = [[] for _ in slices]
+    pending = [(i, rows, limit) for i, rows in enumerate(slices)]
+    while pending:
+        undecided = {u for _, rows, _ in pending for e in rows
+                     if (u := deciding_user(e, reader)) is not None and u not in known}
+        if undecided:
+            seen = await sees(undecided)
+            known.update((u, u in seen) for u in undecided)
+        more: list[tuple[int, Cursor, int]] = []
+        for i, rows, asked in pending:
+            kept = out[i]
+            for e in rows:
+                u = deciding_user(e, reader)
+                if u is None or known[u]:
+                    kept.append(e)
+                    if len(kept) >= limit:
+                        break
+            if len(kept) < limit and rows and len(rows) >= asked:
+                more.append((i, rows[-1].cursor, min(max(2 * asked, limit), MAX_FURTHER)))
+        if not more:
+            break
+        read = await asyncio.gather(*(further(i, cursor, n) for i, cursor, n in more))
+        pending = [(i, rows, n) for (i, _, n), rows in zip(more, read)]
+    return out
+
+
+def first_shown(rows: Sequence[Entry], reader: str, known: dict[str, bool] | None, limit: int) -> list[Entry] | None:
+    """The first ``limit`` rows of ``rows`` shown to ``reader`` by the memberships ``known``, all of
+    them if fewer; None when a row needs a user ``known`` does not hold."""
+    out: list[Entry] = []
+    for e in rows:
+        u = deciding_user(e, reader)
+        if u is not None:
+            seen = known.get(u) if known else None
+            if seen is None:
+                return None
+            if not seen:
+                continue
+        out.append(e)
+        if len(out) >= limit:
+            break
+    return out

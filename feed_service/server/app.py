@@ -52,7 +52,8 @@ RECONNECT_MIN_S = 0.5
 RECONNECT_MAX_S = 10.0
 #: ``feed_view_changes_total`` label of each change type (the message's ``kind``).
 _KIND_LABELS = {"TimelineChange": "timeline", "AuthorChange": "author", "PullFollowChange": "pull_follow",
-                "ProfileChange": "profile", "BlockRowChange": "block"}
+                "ProfileChange": "profile", "BlockRowChange": "block", "ExtrasChange": "extras",
+                "UserRepostChange": "user_repost", "VisibleChange": "visible"}
 
 log = logging.getLogger("feed_service.server")
 

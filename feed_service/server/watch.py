@@ -25,12 +25,14 @@ import grpc
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Cursor, Entry
-from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
+from feed_service.core.timeline_merge import timeline_order
+from feed_service.core.view_changes import AuthorChange, ExtrasChange, PullFollowChange, TimelineChange, VisibleChange
 from feed_service.errors import PageTokenError
 from feed_service.server.calls import CallPlumbing, RpcFailure, deadline_capped
 from feed_service.server.hydration import EntryHydrator
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageCursor, PageTokenCodec
+from feed_service.server.pull_replies import deciding_user
 from feed_service.server.timeline_reads import TimelineReads
 from feed_service.server.watch_frames import SharedEncodings, token_field
 from feed_service.server.watch_hub import RESYNC, Subscription, WatchHub
@@ -152,6 +154,7 @@ class HomeWatch:
             state.position = rows[-1].cursor
             for r in rows:
                 state.read[r.tweet_id] = r.version
+            state.bound()
             yield await self._message(store, user_id, state.position, rows, budget)
             if len(rows) < WATCH_BATCH:
                 return
@@ -185,33 +188,60 @@ class HomeWatch:
                         yield message
                     continue
                 if items:
-                    message = await self._changes(hub, user_id, items, state, self.calls.budget(context))
+                    message = await self._changes(hub, sub, items, state, self.calls.budget(context))
                     if message is not None:
                         yield message
         finally:
             if timer is not None:
                 timer.cancel()
 
-    async def _changes(self, hub: WatchHub, user_id: str, items: list, state: "_WatchState",
+    async def _changes(self, hub: WatchHub, sub: Subscription, items: list, state: "_WatchState",
                        budget: float) -> bytes | None:
         """One message of the changes ``items``: new entries above the position, others changed or
         removed; encoded once per content for all the watchers of a delivery (:mod:`.watch_frames`),
-        with this watcher's resume token."""
+        with this watcher's resume token.
+
+        A tweet's entry comes from the inbox, a pull author's timeline or the reader's
+        ``home_extras``; two of them may hold it at once while it moves between them (an author
+        crossing the pull threshold, a follow that makes a reposted tweet direct), and their changes
+        interleave in any order (the author key's, the pull-follow's and the reader step's). So the
+        watch notes which of them holds each tweet it heard of and sends the newest entry held,
+        removing the tweet only when none holds it. A pull author's reply to a third user counts
+        only if the reader sees that user (a visible-set change brings or takes those replies)."""
+        user_id = sub.user_id
+        store = self.calls.store()
         upserts: dict[str, Entry] = {}
         removed: dict[str, None] = {}
+        undecided = {u for c in items if isinstance(c, AuthorChange)
+                     if (u := deciding_user(c.entry, user_id)) is not None and u not in state.sees}
+        if undecided:
+            await self._learn(store, user_id, undecided, state, budget)
         for change in items:
             if isinstance(change, PullFollowChange):  # the user starts or stops merging an author in
-                op = "insert" if change.op == "insert" else "delete"
-                page = await self.reads.author_page(self.calls.store(), change.author_id, None, self.inbox_cap, budget)
+                page = await self.reads.author_page(store, change.author_id, None, self.inbox_cap, budget)
+                if change.op == "insert":
+                    await self._learn(store, user_id, _undecided(page, user_id, state), state, budget)
                 for entry in page:
-                    _note(upserts, removed, op, entry)
+                    shown = change.op == "insert" and state.shows(entry, user_id)
+                    if shown or change.op == "delete":
+                        state.note(upserts, removed, "a", "insert" if shown else "delete", entry)
+                continue
+            if isinstance(change, VisibleChange):  # the pull authors' replies to that user come or go
+                state.sees[change.user_id] = change.op == "insert"
+                for author in sorted(sub.authors):
+                    page = await self.reads.author_page(store, author, None, self.inbox_cap, budget)
+                    for entry in page:
+                        if deciding_user(entry, user_id) == change.user_id:
+                            state.note(upserts, removed, "a", change.op, entry)
                 continue
             if not state.fresh(change):
                 continue
-            entry = change.entry
-            if change.op != "delete" and state.read.get(entry.tweet_id) == entry.version:
-                continue  # already sent by the catch-up read
-            _note(upserts, removed, change.op, entry)
+            op, entry = change.op, change.entry
+            if isinstance(change, AuthorChange) and not state.shows(entry, user_id):
+                if op == "insert" and not state.holds(entry.tweet_id, "a"):
+                    continue  # a reply this reader is not shown: nothing to say
+                op = "delete"  # an edit may have made it one: it leaves
+            state.note(upserts, removed, _SOURCES[type(change)], op, entry)
         if not upserts and not removed:
             return None
         position = state.position
@@ -225,11 +255,18 @@ class HomeWatch:
             state.position = new[-1].cursor
         content = (tuple(new), tuple(changed), tuple(removed))
         delivery = hub.deliveries
-        store = self.calls.store()
         parts = (self.encodings.cached(content, delivery)
                  or await self.encodings.parts(store, content, budget, delivery))
         self.metrics.watch_messages.inc()
         return parts.frame(self._token_field(user_id, state))
+
+    async def _learn(self, store: TimelineStore, user_id: str, users: set[str], state: "_WatchState",
+                     budget: float) -> None:
+        """Note whether the reader sees each of ``users`` (one read for all: the cache's or the store's)."""
+        if users:
+            seen = await self.reads.sees(store, user_id, users, budget)
+            for u in users:
+                state.sees.setdefault(u, u in seen)  # a visible-set change noted meanwhile is newer
 
     def _token_field(self, user_id: str, state: "_WatchState") -> bytes:
         """The encoded resume token of the stream's position, minted again only when it moved."""
@@ -242,24 +279,32 @@ class HomeWatch:
 
 class _WatchState:
     """What one pushed watch has sent: its position, the row write timestamps seen (duplicates of an
-    at-least-once topic are dropped) and the versions its catch-up reads sent."""
+    at-least-once topic are dropped), the versions its catch-up reads sent, which source holds each
+    tweet it heard of (``held``: "i" the inbox, "a" a pull author, "x" the reader's extras) and
+    whether the reader sees each user a pull author's reply was decided by (``sees``)."""
 
-    __slots__ = ("position", "seen", "read", "token_at", "token")
+    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token")
 
-    #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first).
+    #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first); the same
+    #: bound holds the tweets' sources and the memberships.
     SEEN_LIMIT = 10_000
 
     def __init__(self, position: Cursor | None) -> None:
         self.position = position
-        self.seen: dict[str, int] = {}
+        self.seen: dict[object, int] = {}
         self.read: dict[str, int] = {}
+        self.held: dict[str, dict[str, Entry]] = {}
+        self.sees: dict[str, bool] = {}
         #: the encoded resume token of position ``token_at`` (the last one minted)
         self.token_at: Cursor | None = None
         self.token = b""
 
-    def fresh(self, change: TimelineChange | AuthorChange) -> bool:
-        """False for a change at or below a write timestamp already applied to its row (a replay)."""
-        key = change.entry.tweet_id
+    def fresh(self, change: TimelineChange | AuthorChange | ExtrasChange) -> bool:
+        """False for a change at or below a write timestamp already applied to its row (a replay).
+        A row is a tweet at a position of one table, as in Cassandra: a move is a delete and an
+        insert of two rows at one ``ts``, both applied."""
+        e = change.entry
+        key = (e.tweet_id, e.at, _SOURCES[type(change)])
         last = self.seen.get(key)
         if last is not None and change.ts <= last:
             return False
@@ -268,9 +313,60 @@ class _WatchState:
             del self.seen[next(iter(self.seen))]
         return True
 
+    def shows(self, entry: Entry, reader: str) -> bool:
+        """Whether a pull author's row is shown to ``reader`` (its deciding user noted in ``sees``)."""
+        u = deciding_user(entry, reader)
+        return u is None or self.sees.get(u, False)
+
+    def holds(self, tweet_id: str, source: str) -> bool:
+        held = self.held.get(tweet_id)
+        return held is not None and source in held
+
+    def note(self, upserts: dict[str, Entry], removed: dict[str, None], source: str, op: str, entry: Entry) -> None:
+        """Fold one change of ``source``'s row of a tweet into a message: the newest row any source
+        still holds is sent, or the tweet is removed if none does."""
+        tid = entry.tweet_id
+        held = self.held.get(tid)
+        if op == "delete":
+            self.read.pop(tid, None)  # whatever the catch-up read sent is no longer the tweet's row
+            if held is not None:
+                mine = held.get(source)
+                if mine is not None and mine.cursor != entry.cursor:
+                    return  # an older position of a moved row: the row held stays
+                held.pop(source, None)
+                if not held:
+                    del self.held[tid]
+                    held = None
+        else:
+            if held is None:
+                held = self.held[tid] = {}
+                self.bound()
+            held[source] = entry
+        if held is None:
+            _note(upserts, removed, "delete", entry)
+            return
+        best = max(held.values(), key=timeline_order) if len(held) > 1 else next(iter(held.values()))
+        if op != "delete" and self.read.get(tid) == best.version and best is entry:
+            return  # already sent by the catch-up read
+        _note(upserts, removed, "insert", best)
+
+    def bound(self) -> None:
+        """Forget the oldest sources, memberships and read versions beyond the limit."""
+        for memo in (self.held, self.sees, self.read):
+            while len(memo) > self.SEEN_LIMIT:
+                del memo[next(iter(memo))]
+
 
 def _cursor(entry: Entry) -> Cursor:
     return entry.cursor
+
+
+#: The source of each kind of row change (:meth:`_WatchState.note`).
+_SOURCES = {TimelineChange: "i", AuthorChange: "a", ExtrasChange: "x"}
+
+
+def _undecided(rows: list[Entry], reader: str, state: _WatchState) -> set[str]:
+    return {u for e in rows if (u := deciding_user(e, reader)) is not None and u not in state.sees}
 
 
 def _note(upserts: dict[str, Entry], removed: dict[str, None], op: str, entry: Entry) -> None:

@@ -2,9 +2,10 @@
 
 A watch subscribes before it reads anything from Cassandra, so a change published while it catches
 up waits in its subscription instead of being missed; after that it reads nothing while nothing
-changes (docs/api.md#watch). A subscription receives the changes of its user's inbox rows, of the
-pull authors the user merges in (kept current by the user's pull-follow changes) and the user's
-pull-follow changes themselves; a gap in the changes (:meth:`WatchHub.gap`) tells every
+changes (docs/api.md#watch). A subscription receives the changes of its user's inbox rows and
+``home_extras`` rows, of the pull authors the user merges in (kept current by the user's pull-follow
+changes), the user's pull-follow changes themselves and the changes of the user's visible set
+(which decide a pull author's replies); a gap in the changes (:meth:`WatchHub.gap`) tells every
 subscription to catch up from Cassandra again.
 
 Until a subscription is started (:meth:`WatchHub.start` names its pull authors) every pull author's
@@ -19,7 +20,14 @@ import asyncio
 from collections import deque
 from typing import Iterable
 
-from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange, ViewChange
+from feed_service.core.view_changes import (
+    AuthorChange,
+    ExtrasChange,
+    PullFollowChange,
+    TimelineChange,
+    ViewChange,
+    VisibleChange,
+)
 from feed_service.server.change_feed import Consumed
 
 #: Marker queued to every subscription on a gap in the changes.
@@ -186,6 +194,14 @@ class WatchHub:
                     self._put(subs, change)
                 if starting.count:
                     starting.changes.append(change)
+            elif isinstance(change, ExtrasChange):
+                subs = by_user.get(change.timeline_id)
+                if subs:
+                    self._put(subs, change)
+            elif isinstance(change, VisibleChange):
+                subs = by_user.get(change.reader_id)
+                if subs:
+                    self._put(subs, change)
             elif isinstance(change, PullFollowChange):
                 for f in change.follower_ids:
                     subs = by_user.get(f)

@@ -1,10 +1,10 @@
 """Stage ``join``: the hybrid layout of the view, the rows the stream's engine would hold.
 
 - inboxes: ``retained tweets ⋈ visible follows`` on ``author_id = followee_id``, for push authors
-  only (each push author key fans its newest ``inbox_cap`` live tweets out to its visible
-  followers), then each inbox's newest ``inbox_cap`` rows: the stream trims stored inboxes
-  (docs/trimming.md), so a rebuilt keyspace starts within that bound;
-- author timelines: every author's retained tweets;
+  only (each push author key fans its retained live tweets out to its visible followers, a reply
+  to another user X only to X), then each inbox's newest ``inbox_cap`` rows: the stream trims
+  stored inboxes (docs/trimming.md), so a rebuilt keyspace starts within that bound;
+- author timelines: every author's retained tweets (the newest ``inbox_cap`` of each class);
 - pull follows: the visible follow edges of pull authors (at least ``pull_threshold`` active
   followers), which readers merge in (docs/fan-out.md).
 
@@ -22,19 +22,44 @@ from typing import TYPE_CHECKING
 from spark_jobs.backfill.winners import Winners
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: Columns of a timeline row (the join's output and the writer's input, minus op and ts).
-TIMELINE_COLUMNS = ("timeline_id", "tweet_id", "author_id", "created_at", "version", "text", "profile_version")
+TIMELINE_COLUMNS = ("timeline_id", "tweet_id", "author_id", "created_at", "version", "text", "profile_version",
+                    "in_reply_to_tweet_id", "in_reply_to_author_id")
+
+
+def reply_class() -> "Column":
+    """A tweet's retention class: '' for a plain tweet (no reply, or a reply to its own author), else
+    the user it replies to (as :func:`feed_service.core.join.tweets._evicted_by_class` classes it;
+    '' is no user id: ids are never empty)."""
+    from pyspark.sql import functions as F
+
+    parent = F.col("in_reply_to_author_id")
+    return F.when(parent.isNull() | (parent == F.col("author_id")), F.lit("")).otherwise(parent)
 
 
 def retained_tweets(live_tweets: "DataFrame", inbox_cap: int) -> "DataFrame":
-    """Each author's newest ``inbox_cap`` live tweets by (created_at, tweet_id): what the engine retains."""
+    """Each author's newest ``inbox_cap`` live tweets of each class by (created_at, tweet_id), what the
+    engine retains: its plain tweets, and its replies to each other user (docs/reposts-and-replies.md,
+    retention). An author without replies keeps its newest ``inbox_cap``, as before replies existed."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    newest = Window.partitionBy("author_id").orderBy(F.col("created_at").desc(), F.col("tweet_id").desc())
-    return live_tweets.withColumn("rank", F.row_number().over(newest)).where(F.col("rank") <= inbox_cap).drop("rank")
+    newest = (Window.partitionBy("author_id", "reply_class")
+              .orderBy(F.col("created_at").desc(), F.col("tweet_id").desc()))
+    return (live_tweets.withColumn("reply_class", reply_class()).withColumn("rank", F.row_number().over(newest))
+            .where(F.col("rank") <= inbox_cap).drop("rank", "reply_class"))
+
+
+def direct_rows(tweets: "DataFrame", visible: "DataFrame") -> "DataFrame":
+    """``tweets ⋈ visible`` (``timeline_id, author_id``) on the author, keeping what the author key
+    writes to an inbox: a plain tweet to every visible follower, a reply to another user X only to
+    X's own inbox (every other follower's is the reader step's decision, ``home_extras``)."""
+    from pyspark.sql import functions as F
+
+    cls = reply_class()
+    return tweets.join(visible, "author_id").where((cls == "") | (cls == F.col("timeline_id")))
 
 
 def pull_authors(winners: Winners, pull_threshold: int) -> "DataFrame":
@@ -56,14 +81,19 @@ def join_timelines_batch(winners: Winners, inbox_cap: int, pull_threshold: int) 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    visible = winners.visible_edges().select(F.col("follower_id").alias("timeline_id"),
-                                             F.col("followee_id").alias("author_id"))
     pushed = retained_tweets(winners.live_tweets, inbox_cap).join(pull_authors(winners, pull_threshold), "author_id",
                                                                   "left_anti")
     newest = Window.partitionBy("timeline_id").orderBy(F.col("created_at").desc(), F.col("tweet_id").desc(),
                                                        F.col("author_id").desc())
-    return (pushed.join(visible, "author_id").withColumn("rank", F.row_number().over(newest))
+    return (direct_rows(pushed, _visible(winners)).withColumn("rank", F.row_number().over(newest))
             .where(F.col("rank") <= inbox_cap).select(*TIMELINE_COLUMNS))
+
+
+def _visible(winners: Winners) -> "DataFrame":
+    from pyspark.sql import functions as F
+
+    return winners.visible_edges().select(F.col("follower_id").alias("timeline_id"),
+                                          F.col("followee_id").alias("author_id"))
 
 
 def author_timeline_rows(winners: Winners, inbox_cap: int) -> "DataFrame":
@@ -80,8 +110,8 @@ def pull_follow_rows(winners: Winners, pull_threshold: int) -> "DataFrame":
 
 
 def count_timelines(winners: Winners, inbox_cap: int) -> int:
-    """Non-empty timelines: visible followers of at least one author with a retained tweet."""
-    from pyspark.sql import functions as F
-
-    authors = retained_tweets(winners.live_tweets, inbox_cap).select(F.col("author_id").alias("followee_id")).distinct()
-    return winners.visible_edges().join(authors, "followee_id").select("follower_id").distinct().count()
+    """Timelines the author keys reach: visible followers of an author (push or pull) with a retained
+    tweet they see directly (plain, or a reply to them); what only the reader step brings
+    (``home_extras``) is counted in its own rows."""
+    return direct_rows(retained_tweets(winners.live_tweets, inbox_cap), _visible(winners)).select(
+        "timeline_id").distinct().count()

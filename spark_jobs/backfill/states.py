@@ -103,23 +103,36 @@ def write_states(spark: "SparkSession", winners: Winners, path: Path, *, inbox_c
     return spark.read.parquet(str(path)).count()
 
 
+def state_inbox_rows(blob: bytes) -> list[tuple]:
+    """The inbox rows an encoded author state holds (:data:`TIMELINE_COLUMNS`): for a push author,
+    each retained tweet to each visible follower, a reply to another user X only to X (the others'
+    are conditional replies, the reader step's); none for a pull author (merged at read)."""
+    from feed_service.core.per_reader.author_side import reply_class
+    from feed_service.core.state import decode_state, visible_followers
+
+    s = decode_state(blob)
+    if s.pull:
+        return []
+    readers = visible_followers(s)
+    rows = []
+    for tid, c in s.tweets.items():
+        parent = (c[4], c[5]) if len(c) > 4 else (None, None)
+        row = (tid, s.key, c[1], c[0], c[2], c[3], *parent)
+        third = reply_class(s.key, c)
+        rows.extend((f, *row) for f in readers if third is None or third == f)
+    return rows
+
+
 def state_timeline_rows(states: "DataFrame") -> "DataFrame":
-    """The inbox rows the engine states hold (retained tweets x visible followers of push authors), for checks."""
+    """The inbox rows the engine states hold (:func:`state_inbox_rows`), for checks."""
 
     def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
         import pandas as pd
 
-        from feed_service.core.state import decode_state, visible_followers
-
         for pdf in frames:
-            rows = []
-            for blob in pdf["state"]:
-                s = decode_state(bytes(blob))
-                if not s.pull:
-                    readers = visible_followers(s)
-                    rows.extend((f, tid, s.key, c[1], c[0], c[2], c[3]) for tid, c in s.tweets.items() for f in readers)
+            rows = [row for blob in pdf["state"] for row in state_inbox_rows(bytes(blob))]
             yield pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
 
     schema = ("timeline_id string, tweet_id string, author_id string, created_at bigint, version bigint, "
-              "text string, profile_version bigint")
+              "text string, profile_version bigint, in_reply_to_tweet_id string, in_reply_to_author_id string")
     return states.mapInPandas(fn, schema)

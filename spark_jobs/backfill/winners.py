@@ -20,21 +20,37 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
+#: A tweet's winning upsert as the winners hold it: its content, a reply's parent included (part of
+#: the versioned content, so of the tie-break digest too).
+TWEET_COLUMNS = ("author_id", "tweet_id", "version", "created_at", "text", "profile_version", "in_reply_to_tweet_id",
+                 "in_reply_to_author_id")
 
-def payload_digest_hex(created_at: "pd.Series", text: "pd.Series", profile_version: "pd.Series") -> "pd.Series":
-    """:func:`~feed_service.core.events.tweet_payload_digest` as 16 hex digits (string order = unsigned order).
+
+def payload_digest_hex(created_at: "pd.Series", text: "pd.Series", profile_version: "pd.Series",
+                       reply_tweet: "pd.Series | None" = None, reply_author: "pd.Series | None" = None) -> "pd.Series":
+    """:func:`~feed_service.core.events.tweet_payload_digest` as 16 hex digits (string order = unsigned order);
+    a reply's parent (``reply_tweet``, ``reply_author``, null for a non-reply) is part of it.
 
     >>> import pandas as pd
     >>> from feed_service.core.events import tweet_payload_digest
     >>> payload_digest_hex(pd.Series([5]), pd.Series(["hi"]), pd.Series([2]))[0] == f"{tweet_payload_digest(5, 'hi', 2):016x}"
+    True
+    >>> got = payload_digest_hex(pd.Series([5]), pd.Series(["hi"]), pd.Series([2]), pd.Series(["t0"]), pd.Series(["bob"]))
+    >>> got[0] == f"{tweet_payload_digest(5, 'hi', 2, ('t0', 'bob')):016x}"
     True
     """
     import pandas as pd
 
     from feed_service.core.events import tweet_payload_digest
 
-    return pd.Series([f"{tweet_payload_digest(int(c), t, int(p)):016x}"
-                      for c, t, p in zip(created_at, text, profile_version)], dtype=object)
+    n = len(created_at)
+    tweets = reply_tweet.tolist() if reply_tweet is not None else [None] * n
+    authors = reply_author.tolist() if reply_author is not None else [None] * n
+    out = []
+    for c, t, p, rt, ra in zip(created_at, text, profile_version, tweets, authors):
+        parent = None if rt is None or pd.isna(rt) else (rt, ra)
+        out.append(f"{tweet_payload_digest(int(c), t, int(p), parent):016x}")
+    return pd.Series(out, dtype=object)
 
 
 @dataclass
@@ -42,7 +58,8 @@ class Winners:
     """The final source tables, one row per entity (DataFrames; persisted by the job)."""
 
     live_tweets: "DataFrame"
-    """author_id, tweet_id, version, created_at, text, profile_version: winning upsert, not deleted."""
+    """author_id, tweet_id, version, created_at, text, profile_version, in_reply_to_tweet_id,
+    in_reply_to_author_id (null for a non-reply): winning upsert, not deleted."""
     deleted_tweets: "DataFrame"
     """author_id, tweet_id, version (highest delete version): deleted for good."""
     edges: "DataFrame"
@@ -134,20 +151,20 @@ def winning_changes(events: "DataFrame") -> Winners:
     from pyspark.sql import functions as F
 
     tweet = F.col("type") == "tweet"
-    ups = events.where(tweet & (F.col("op") == "upsert")).select(
-        "author_id", "tweet_id", "version", "created_at", "text", "profile_version")
+    ups = events.where(tweet & (F.col("op") == "upsert")).select(*TWEET_COLUMNS)
     dels = (events.where(tweet & (F.col("op") == "delete"))
             .groupBy("author_id", "tweet_id").agg(F.max("version").alias("version")))
 
     # Highest version; among different payloads at that version, the greatest digest (content_beats).
     by_tweet = Window.partitionBy("author_id", "tweet_id")
     top = (ups.withColumn("top", F.max("version").over(by_tweet)).where(F.col("version") == F.col("top"))
-           .drop("top").dropDuplicates(["author_id", "tweet_id", "created_at", "text", "profile_version"])
+           .drop("top").dropDuplicates([c for c in TWEET_COLUMNS if c != "version"])
            .withColumn("payloads", F.count(F.lit(1)).over(by_tweet)))
     # A scalar pandas UDF (no type hints: they are strings here), evaluated only for ties, which are rare.
-    digest = F.pandas_udf(lambda c, t, p: payload_digest_hex(c, t, p), "string")
+    digest = F.pandas_udf(lambda c, t, p, rt, ra: payload_digest_hex(c, t, p, rt, ra), "string")
     tied = (top.where(F.col("payloads") > 1)
-            .withColumn("digest", digest("created_at", "text", "profile_version"))
+            .withColumn("digest", digest("created_at", "text", "profile_version", "in_reply_to_tweet_id",
+                                         "in_reply_to_author_id"))
             .withColumn("rank", F.row_number().over(by_tweet.orderBy(F.col("digest").desc())))
             .where(F.col("rank") == 1).drop("digest", "rank"))
     winners = top.where(F.col("payloads") == 1).unionByName(tied).drop("payloads")

@@ -47,10 +47,18 @@ def _texts(series: "pd.Series") -> list[str | None]:
     return [None if pd.isna(v) else v for v in series.tolist()]
 
 
+def _optional(pdf: "pd.DataFrame", column: str, convert: Callable) -> list:
+    return convert(pdf[column]) if column in pdf.columns else [None] * len(pdf)
+
+
 def _entries(pdf: "pd.DataFrame") -> list[Entry]:
-    """The frame's tweet columns as timeline entries (nulls, e.g. of a deleted tweet, as None)."""
+    """The frame's tweet columns as timeline entries (nulls, e.g. of a deleted tweet or of a
+    non-reply's parent, as None; the reply and repost columns only where the frame has them)."""
     return list(map(Entry, pdf["tweet_id"].tolist(), pdf["author_id"].tolist(), _ints(pdf["created_at"]),
-                    _ints(pdf["version"]), _texts(pdf["text"]), _ints(pdf["profile_version"])))
+                    _ints(pdf["version"]), _texts(pdf["text"]), _ints(pdf["profile_version"]),
+                    _optional(pdf, "in_reply_to_tweet_id", _texts), _optional(pdf, "in_reply_to_author_id", _texts),
+                    _optional(pdf, "reposted_by", _texts), _optional(pdf, "reposted_at", _ints),
+                    _optional(pdf, "reposter_profile_version", _ints)))
 
 
 def timeline_writes(pdf: "pd.DataFrame", ts: int) -> list[TimelineWrite]:
@@ -142,11 +150,12 @@ def tweet_rows(winners: Winners) -> "DataFrame":
     from pyspark.sql import functions as F
 
     live = winners.live_tweets.select("tweet_id", "author_id", "created_at", "version", "text", "profile_version",
-                                      F.lit(False).alias("deleted"))
+                                      "in_reply_to_tweet_id", "in_reply_to_author_id", F.lit(False).alias("deleted"))
     gone = winners.deleted_tweets.select(
         "tweet_id", "author_id", F.lit(None).cast("bigint").alias("created_at"),
         F.lit(None).cast("bigint").alias("version"), F.lit(None).cast("string").alias("text"),
-        F.lit(None).cast("bigint").alias("profile_version"), F.lit(True).alias("deleted"))
+        F.lit(None).cast("bigint").alias("profile_version"), F.lit(None).cast("string").alias("in_reply_to_tweet_id"),
+        F.lit(None).cast("string").alias("in_reply_to_author_id"), F.lit(True).alias("deleted"))
     return live.unionByName(gone)
 
 

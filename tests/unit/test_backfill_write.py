@@ -39,6 +39,9 @@ def test_frames_become_write_rows() -> None:
     assert profile_writes(PROFILES, TS) == [ProfileWrite(ProfileRow("bob", 1, "Bob", "https://a", None), TS),
                                             ProfileWrite(ProfileRow("bob", 2, "Bobby", None, "hello"), TS)]
     assert block_writes(BLOCKS, TS) == [BlockWrite("insert", "bob", "ann", TS), BlockWrite("insert", "cat", "bob", TS)]
+    replies = TIMELINE.assign(in_reply_to_tweet_id=[None, "t1"], in_reply_to_author_id=[None, "ann"])
+    assert [w.entry for w in timeline_writes(replies, TS)] == [Entry("t1", "bob", 10, 1, "hi", 3),
+                                                                Entry("t2", "bob", 20, 2, "yo", 3, "t1", "ann")]
 
 
 class FakeSession:

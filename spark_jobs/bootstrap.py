@@ -1,10 +1,11 @@
 """The contract between the backfill and the stream it bootstraps: the output folder's layout.
 
 A completed backfill leaves in its folder ``state/`` (one ``key, state`` parquet row per author key,
-:func:`~feed_service.core.state.encode_state` blobs) and ``manifest.json``, written last and
-atomically, so its presence means the backfill completed. ``feedctl stream --bootstrap-from DIR``
-reads the manifest through :func:`load_bootstrap`. Both jobs import this module and nothing of each
-other (docs/backfill.md, "Bootstrapping the stream").
+:func:`~feed_service.core.state.encode_state` blobs, each with its per-reader side), ``per_reader/``
+(one ``step, key, state`` parquet row per key of the reposter and reader steps, their codec's blobs)
+and ``manifest.json``, written last and atomically, so its presence means the backfill completed.
+``feedctl stream --bootstrap-from DIR`` reads the manifest through :func:`load_bootstrap`. Both jobs
+import this module and nothing of each other (docs/backfill.md, "Bootstrapping the stream").
 """
 
 from __future__ import annotations
@@ -21,8 +22,17 @@ from feed_service.settings import Settings
 
 MANIFEST_NAME = "manifest.json"
 STATE_DIR = "state"
-MANIFEST_FORMAT = 1
-"""Bump when the manifest or the state layout changes; the stream refuses other formats."""
+PER_READER_DIR = "per_reader"
+MANIFEST_FORMAT = 2
+"""Bump when the manifest or the state layout changes; the stream refuses other formats. 2: the
+author states carry their per-reader side, and ``per_reader/`` holds the per-reader steps' states."""
+PER_READER_SCHEMA = "step string, key string, state binary"
+"""The rows of ``per_reader/``: the step (``reposter`` or ``reader``), the key, the state's blob
+(:mod:`feed_service.core.per_reader.codec`)."""
+BOOTSTRAP_BATCH_ID = -1
+"""The batch id the stream saves the per-reader states of a bootstrap under: below every batch id
+of a checkpoint (they start at 0), so its batch 0, and a replay of it, start from them (the batch
+rule of feed_service/store/per_reader_state.py)."""
 
 Manifest = dict[str, Any]
 
@@ -56,6 +66,7 @@ def build_manifest(
         "start_offsets": start_offsets,
         "end_offsets": end_offsets,
         "state": STATE_DIR,
+        "per_reader_state": PER_READER_DIR,
         "summary": summary,
     }
 
@@ -87,6 +98,8 @@ class Bootstrap:
     clock_start: int
     inbox_cap: int
     state_path: Path
+    per_reader_path: Path
+    """The reposter and reader steps' states (``step, key, state``)."""
 
 
 def load_bootstrap(folder: Path, settings: Settings) -> Bootstrap:
@@ -103,8 +116,9 @@ def load_bootstrap(folder: Path, settings: Settings) -> Bootstrap:
     topics = source_topics(settings)
     if manifest["topics"] != topics:
         raise BootstrapError(f"{folder}: backfill of topics {manifest['topics']}, but the stream reads {topics}")
-    state_path = folder / manifest["state"]
-    if not state_path.is_dir():
-        raise BootstrapError(f"{folder}: state folder {state_path} missing")
+    state_path, per_reader_path = folder / manifest["state"], folder / manifest["per_reader_state"]
+    for path in (state_path, per_reader_path):
+        if not path.is_dir():
+            raise BootstrapError(f"{folder}: state folder {path} missing")
     return Bootstrap(folder, json.dumps(manifest["end_offsets"]), int(manifest["stream_clock_start"]),
-                     int(manifest["inbox_cap"]), state_path)
+                     int(manifest["inbox_cap"]), state_path, per_reader_path)

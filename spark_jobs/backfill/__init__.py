@@ -3,18 +3,22 @@
 A Spark batch job in stages, one module each, reported on stderr by :mod:`.progress`:
 
 1. :mod:`.snapshot`: the end offset of every partition of the changelog topics (tweets, follows,
-   profiles, blocks and mutes), taken once at start; everything below reads exactly
+   profiles, blocks and mutes, reposts), taken once at start; everything below reads exactly
    ``[earliest, snapshot)``.
 2. :mod:`.read`: Spark's Kafka source in batch mode, the envelope validated by the stream's rules;
    tombstones skipped and counted, invalid records counted by reason (``--dead-letters`` sends them on).
 3. :mod:`.winners`: each entity's winning change, by the engine's rules.
-4. :mod:`.join`: each author's newest ``inbox_cap`` live tweets ⋈ the active follow edges that no
-   block or mute hides: exactly the rows the stream writes.
-5. :mod:`.states`: the engine's own per-key state after those changes, as parquet: the stream's
-   initial state.
-6. :mod:`.write`: timeline rows, tweets, profile versions, author timelines, pull follows and blocks
-   to Cassandra, in place, from the executors, every write ``USING TIMESTAMP backfill_ts``.
-7. manifest: ``manifest.json`` written last, atomically (:mod:`spark_jobs.bootstrap`, the contract
+4. :mod:`.states`: each author key's whole step after those changes (its per-reader side included),
+   as parquet: the stream's initial state; and the messages the key owes the per-reader steps.
+5. :mod:`.per_reader`: the reposter and reader steps over those messages, as one batch; their
+   states as parquet, which the bootstrapped stream starts from.
+6. :mod:`.join`: each author's retained live tweets (newest ``inbox_cap`` per class) ⋈ the active
+   follow edges that no block or mute hides, a reply to another user X only to X: exactly the rows
+   the stream writes.
+7. :mod:`.write`: timeline rows, tweets, profile versions, author timelines, pull follows, blocks and
+   the per-reader tables (``home_extras``, ``user_reposts``, ``reader_visible``) to Cassandra, in
+   place, from the executors, every write ``USING TIMESTAMP backfill_ts``.
+8. manifest: ``manifest.json`` written last, atomically (:mod:`spark_jobs.bootstrap`, the contract
    with ``feedctl stream --bootstrap-from DIR``).
 
 :mod:`.job` runs them (:func:`run_backfill`) and holds the command line. Run with ``feedctl backfill

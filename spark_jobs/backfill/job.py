@@ -18,14 +18,15 @@ from feed_service.errors import ConfigError, FeedError
 from feed_service.settings import Settings
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.backfill.join import count_timelines, join_timelines_batch
+from spark_jobs.backfill.per_reader import per_reader_steps, write_per_reader_states
 from spark_jobs.backfill.progress import Progress, format_summary
 from spark_jobs.backfill.read import classify, count_records, read_snapshot, send_dead_letters, valid_events
 from spark_jobs.backfill.snapshot import snapshot_offsets
-from spark_jobs.backfill.states import write_states
+from spark_jobs.backfill.states import engine_states, messages_of, winner_events, write_states
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.backfill.write import tables_to_write, write_table
 from spark_jobs.bootstrap import (
-    MANIFEST_NAME, STATE_DIR, Manifest, build_manifest, holds_completed_backfill, write_manifest,
+    MANIFEST_NAME, PER_READER_DIR, STATE_DIR, Manifest, build_manifest, holds_completed_backfill, write_manifest,
 )
 from spark_jobs.envelope import parse_changes
 
@@ -116,9 +117,18 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
 
             with progress.stage("states"):
                 state_path = out_dir / STATE_DIR
-                summary["keys"] = write_states(spark, winners, state_path, inbox_cap=inbox_cap,
-                                               pull_threshold=pull_threshold, backfill_ts=backfill_ts)
+                engine = keep(engine_states(winner_events(winners), inbox_cap=inbox_cap,
+                                            pull_threshold=pull_threshold, backfill_ts=backfill_ts))
+                summary["keys"] = write_states(spark, engine, state_path)
                 progress.say(f"  {summary['keys']} author keys -> {state_path}")
+
+            with progress.stage("per_reader"):
+                per_reader_path = out_dir / PER_READER_DIR
+                messages = messages_of(engine)
+                per_reader = per_reader_steps(messages, backfill_ts, keep)
+                summary["per_reader"] = write_per_reader_states(spark, messages, per_reader, per_reader_path)
+                progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["per_reader"].items())
+                             + f" -> {per_reader_path}")
 
             with progress.stage("join"):
                 timelines = join_timelines_batch(winners, inbox_cap, pull_threshold)
@@ -128,7 +138,7 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
             with progress.stage("write" if options.write else "count (--no-write)"):
                 reports = []
                 for table, df in tables_to_write(spark, timelines, winners, inbox_cap=inbox_cap,
-                                                 pull_threshold=pull_threshold):
+                                                 pull_threshold=pull_threshold, per_reader=per_reader):
                     reports.append(write_table(settings, table, df, backfill_ts, write=options.write))
                     progress.say(f"  {reports[-1].describe(written=options.write)}")
                 summary["rows"] = {r.table: r.rows for r in reports}
@@ -159,7 +169,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="entries kept per timeline and tweets per author (default: FEED_INBOX_CAP, else 800);"
                              " the bootstrapped stream must use the same")
     parser.add_argument("--no-write", action="store_true",
-                        help="compute and count everything, write the states and manifest, but not Cassandra")
+                        help="compute and count everything, write the states (author keys' and per-reader"
+                             " steps') and manifest, but not Cassandra")
     parser.add_argument("--dead-letters", action="store_true",
                         help="also send invalid records to the dead-letter topic (tombstones are never sent)")
 

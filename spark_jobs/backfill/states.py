@@ -1,19 +1,31 @@
 """Stage ``states``: the engine's own per-key state after the winners, the stream's initial state.
 
-``step(None, winners of the key)`` in ``groupBy("key").applyInPandas``, encoded with
-:func:`~feed_service.core.state.encode_state` and stored as parquet in the backfill folder's
-:data:`~spark_jobs.bootstrap.STATE_DIR` (the layout :mod:`spark_jobs.bootstrap` describes).
+``step_with_side(None, winners of the key)`` (the author key's whole step, as the stream runs it) in
+``groupBy("key").applyInPandas``, encoded with :func:`~feed_service.core.state.encode_state` and
+stored as parquet in the backfill folder's :data:`~spark_jobs.bootstrap.STATE_DIR` (the layout
+:mod:`spark_jobs.bootstrap` describes). The same pass returns each key's messages to the per-reader
+steps (:mod:`spark_jobs.backfill.per_reader`).
 """
 
 from __future__ import annotations
 
 import operator
+import pickle
 from dataclasses import replace
 from functools import reduce
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from feed_service.core.event_kinds import EDGE_KINDS
+from feed_service.core.per_reader.messages import (
+    READER_STAGE,
+    REPOSTER_STAGE,
+    AudienceDelta,
+    ConditionalReply,
+    Relation,
+    RepostedTweet,
+    RepostEdge,
+)
 from spark_jobs.backfill.join import TIMELINE_COLUMNS
 from spark_jobs.backfill.winners import Winners
 from spark_jobs.envelope import EVENT_COLUMNS
@@ -22,7 +34,21 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-STATE_OUTPUT_SCHEMA = "key string, state binary"
+    from feed_service.core.per_reader.author_side import SideResult
+
+ENGINE_OUTPUT_SCHEMA = "key string, state binary, step string, dest string, message binary"
+"""Rows of :func:`engine_states`: a key's state (``step``, ``dest``, ``message`` null), or one of its
+messages (``state`` null)."""
+
+#: A message's class -> (the per-reader step it goes to, its destination key's field), as the stream
+#: routes them (spark_jobs/output_rows.py).
+MESSAGE_ROUTES: dict[type, tuple[str, str]] = {
+    AudienceDelta: (REPOSTER_STAGE, "user"),
+    RepostEdge: (REPOSTER_STAGE, "reposter"),
+    RepostedTweet: (REPOSTER_STAGE, "reposter"),
+    Relation: (READER_STAGE, "reader"),
+    ConditionalReply: (READER_STAGE, "reader"),
+}
 
 
 def winner_events(winners: Winners) -> "DataFrame":
@@ -63,43 +89,91 @@ def winner_events(winners: Winners) -> "DataFrame":
             .unionByName(reposts))
 
 
-def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> tuple[str, bytes]:
-    """One key's engine state after its events, encoded; its clock is ``backfill_ts``.
+class KeyStep(NamedTuple):
+    """One author key's step over its winners: the state to bootstrap the stream with and the
+    messages it owes the per-reader steps."""
+
+    key: str
+    state: bytes
+    """:func:`~feed_service.core.state.encode_state` of the state, its per-reader side included."""
+    messages: tuple[tuple[str, str, bytes], ...]
+    """(step, destination key, pickled message) of every message of its side (:func:`side_messages`)."""
+
+
+def side_messages(side: "SideResult") -> tuple[tuple[str, str, bytes], ...]:
+    """The messages of an author key's side as (step, destination key, pickled message): what the
+    stream's operator emits as ``per_reader`` rows (spark_jobs/output_rows.py), here as columns."""
+    out = []
+    for part in (side.relations, side.audience, side.replies, side.edges, side.tweets):
+        for m in part:
+            step, field = MESSAGE_ROUTES[type(m)]
+            out.append((step, getattr(m, field), pickle.dumps(m, protocol=5)))
+    return tuple(out)
+
+
+def key_state(events_pdf: "pd.DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> KeyStep:
+    """One key's whole author step after its events (:func:`~feed_service.core.per_reader.author_step.step_with_side`,
+    as the stream runs it): its encoded state and its messages; its clock is ``backfill_ts``.
 
     ``step`` from an empty state whose clock starts at ``backfill_ts - 1`` stamps the key's outputs
     with ``backfill_ts``, the timestamp the backfill wrote them with; a key without output gets the
-    same clock, so every bootstrapped key's next stream write is above every backfill write.
+    same clock, so every bootstrapped key's next stream write is above every backfill write. The
+    side's own clock (it versions the messages) starts at 0 like a new key's in the stream.
     """
-    from feed_service.core.join import step
+    from feed_service.core.per_reader.author_step import step_with_side
     from feed_service.core.state import encode_state
     from spark_jobs.timeline_join import events_from_rows
 
-    events = events_from_rows(events_pdf.itertuples(index=False))
+    # Nulls as None: the session's nullable integer columns hold pd.NA (an unrepost's time), which
+    # events_from_rows' NaN test cannot take.
+    plain = events_pdf.astype(object).where(events_pdf.notna(), None)
+    events = events_from_rows(plain.itertuples(index=False))
     # The key named, not inferred: a key whose only changes are blocks with one user has two candidates.
-    result = step(None, events, inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=backfill_ts - 1,
-                  key=str(events_pdf["key"].iloc[0]))
+    result, side = step_with_side(None, events, inbox_cap=inbox_cap, pull_threshold=pull_threshold,
+                                  clock_start=backfill_ts - 1, key=str(events_pdf["key"].iloc[0]))
     state = result.state if result.state.clock == backfill_ts else replace(result.state, clock=backfill_ts)
-    return state.key, encode_state(state)
+    return KeyStep(state.key, encode_state(state), side_messages(side))
 
 
 def engine_states(events: "DataFrame", *, inbox_cap: int, pull_threshold: int, backfill_ts: int) -> "DataFrame":
-    """``key, state``: :func:`key_state` of every key, by ``groupBy("key").applyInPandas``."""
+    """:func:`key_state` of every key, by ``groupBy("key").applyInPandas``: one row ``key, state`` per
+    key and one row ``key, step, dest, message`` per message (:data:`ENGINE_OUTPUT_SCHEMA`; the
+    other columns null). One pass, since the messages come from the step itself."""
 
     def fn(pdf: "pd.DataFrame") -> "pd.DataFrame":
         import pandas as pd
 
-        key, blob = key_state(pdf, inbox_cap=inbox_cap, pull_threshold=pull_threshold, backfill_ts=backfill_ts)
-        return pd.DataFrame({"key": [key], "state": [blob]})
+        done = key_state(pdf, inbox_cap=inbox_cap, pull_threshold=pull_threshold, backfill_ts=backfill_ts)
+        n = len(done.messages)
+        return pd.DataFrame({
+            "key": [done.key] * (n + 1),
+            "state": [done.state] + [None] * n,
+            "step": [None] + [m[0] for m in done.messages],
+            "dest": [None] + [m[1] for m in done.messages],
+            "message": [None] + [m[2] for m in done.messages],
+        })
 
-    return events.groupBy("key").applyInPandas(fn, STATE_OUTPUT_SCHEMA)
+    return events.groupBy("key").applyInPandas(fn, ENGINE_OUTPUT_SCHEMA)
 
 
-def write_states(spark: "SparkSession", winners: Winners, path: Path, *, inbox_cap: int, pull_threshold: int,
-                 backfill_ts: int) -> int:
-    """Compute every key's state, store it as parquet at ``path``; returns the number of keys."""
-    states = engine_states(winner_events(winners), inbox_cap=inbox_cap, pull_threshold=pull_threshold,
-                           backfill_ts=backfill_ts)
-    states.write.mode("overwrite").parquet(str(path))
+def states_of(engine: "DataFrame") -> "DataFrame":
+    """``key, state`` of every author key, from :func:`engine_states`' rows."""
+    from pyspark.sql import functions as F
+
+    return engine.where(F.col("state").isNotNull()).select("key", "state")
+
+
+def messages_of(engine: "DataFrame") -> "DataFrame":
+    """``step, dest, message`` of every message to the per-reader steps, from :func:`engine_states`' rows."""
+    from pyspark.sql import functions as F
+
+    return engine.where(F.col("message").isNotNull()).select("step", "dest", "message")
+
+
+def write_states(spark: "SparkSession", engine: "DataFrame", path: Path) -> int:
+    """Store every author key's state (from :func:`engine_states`' rows) as parquet at ``path``;
+    returns the number of keys."""
+    states_of(engine).write.mode("overwrite").parquet(str(path))
     return spark.read.parquet(str(path)).count()
 
 

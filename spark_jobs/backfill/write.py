@@ -1,5 +1,6 @@
 """Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines, pull
-follows and blocks in force to Cassandra.
+follows, blocks in force, and the per-reader steps' rows (``home_extras``, ``user_reposts``,
+``reader_visible``) to Cassandra.
 
 Rows are written in place from the executors (``mapInPandas``) through
 :class:`~feed_service.store.cassandra_writer.CassandraWriter`, as the write rows of
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
 
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -31,7 +33,10 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks"]
+    from spark_jobs.backfill.per_reader import PerReaderFrames
+
+Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks",
+                           "home_extras", "user_reposts", "reader_visible"]
 WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
 
 
@@ -97,6 +102,23 @@ def block_writes(pdf: "pd.DataFrame", ts: int) -> list[BlockWrite]:
             for blocker, blocked in zip(pdf["blocker_id"].tolist(), pdf["blocked_id"].tolist())]
 
 
+def extras_writes(pdf: "pd.DataFrame", ts: int) -> list[ExtrasDelta]:
+    """Rows of ``home_extras`` from the reader step's rows (``timeline_id`` and an entry's columns)."""
+    return [ExtrasDelta("insert", reader, entry, ts) for reader, entry in zip(pdf["timeline_id"].tolist(), _entries(pdf))]
+
+
+def user_repost_writes(pdf: "pd.DataFrame", ts: int) -> list[AuthorTimelineWrite]:
+    """Rows of ``user_reposts`` from the reposter step's rows (an entry's columns; the partition is
+    its ``reposted_by``)."""
+    return [AuthorTimelineWrite("insert", entry, ts) for entry in _entries(pdf)]
+
+
+def visible_writes(pdf: "pd.DataFrame", ts: int) -> list[VisibleDelta]:
+    """Rows of ``reader_visible`` from the reader step's ``reader_id, user_id``."""
+    return [VisibleDelta("insert", reader, user, ts)
+            for reader, user in zip(pdf["reader_id"].tolist(), pdf["user_id"].tolist())]
+
+
 def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
     if table == "timeline":
         writer.write(timeline=timeline_writes(pdf, ts))
@@ -110,6 +132,12 @@ def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
         writer.write(pull_follows=pull_follow_writes(pdf, ts))
     elif table == "blocks":
         writer.write(blocks=block_writes(pdf, ts))
+    elif table == "home_extras":
+        writer.write(extras=extras_writes(pdf, ts))
+    elif table == "user_reposts":
+        writer.write(user_reposts=user_repost_writes(pdf, ts))
+    elif table == "reader_visible":
+        writer.write(visible=visible_writes(pdf, ts))
     else:
         raise ValueError(f"unknown table {table!r}")
 
@@ -118,8 +146,10 @@ def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> C
     """``mapInPandas`` function writing one table's rows from an executor; yields one report row per task.
 
     ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`), ``profiles`` (winning
-    profiles), ``author_timeline``, ``pull_follows`` (:mod:`~spark_jobs.backfill.join`) or
-    ``blocks`` (blocks in force). With ``write`` False rows are only counted (``--no-write``).
+    profiles), ``author_timeline``, ``pull_follows`` (:mod:`~spark_jobs.backfill.join`),
+    ``blocks`` (blocks in force), or ``home_extras``, ``user_reposts``, ``reader_visible`` (the
+    per-reader steps' rows, :mod:`~spark_jobs.backfill.per_reader`). With ``write`` False rows are
+    only counted (``--no-write``).
     """
 
     def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
@@ -160,17 +190,25 @@ def tweet_rows(winners: Winners) -> "DataFrame":
 
 
 def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winners, *, inbox_cap: int,
-                    pull_threshold: int) -> list[tuple[Table, "DataFrame"]]:
-    """Each table with the frame of its rows, in write order."""
+                    pull_threshold: int, per_reader: "PerReaderFrames | None" = None) -> list[tuple[Table, "DataFrame"]]:
+    """Each table with the frame of its rows, in write order; the per-reader tables last, when
+    ``per_reader`` (the steps' outputs) is given."""
     from spark_jobs.backfill.join import author_timeline_rows, pull_follow_rows
 
     # Round robin: the join's partitions follow author keys, so a celebrity's fan-out would leave
     # one writer working alone (seen in bench/bench_backfill.py).
     writers = max(2, spark.sparkContext.defaultParallelism)
-    return [("timeline", timelines.repartition(writers)), ("tweets", tweet_rows(winners)),
-            ("profiles", winners.profiles), ("author_timeline", author_timeline_rows(winners, inbox_cap)),
-            ("pull_follows", pull_follow_rows(winners, pull_threshold).repartition(writers)),
-            ("blocks", winners.blocks_in_force())]
+    tables: list[tuple[Table, "DataFrame"]] = [
+        ("timeline", timelines.repartition(writers)), ("tweets", tweet_rows(winners)),
+        ("profiles", winners.profiles), ("author_timeline", author_timeline_rows(winners, inbox_cap)),
+        ("pull_follows", pull_follow_rows(winners, pull_threshold).repartition(writers)),
+        ("blocks", winners.blocks_in_force())]
+    if per_reader is not None:
+        # The steps' partitions follow their keys: a reader with many extras is one task's, as above.
+        tables += [("home_extras", per_reader.extras_rows().repartition(writers)),
+                   ("user_reposts", per_reader.user_repost_rows()),
+                   ("reader_visible", per_reader.visible_rows().repartition(writers))]
+    return tables
 
 
 @dataclass(frozen=True, slots=True)

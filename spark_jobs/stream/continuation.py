@@ -1,25 +1,33 @@
 """Continuing a new stream checkpoint from a completed backfill (``feedctl stream --bootstrap-from``):
-the backfill's snapshot offsets, engine states and clock (its manifest: spark_jobs/bootstrap.py)."""
+the backfill's snapshot offsets, engine states, per-reader states and clock (its manifest:
+spark_jobs/bootstrap.py)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from feed_service.errors import CheckpointError, ConfigError
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
-from spark_jobs.bootstrap import load_bootstrap
+from spark_jobs.bootstrap import BOOTSTRAP_BATCH_ID, PER_READER_SCHEMA, load_bootstrap
 from spark_jobs.stream.options import DEFAULT_OPERATOR, StreamOptions
 from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from feed_service.store.per_reader_state import StepStates
 
 log = logging.getLogger("feed.stream")
 
 
 def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
     """Options and :func:`~spark_jobs.stream.query.start_stream` arguments to continue from the backfill
-    of ``options.bootstrap_from`` (its engine states as ``state_path``, to read once a session exists).
+    of ``options.bootstrap_from`` (its engine states as ``state_path`` and its per-reader states as
+    ``per_reader_path``, to read once a session exists: :func:`seed_per_reader_states`).
 
     Refuses a checkpoint that already committed a batch (:class:`CheckpointError`: its state and
     offsets are the truth then), an unusable backfill (:class:`BootstrapError`) and an inbox cap
@@ -37,7 +45,47 @@ def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[
     options = replace(options, starting_offsets=boot.starting_offsets, operator=operator)
     log.info("bootstrapping from backfill %s: clock start %d, offsets %s", boot.folder, boot.clock_start,
              boot.starting_offsets)
-    return options, {"state_path": boot.state_path, "clock_start": boot.clock_start}
+    return options, {"state_path": boot.state_path, "per_reader_path": boot.per_reader_path,
+                     "clock_start": boot.clock_start}
+
+
+#: Per-reader states per save call on an executor (each a blob; the store writes them concurrently).
+SEED_CHUNK = 500
+
+
+def seed_per_reader_states(spark: "SparkSession", settings: Settings, path: Path, clock_start: int, *,
+                           states_for: Callable[[Settings], "StepStates"] | None = None) -> int:
+    """Save the backfill's reposter and reader states (``step, key, state`` parquet at ``path``) as
+    this checkpoint's (stage :func:`~spark_jobs.stream.per_reader.state_stage` of ``clock_start``)
+    at batch :data:`~spark_jobs.bootstrap.BOOTSTRAP_BATCH_ID`, from the executors; returns the
+    states saved.
+
+    Run before the query starts, at every start that bootstraps (only a checkpoint without a
+    committed batch may): batch 0, or a replay of it, then starts each key from the backfill's
+    state, whatever a failed earlier attempt saved (its rows say batch 0 and hold the seed as
+    ``previous``; a new seed overwrites them with the same state).
+    """
+    from spark_jobs.stream.per_reader import state_stage
+
+    if states_for is None:
+        from spark_jobs.cassandra_writers import states_for
+    stream_settings = settings.as_role(STREAM)
+
+    def save(rows: Iterable[Any]) -> Iterator[int]:
+        store = states_for(stream_settings)
+        saved = 0
+        chunks: dict[str, dict[str, tuple[bytes, None]]] = {}
+        for row in rows:
+            chunk = chunks.setdefault(row["step"], {})
+            chunk[row["key"]] = (bytes(row["state"]), None)
+            if len(chunk) >= SEED_CHUNK:
+                saved += store.save(state_stage(row["step"], clock_start), chunks.pop(row["step"]), BOOTSTRAP_BATCH_ID)
+        for step, chunk in chunks.items():
+            saved += store.save(state_stage(step, clock_start), chunk, BOOTSTRAP_BATCH_ID)
+        yield saved
+
+    states = spark.read.schema(PER_READER_SCHEMA).parquet(str(path))
+    return sum(states.rdd.mapPartitions(save).collect())
 
 
 def _has_commits(checkpoint: Path) -> bool:

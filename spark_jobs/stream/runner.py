@@ -20,10 +20,10 @@ from feed_service.settings import Settings
 from spark_jobs.checkpoint import CheckpointLock
 from spark_jobs.job_cli import refused
 from spark_jobs.state_stats import stream_stats
-from spark_jobs.stream.continuation import continue_from_backfill
+from spark_jobs.stream.continuation import continue_from_backfill, seed_per_reader_states
 from spark_jobs.stream.metrics_endpoint import serve_metrics
 from spark_jobs.stream.options import StreamOptions
-from spark_jobs.stream.pinned import operator_for, state_partitions_for
+from spark_jobs.stream.pinned import clock_start_for, operator_for, state_partitions_for
 from spark_jobs.stream.query import RunningStream, start_stream
 from spark_jobs.stream.restarts import Restarts
 from spark_jobs.stream.supervisor import STATUS_INTERVAL_SECONDS, supervise
@@ -93,6 +93,10 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
     try:
         if bootstrap_kwargs:
             bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
+            # The clock the query will run with (fixed now if new): it names the per-reader stages.
+            clock_start = clock_start_for(options.checkpoint, bootstrap_kwargs["clock_start"])
+            seeded = seed_per_reader_states(spark, settings, bootstrap_kwargs.pop("per_reader_path"), clock_start)
+            log.info("bootstrap: %d reposter and reader states seeded (clock start %d)", seeded, clock_start)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             deps.install_signal(sig, lambda *_: stop.set())

@@ -43,6 +43,7 @@ def test_the_returned_manifest_is_the_files_content(tmp_path: Path) -> None:
     assert (written["format"], written["inbox_cap"], written["stream_clock_start"]) == (MANIFEST_FORMAT, 3, 10)
     assert not list(tmp_path.glob(".*.tmp"))
     (tmp_path / "state").mkdir()
+    (tmp_path / "per_reader").mkdir()
     boot = load_bootstrap(tmp_path, settings)
     assert (json.loads(boot.starting_offsets), boot.inbox_cap, boot.clock_start) == (offsets, 3, 10)
 
@@ -89,7 +90,10 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> None:
         "read_snapshot": lambda *a: FakeFrame(), "parse_changes": lambda df: df, "classify": lambda df: df,
         "count_records": lambda df, snapshot=None: counts, "valid_events": lambda df: df,
         "winning_changes": lambda df: FakeWinners(),
-        "write_states": lambda *a, **k: 4,
+        "winner_events": lambda winners: FakeFrame(), "engine_states": lambda *a, **k: FakeFrame(),
+        "write_states": lambda *a, **k: 4, "messages_of": lambda engine: FakeFrame(),
+        "per_reader_steps": lambda *a: object(),
+        "write_per_reader_states": lambda *a: {"messages": 9, "candidates": 2, "reposter_keys": 1, "reader_keys": 3},
         "join_timelines_batch": lambda *a: FakeFrame(), "count_timelines": lambda *a: 2,
         "tables_to_write": lambda *a, **k: [("timeline", FakeFrame()), ("tweets", FakeFrame())],
         "write_table": lambda settings, table, df, ts, write: TableReport(table, 6, 0.5, ((0, 6),)),
@@ -117,9 +121,11 @@ def test_run_backfill_returns_and_reports_what_the_manifest_holds(tmp_path: Path
     assert _figures(printed) == _figures(format_summary(summary))
     assert (summary["records_read"], summary["invalid_by_reason"], summary["keys"], summary["timelines"]) == (
         5, {"bad_json": 1}, 4, 2)
+    assert summary["per_reader"] == {"messages": 9, "candidates": 2, "reposter_keys": 1, "reader_keys": 3}
     assert summary["rows"] == {"timeline": 6, "tweets": 6} and summary["written"] is True
     assert on_disk["inbox_cap"] == summary["inbox_cap"] == 7 and on_disk["backfill_ts"] == 123
-    assert set(summary["stage_seconds"]) == {"snapshot", "read", "winners", "states", "join", "write"}
+    assert set(summary["stage_seconds"]) == {"snapshot", "read", "winners", "states", "per_reader", "join",
+                                                "write"}
     assert "stage manifest: done" in out.getvalue()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -11,10 +12,11 @@ import pandas as pd
 import pytest
 
 from feed_service.core.events import (
-    BlockChange, FollowChange, MuteChange, ProfileVersion, TweetDelete, TweetUpsert, hide_rank, join_keys,
-    parse_event, tweet_payload_digest,
+    BlockChange, FollowChange, MuteChange, ProfileVersion, RepostChange, TweetDelete, TweetUpsert, hide_rank,
+    join_keys, parse_event, tweet_payload_digest,
 )
 from feed_service.core.join import step
+from feed_service.core.per_reader.author_step import step_with_side
 from feed_service.core.reference import reference_tables
 from feed_service.core.state import decode_state
 from feed_service.errors import BootstrapError
@@ -34,7 +36,8 @@ def _row(ev, key: str) -> dict:
     row["key"] = key
     if isinstance(ev, TweetUpsert):
         row.update(type="tweet", op="upsert", tweet_id=ev.tweet_id, author_id=ev.author_id, version=ev.version,
-                   created_at=ev.created_at, text=ev.text, profile_version=ev.profile_version)
+                   created_at=ev.created_at, text=ev.text, profile_version=ev.profile_version,
+                   in_reply_to_tweet_id=ev.in_reply_to_tweet_id, in_reply_to_author_id=ev.in_reply_to_author_id)
     elif isinstance(ev, TweetDelete):
         row.update(type="tweet", op="delete", tweet_id=ev.tweet_id, author_id=ev.author_id, version=ev.version)
     elif isinstance(ev, FollowChange):
@@ -44,10 +47,20 @@ def _row(ev, key: str) -> dict:
         row.update(type="block", op=ev.op, blocker_id=ev.blocker_id, blocked_id=ev.blocked_id, version=ev.version)
     elif isinstance(ev, MuteChange):
         row.update(type="mute", op=ev.op, muter_id=ev.muter_id, muted_id=ev.muted_id, version=ev.version)
+    elif isinstance(ev, RepostChange):
+        row.update(type="repost", op=ev.op, reposter_id=ev.reposter_id, tweet_id=ev.tweet_id, author_id=ev.author_id,
+                   version=ev.version, created_at=ev.created_at, profile_version=ev.profile_version)
     else:
         row.update(type="profile", user_id=ev.user_id, version=ev.version, display_name=ev.display_name,
                    avatar_url=ev.avatar_url, bio=ev.bio)
     return row
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows as ``applyInPandas`` hands them over: integer columns nullable (``pd.NA``), as the
+    session asks (``prefer_int_ext_dtype``)."""
+    ints = {name: "Int64" for name, sql_type in EVENT_COLUMNS if sql_type == "bigint"}
+    return pd.DataFrame(rows, columns=COLUMNS).astype(ints)
 
 
 def _hides(events: list, rnd: random.Random) -> list:
@@ -65,9 +78,11 @@ def _hides(events: list, rnd: random.Random) -> list:
 
 
 def _noisy_history(seed: int) -> list:
-    """A generated history plus blocks and mutes, duplicates, older versions and same-version ties, shuffled."""
+    """A generated history with reposts and replies, plus blocks and mutes, duplicates, older versions
+    and same-version ties, shuffled."""
     rnd = random.Random(seed)
-    events = [parse_event(e) for e in generate(users=25, events=500, seed=seed, mean_following=5)]
+    events = [parse_event(e) for e in generate(users=25, events=500, seed=seed, mean_following=5,
+                                               repost_share=0.15, reply_share=0.3)]
     events += _hides(events, rnd)
     noise = []
     for ev in events:
@@ -81,6 +96,8 @@ def _noisy_history(seed: int) -> list:
         elif isinstance(ev, (BlockChange, MuteChange)) and rnd.random() < 0.5:
             undo = {"block": "unblock", "unblock": "block", "mute": "unmute", "unmute": "mute"}[ev.op]
             noise += [ev, replace(ev, op=undo)]  # a tie: the hiding op wins
+        elif isinstance(ev, RepostChange) and ev.op == "repost" and rnd.random() < 0.3:
+            noise += [ev, replace(ev, created_at=ev.created_at - 1)]  # a tie of two reposts: the later wins
     out = events + noise
     rnd.shuffle(out)
     return out
@@ -89,10 +106,12 @@ def _noisy_history(seed: int) -> list:
 def _winners(events: list) -> list:
     """The deduplicated changelog the Spark job builds, here from the reference's final tables."""
     t = reference_tables(events)
-    out = [TweetUpsert(tid, a, c[0], c[1], c[2], c[3]) for (a, tid), c in t.tweets.items()]
+    out = [TweetUpsert(tid, a, c[0], c[1], c[2], c[3], *c[4:]) for (a, tid), c in t.tweets.items()]
     out += [TweetDelete(tid, a, 0) for a, tid in t.deleted]
     out += [FollowChange(f, e, v, "follow" if active else "unfollow") for (f, e), (v, active) in t.follows.items()]
     out += [ProfileVersion(u, v, *p) for (u, v), p in t.profiles.items()]
+    out += [RepostChange(p, tid, a, v, "unrepost" if off else "repost", None if off else at, None if off else pv)
+            for (p, tid), (v, off, a, at, pv) in t.reposts.items()]
     hides: dict[tuple, BlockChange | MuteChange] = {}  # per edge, the change of greatest hide_rank
     for ev in events:
         if isinstance(ev, BlockChange):
@@ -121,21 +140,26 @@ def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inb
             winners_by_key.setdefault(key, []).append(ev)
     assert set(by_key) == set(winners_by_key)
     ts = 1_700_000_000_000_000
+    kinds: set[str] = set()
     for key, evs in by_key.items():
-        frame = pd.DataFrame([_row(ev, key) for ev in winners_by_key[key]], columns=COLUMNS)
-        got_key, blob = key_state(frame, inbox_cap=inbox_cap, pull_threshold=2000, backfill_ts=ts)
+        frame = _frame([_row(ev, key) for ev in winners_by_key[key]])
+        got_key, blob, messages = key_state(frame, inbox_cap=inbox_cap, pull_threshold=2000, backfill_ts=ts)
         got = decode_state(blob)
         assert got_key == key and got.clock == ts
-        # The engine over every event, in one batch and in many small batches.
-        once = step(None, evs, inbox_cap=inbox_cap, clock_start=ts - 1, key=key).state
-        assert got == replace(once, clock=ts), key
+        # The whole author step over every event (its per-reader side too), in one batch and in many.
+        once, side = step_with_side(None, evs, inbox_cap=inbox_cap, clock_start=ts - 1, key=key)
+        assert got == replace(once.state, clock=ts), key
+        assert [pickle.loads(m[2]) for m in messages] == [
+            *side.relations, *side.audience, *side.replies, *side.edges, *side.tweets], key
+        kinds.update(type(pickle.loads(m[2])).__name__ for m in messages)
         if inbox_cap >= len(evs):
             # Below the cap the state does not depend on batching either. At the cap it can: a
             # delete does not bring an evicted tweet back (docs/join-engine.md, "deletes at the cap").
             state = None
             for i in range(0, len(evs), 7):
-                state = step(state, evs[i:i + 7], inbox_cap=inbox_cap, clock_start=0, key=key).state
-            assert got == replace(state, clock=ts), key
+                state = step_with_side(state, evs[i:i + 7], inbox_cap=inbox_cap, clock_start=0, key=key)[0].state
+            assert replace(got, side=None) == replace(state, clock=ts, side=None), key
+    assert kinds == {"Relation", "AudienceDelta", "ConditionalReply", "RepostEdge", "RepostedTweet"}
 
 
 def test_digest_column_matches_the_engine_digest() -> None:
@@ -148,9 +172,10 @@ def test_digest_column_matches_the_engine_digest() -> None:
 
 def _manifest(folder: Path, settings: Settings, **overrides) -> None:
     (folder / "state").mkdir(parents=True, exist_ok=True)
+    (folder / "per_reader").mkdir(parents=True, exist_ok=True)
     manifest = {"format": MANIFEST_FORMAT, "backfill_ts": 10, "stream_clock_start": 10, "inbox_cap": 800,
-                "topics": source_topics(settings),
-                "end_offsets": {settings.topic("tweets"): {"0": 4}}, "state": "state", **overrides}
+                "topics": source_topics(settings), "end_offsets": {settings.topic("tweets"): {"0": 4}},
+                "state": "state", "per_reader_state": "per_reader", **overrides}
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -159,7 +184,8 @@ def test_load_bootstrap_reads_offsets_and_clock(tmp_path: Path) -> None:
     _manifest(tmp_path, settings)
     boot = load_bootstrap(tmp_path, settings)
     assert json.loads(boot.starting_offsets) == {settings.topic("tweets"): {"0": 4}}
-    assert (boot.clock_start, boot.inbox_cap, boot.state_path) == (10, 800, tmp_path.resolve() / "state")
+    assert (boot.clock_start, boot.inbox_cap, boot.state_path, boot.per_reader_path) == (
+        10, 800, tmp_path.resolve() / "state", tmp_path.resolve() / "per_reader")
 
 
 def test_load_bootstrap_refuses_unusable_folders(tmp_path: Path) -> None:

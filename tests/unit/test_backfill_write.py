@@ -11,10 +11,16 @@ import pytest
 
 import cassandra.concurrent
 import spark_jobs.cassandra_writers
-from feed_service.core.rows import BlockWrite, Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite
+from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.rows import (
+    AuthorTimelineWrite, BlockWrite, Entry, ProfileRow, ProfileWrite, TimelineWrite, TweetWrite,
+)
 from feed_service.settings import Settings
 from feed_service.store.cassandra_writer import CassandraWriter
-from spark_jobs.backfill.write import block_writes, profile_writes, timeline_writes, tweet_writes, write_frames
+from spark_jobs.backfill.write import (
+    block_writes, extras_writes, profile_writes, timeline_writes, tweet_writes, user_repost_writes, visible_writes,
+    write_frames,
+)
 
 TS = 1_700_000_000_000_000
 TIMELINE = pd.DataFrame({"timeline_id": ["ann", "cat"], "tweet_id": ["t1", "t2"], "author_id": ["bob", "bob"],
@@ -26,6 +32,17 @@ TWEETS = pd.DataFrame({"tweet_id": ["t1", "t9"], "author_id": ["bob", "bob"], "c
 PROFILES = pd.DataFrame({"user_id": ["bob", "bob"], "version": [1, 2], "display_name": ["Bob", "Bobby"],
                          "avatar_url": ["https://a", None], "bio": [math.nan, "hello"]})
 BLOCKS = pd.DataFrame({"blocker_id": ["bob", "cat"], "blocked_id": ["ann", "bob"]})  # blocks in force
+# The per-reader steps' rows: a reply shown to a reader, a repost entry; nulls as pandas gives them.
+ENTRY = {"tweet_id": ["t3", "t4"], "author_id": ["bob", "dan"], "created_at": [30, 40], "version": [1, 1],
+         "text": ["re", "x"], "profile_version": [3, 1], "in_reply_to_tweet_id": ["t0", None],
+         "in_reply_to_author_id": ["cat", None], "reposted_by": [None, "bob"], "reposted_at": [pd.NA, 50],
+         "reposter_profile_version": [pd.NA, 2]}
+EXTRAS = pd.DataFrame({"timeline_id": ["ann", "ann"], **ENTRY}).astype({"reposted_at": "Int64",
+                                                                         "reposter_profile_version": "Int64"})
+USER_REPOSTS = pd.DataFrame({k: v[1:] for k, v in ENTRY.items()})
+VISIBLE = pd.DataFrame({"reader_id": ["ann", "ann"], "user_id": ["bob", "cat"]})
+REPLY = Entry("t3", "bob", 30, 1, "re", 3, "t0", "cat")
+REPOST = Entry("t4", "dan", 40, 1, "x", 1, None, None, "bob", 50, 2)
 
 
 def test_frames_become_write_rows() -> None:
@@ -42,6 +59,13 @@ def test_frames_become_write_rows() -> None:
     replies = TIMELINE.assign(in_reply_to_tweet_id=[None, "t1"], in_reply_to_author_id=[None, "ann"])
     assert [w.entry for w in timeline_writes(replies, TS)] == [Entry("t1", "bob", 10, 1, "hi", 3),
                                                                 Entry("t2", "bob", 20, 2, "yo", 3, "t1", "ann")]
+
+
+def test_per_reader_frames_become_write_rows() -> None:
+    assert extras_writes(EXTRAS, TS) == [ExtrasDelta("insert", "ann", REPLY, TS), ExtrasDelta("insert", "ann", REPOST, TS)]
+    assert user_repost_writes(USER_REPOSTS, TS) == [AuthorTimelineWrite("insert", REPOST, TS)]
+    assert visible_writes(VISIBLE, TS) == [VisibleDelta("insert", "ann", "bob", TS), VisibleDelta("insert", "ann", "cat", TS)]
+    assert type(extras_writes(EXTRAS, TS)[1].entry.reposted_at) is int
 
 
 class FakeSession:
@@ -78,6 +102,8 @@ def executed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
     ("profiles", PROFILES, [("INSERT INTO ks.profiles", ("bob", 1, "Bob", "https://a", None, TS)),
                             ("INSERT INTO ks.profiles", ("bob", 2, "Bobby", None, "hello", TS))]),
     ("blocks", BLOCKS, [("INSERT INTO ks.blocks", ("bob", "ann", TS)), ("INSERT INTO ks.blocks", ("cat", "bob", TS))]),
+    ("reader_visible", VISIBLE, [("INSERT INTO ks.reader_visible", ("ann", "bob", TS)),
+                                 ("INSERT INTO ks.reader_visible", ("ann", "cat", TS))]),
 ])
 def test_executors_write_through_the_cassandra_writer(executed: list, table: str, frame: pd.DataFrame,
                                                       want: list) -> None:

@@ -96,7 +96,8 @@ class TimelineHead:
     head of the user's ``home_extras`` (``extras``), the users the reader is known to see or not
     (``sees``: what decides a pull author's replies) and encoded pages (``pages``)."""
 
-    __slots__ = ("rows", "cursors", "complete", "depth", "pull", "stamp", "pages", "extras", "sees", "sees_epoch")
+    __slots__ = ("rows", "cursors", "complete", "depth", "pull", "stamp", "pages", "extras", "sees", "sees_epoch",
+                 "replies")
 
     def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None,
                  extras: "TimelineHead | None" = None) -> None:
@@ -104,6 +105,8 @@ class TimelineHead:
         self.complete = len(newest_first) < depth
         self.rows = list(reversed(newest_first[:depth]))
         self.cursors = [e.cursor for e in self.rows]
+        #: rows held that are replies: a pull author's head without any needs no reply rule on a hit
+        self.replies = sum(1 for e in self.rows if e.in_reply_to_author_id is not None)
         self.pull = pull
         self.stamp = next(_stamps)
         self.pages: dict[PageKey, tuple[Sources, bytes]] = {}
@@ -159,21 +162,23 @@ class TimelineHead:
         self.changed()
         cursor = entry.cursor
         i = self._held(cursor)
-        if op == "delete":
-            if i >= 0:
-                del self.rows[i], self.cursors[i]
-            return
         if i >= 0:
-            self.rows[i] = entry
-            return
-        if self._below(cursor):
+            self._drop(i)
+            if op == "delete":
+                return
+        elif op == "delete" or self._below(cursor):
             return
         i = bisect.bisect_left(self.cursors, cursor)
         self.rows.insert(i, entry)
         self.cursors.insert(i, cursor)
+        self.replies += entry.in_reply_to_author_id is not None
         if len(self.rows) > self.depth:
-            del self.rows[0], self.cursors[0]
+            self._drop(0)
             self.complete = False
+
+    def _drop(self, i: int) -> None:
+        self.replies -= self.rows[i].in_reply_to_author_id is not None
+        del self.rows[i], self.cursors[i]
 
     @property
     def empty_and_unknown(self) -> bool:
@@ -396,7 +401,7 @@ class ReadCache:
             rows = author_head.first(n, before)
             if rows is None:
                 return None
-            if has_replies(rows):  # a reply to a third user is shown only if the reader sees that user
+            if author_head.replies and has_replies(rows):  # a reply to a third user: shown if the reader sees that user
                 rows = first_shown(author_head.below(before), user_id, head.sees, n)
                 if rows is None or (len(rows) < n and not author_head.complete):
                     return None

@@ -40,6 +40,18 @@ def test_a_head_moves_a_row_by_delete_and_insert_in_either_order() -> None:
     assert ids(head.first(5)) == [("t002", 60), ("t001", 30)]
 
 
+def test_a_head_counts_the_replies_it_holds() -> None:
+    reply = Entry("r1", "bob", 70, 1, "re", 1, "t0", "dan")
+    head = TimelineHead([reply, repost(1, 50)], depth=2)
+    assert head.replies == 1
+    head.apply("update", reply._replace(version=2))
+    head.apply("insert", reply._replace(tweet_id="r2", created_at=80))  # pushes the repost out
+    assert head.replies == 2 and len(head.rows) == 2
+    head.apply("insert", repost(3, 90))  # pushes a reply out
+    head.apply("delete", reply._replace(tweet_id="r2", created_at=80))
+    assert head.replies == 0 and ids(head.rows) == [("t003", 90)]
+
+
 def test_an_extras_change_racing_a_fill_settles_only_on_the_same_content() -> None:
     head = TimelineHead([repost(1, 50)], depth=5)
     assert head.settles("insert", repost(1, 50), versioned=False)

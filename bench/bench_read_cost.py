@@ -6,6 +6,8 @@
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --only watch,watchfloor   # server vs. floor
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 2 \
         --only floor,floor-tls,floor-mtls,hit,hit-tls,hit-mtls,hit-limited,connect,connect-tls,connect-mtls
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 3 \
+        --only hit,hit-rr,uncached,uncached-rr                                   # reposts and replies vs plain
     .venv/bin/python bench/bench_read_cost.py --populate-only [--repopulate]         # only the data set
 
 Runs against the developer stack (``feedctl stack up``; settings from the environment) in a keyspace
@@ -14,10 +16,15 @@ own: nothing it publishes reaches the stack's own topics. The data set is writte
 project's ``CassandraWriter`` once and reused while its marker row matches the options and the
 schema (``--repopulate`` forces a new one): ``--users`` users without pull authors (``u*``),
 ``--pull-users`` users following ``--pull-follows`` of ``--pull-authors`` pull authors (``h*``),
-``--watch-users`` (at least ``max(--watchers)``) users following the pull author ``star`` (``w*``);
-every inbox ``--entries`` entries of ``--authors`` push authors, every pull author 60 entries in
-``author_timeline``, two profile versions per author (in whatever columns the tree's schema and
-writer have: the marker holds a digest of the schema, and a changed schema repopulates).
+``--watch-users`` (at least ``max(--watchers)``) users following the pull author ``star`` (``w*``),
+``--rr-users`` users with an empty inbox and ``--entries`` rows in ``home_extras`` (``r*``: newest
+first alternately a repost entry, a push tweet reposted by another push author, and a push author's
+reply to another's tweet, as the reader step writes them; every page of theirs is all reposts and
+replies, half each; no user_reposts or reader_visible rows: a home page of theirs reads none);
+every other inbox ``--entries`` entries of ``--authors`` push authors, every pull author 60 entries
+in ``author_timeline``, two profile versions per author (reposters' too, so hydration names them;
+in whatever columns the tree's schema and writer have: the marker holds a digest of the schema,
+and a changed schema repopulates).
 
 Every server is the real ``python -m feed_service serve --workers 1`` (``--server-env K=V`` changes
 its settings), except the two floors'; every client runs in a process of its own: one grpc.aio
@@ -42,6 +49,12 @@ Rows of the table:
   user's head (the cost of a fill is 2 × this row − ``miss``, derived).
 - ``uncached``: ``FEED_CHANGE_FEED=0`` (no change topic, no read cache), ``FEED_PULL_CACHE_TTL_S=0``,
   random ``u*`` users: every call reads Cassandra.
+- ``hit-rr``, ``miss-rr``, ``uncached-rr``: ``hit``, ``miss``, ``uncached`` on the ``r*`` users instead
+  of ``u*``, with the same counts (``--rr-users`` defaults to ``--users``; ``hit-rr`` reads
+  ``--hit-users`` of them), so only the pages differ: what a page full of reposts and replies costs
+  against a plain page, whose target is ``>= 0.8x`` the plain page's QPS. ``rr/page`` counts the
+  reposts and replies per page (they must be all 20); a line per round gives each rr row's QPS and
+  server CPU per call over its plain row's of the same round, with both runs' load.
 
 Also printed: client CPU, Cassandra CPU (the local stack's JVM) per call, QPS, p50/p99 latency,
 calls counted, errors and ``/proc/loadavg``'s 1-minute figure before and after each run.
@@ -125,16 +138,24 @@ DEFAULT_PATHS = ("floor", "hit", "hit10", "miss", "fill", "uncached", "watch", "
 #: ``<path>-<variant>``: TLS, mutual TLS, the rate limiter on (docs/security.md#what-it-costs)
 VARIANT_PATHS = ("floor-tls", "floor-mtls", "hit-tls", "hit-mtls", "hit-limited", "connect", "connect-tls",
                  "connect-mtls")
-PATHS = DEFAULT_PATHS + VARIANT_PATHS
+#: ``hit``, ``miss``, ``uncached`` on ``r*`` users, whose first pages are all reposts and replies
+#: (``home_extras``), for the issue's target: such a page is read at >= 0.8x the QPS of a plain page
+RR_PATHS = ("hit-rr", "miss-rr", "uncached-rr")
+PATHS = DEFAULT_PATHS + VARIANT_PATHS + RR_PATHS
+#: the QPS ratio the rr rows must reach against their plain rows
+RR_TARGET = 0.8
 PAGE_SIZE = 20
 #: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
 TOPIC_SUFFIX = ".bench.readcost"
 #: bumped when the layout of the data set changes (the marker row then no longer matches)
-DATA_LAYOUT = 1
+DATA_LAYOUT = 2
 BASE_MS = 1_700_000_000_000
 PULL_TWEETS = 60
 STAR = "star"
 PULL_PREFIX = "pa"
+RR_PREFIX = "r"
+#: replies per push author in the pool the r* users' replies are drawn from
+REPLIES_PER_AUTHOR = 10
 #: streams per watch client process, and per channel
 CLIENT_STREAMS = 1000
 CHANNEL_STREAMS = 100
@@ -175,7 +196,7 @@ def data_params(args: argparse.Namespace) -> dict:
 
     schema = hashlib.sha256("\n".join(schema_statements(args.keyspace)).encode()).hexdigest()[:16]
     return {"layout": DATA_LAYOUT, "users": args.users, "pull_users": args.pull_users,
-            "pull_follows": args.pull_follows, "pull_authors": args.pull_authors,
+            "rr_users": args.rr_users, "pull_follows": args.pull_follows, "pull_authors": args.pull_authors,
             "watch_users": max(args.watch_users, *args.watchers), "entries": args.entries, "authors": args.authors,
             "tweets_per_author": args.tweets_per_author, "schema": schema}
 
@@ -196,6 +217,7 @@ def read_meta(settings: Settings) -> dict | None:
 def populate(settings: Settings, params: dict) -> dict:
     """A fresh keyspace with the project's schema and the data set of ``params``, written through
     ``CassandraWriter`` (the rows the stream would write), then the marker row."""
+    from feed_service.core.per_reader.messages import ExtrasDelta
     from feed_service.core.rows import (AuthorTimelineWrite, Entry, ProfileRow, ProfileWrite, PullFollowWrite,
                                         TimelineWrite, TweetWrite)
     from bench_grpc import write_retrying
@@ -223,22 +245,30 @@ def populate(settings: Settings, params: dict) -> dict:
         pulled = [Entry(f"{p}-{i}", p, BASE_MS + rng.randrange(10**9), 1, f"tweet {i} of {p}: {text}", 1 + i % 2)
                   for p in pull_ids for i in range(PULL_TWEETS)]
         authors = [f"a{a}" for a in range(params["authors"])] + pull_ids
+        replies = reply_pool(rng, push, params["authors"],
+                             max(REPLIES_PER_AUTHOR, -(-params["entries"] // params["authors"])), text)
         write(profiles=[ProfileWrite(ProfileRow(a, v, f"Author {a} v{v}", f"https://img/{a}/{v}.png", None), 1)
                         for a in authors for v in (1, 2)],
-              tweets=[TweetWrite(e.tweet_id, e.author_id, e, 1) for e in push + pulled],
+              tweets=[TweetWrite(e.tweet_id, e.author_id, e, 1) for e in push + pulled + replies],
               author_timeline=[AuthorTimelineWrite("insert", e, 1) for e in pulled])
         users = ([(f"u{i}", ()) for i in range(params["users"])]
                  + [(f"h{i}", tuple(rng.sample(pull_ids[:-1], params["pull_follows"])))
                     for i in range(params["pull_users"])]
-                 + [(f"w{i}", (STAR,)) for i in range(params["watch_users"])])
+                 + [(f"w{i}", (STAR,)) for i in range(params["watch_users"])]
+                 + [(f"{RR_PREFIX}{i}", None) for i in range(params["rr_users"])])
         chunk: list[TimelineWrite] = []
         follows: list[PullFollowWrite] = []
+        extras: list[ExtrasDelta] = []
         for n, (user, followed) in enumerate(users, 1):
-            chunk += [TimelineWrite("insert", user, e, 1) for e in rng.sample(push, params["entries"])]
-            follows += [PullFollowWrite("insert", user, p, 1) for p in followed]
-            if len(chunk) >= 20_000 or n == len(users):
-                write(timeline=chunk, pull_follows=follows)
-                chunk, follows = [], []
+            if followed is None:  # an r* user: per-reader entries only, nothing in its inbox
+                extras += [ExtrasDelta("insert", user, e, 1)
+                           for e in rr_entries(rng, push, replies, params["authors"], params["entries"])]
+            else:
+                chunk += [TimelineWrite("insert", user, e, 1) for e in rng.sample(push, params["entries"])]
+                follows += [PullFollowWrite("insert", user, p, 1) for p in followed]
+            if len(chunk) + len(extras) >= 20_000 or n == len(users):
+                write(timeline=chunk, pull_follows=follows, extras=extras)
+                chunk, follows, extras = [], [], []
             if n % 10_000 == 0:
                 print(f"  {n:,} of {len(users):,} users written ({time.monotonic() - started:.0f}s)", flush=True)
         meta = {**params, "populate_s": round(time.monotonic() - started, 1)}
@@ -247,6 +277,42 @@ def populate(settings: Settings, params: dict) -> dict:
     finally:
         cluster.shutdown()
     return meta
+
+
+def reply_pool(rng: random.Random, push: list, authors: int, per_author: int, text: str) -> list:
+    """Replies of the push authors to other push authors' tweets, created after every push tweet,
+    2 s apart (so a repost entry fits between two of them: :func:`rr_entries`)."""
+    from feed_service.core.rows import Entry
+
+    slots = list(range(authors * per_author))
+    rng.shuffle(slots)
+    pool = []
+    for a in range(authors):
+        for i in range(per_author):
+            parent = rng.choice(push)
+            while parent.author_id == f"a{a}":
+                parent = rng.choice(push)
+            created = BASE_MS + 10**9 + 2000 * (slots[a * per_author + i] + 1)
+            pool.append(Entry(f"re{a}-{i}", f"a{a}", created, 1, f"reply {i} of a{a}: {text}", 1 + i % 2,
+                              in_reply_to_tweet_id=parent.tweet_id, in_reply_to_author_id=parent.author_id))
+    return pool
+
+
+def rr_entries(rng: random.Random, push: list, replies: list, authors: int, n: int) -> list:
+    """An r* user's ``home_extras``: ``n`` entries, newest first alternately a repost entry (a push
+    tweet reposted by another push author, 1 s above the next reply, after every push tweet) and a
+    reply, so any page of them is half each."""
+    mine = sorted(rng.sample(replies, n // 2), key=lambda e: e.created_at, reverse=True)
+    reposted = rng.sample(push, n - n // 2)
+    out = []
+    for k, tweet in enumerate(reposted):
+        reposter = tweet.author_id
+        while reposter == tweet.author_id:
+            reposter = f"a{rng.randrange(authors)}"
+        # above its reply, below the one before (2 s apart); an odd one out goes below the last
+        at = mine[k].created_at + 1000 if k < len(mine) else mine[-1].created_at - 1000 if mine else BASE_MS + 10**9
+        out.append(tweet._replace(reposted_by=reposter, reposted_at=at, reposter_profile_version=1 + rng.randrange(2)))
+    return out + mine
 
 
 def dataset(settings: Settings, args: argparse.Namespace) -> dict:
@@ -261,7 +327,7 @@ def dataset(settings: Settings, args: argparse.Namespace) -> dict:
     if meta is None or stale:
         why = "--repopulate" if args.repopulate else ("options or schema changed" if stale else "none yet")
         print(f"populating {settings.keyspace} ({why}): {params['users']:,} + {params['pull_users']:,} +"
-              f" {params['watch_users']:,} users x {params['entries']} entries", flush=True)
+              f" {params['watch_users']:,} + {params['rr_users']:,} users x {params['entries']} entries", flush=True)
         meta = populate(settings, params)
         print(f"populated in {meta['populate_s']}s", flush=True)
     ensure_topics(settings, [settings.topics["timeline_changes"]])
@@ -532,7 +598,7 @@ def load_client(conn: Any, spec: dict) -> None:
                     return await pb_grpc.TimelineServiceStub(own).GetHomeTimeline(request, metadata=md)
             latencies: list[float] = []
             errors: dict[str, int] = {}
-            shape = {"entries": 0, "pulled": 0}
+            shape = {"entries": 0, "pulled": 0, "rr": 0, "unnamed": 0}
 
             async def run(pick: Callable[[], str | None], seconds: float, measured: bool) -> None:
                 stop_at = time.perf_counter() + seconds
@@ -550,7 +616,13 @@ def load_client(conn: Any, spec: dict) -> None:
                         if measured and done <= stop_at:
                             latencies.append(done - t)
                             shape["entries"] += len(r.entries)
-                            shape["pulled"] += sum(1 for e in r.entries if e.author_id.startswith(PULL_PREFIX))
+                            for e in r.entries:
+                                if e.author_id.startswith(PULL_PREFIX):
+                                    shape["pulled"] += 1
+                                if e.reposted_by or e.in_reply_to_tweet_id:
+                                    shape["rr"] += 1
+                                    if e.reposted_by and not e.reposted_by_display_name:
+                                        shape["unnamed"] += 1
 
                 await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
 
@@ -580,6 +652,8 @@ def load_client(conn: Any, spec: dict) -> None:
                 "p50_ms": pct(latencies, 0.50) * 1000, "p99_ms": pct(latencies, 0.99) * 1000,
                 "entries_per_page": shape["entries"] / len(latencies) if latencies else 0.0,
                 "pulled_per_page": shape["pulled"] / len(latencies) if latencies else 0.0,
+                "rr_per_page": shape["rr"] / len(latencies) if latencies else 0.0,
+                "unnamed_reposters": shape["unnamed"],
                 "wrapped": spec["mode"] == "sequential" and next(order) > len(users)}
 
     conn.send(("done", asyncio.run(main())))
@@ -636,6 +710,7 @@ def measure_reads(server: Any, spec: dict) -> dict:
             "cache_lookups_per_call": (hits + misses) / ok if ok and m1 else None,
             "profile_misses_per_call": profile_misses / ok if ok and m1 else None,
             "entries_per_page": client["entries_per_page"], "pulled_per_page": client["pulled_per_page"],
+            "rr_per_page": client["rr_per_page"], "unnamed_reposters": client["unnamed_reposters"],
             "users_wrapped": client["wrapped"], "load": [load0, load1]}
 
 
@@ -643,9 +718,11 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
              token: str) -> dict:
     """One read path on a fresh server of its own."""
     rng = random.Random(1000 * rnd + PATHS.index(path))
-    u = [f"u{i}" for i in range(meta["users"])]
-    feed_on = {"FEED_CHANGE_FEED": "1"}
     base, _, variant = path.partition("-")
+    # the rr rows: the same plans on the r* users (a first page all reposts and replies)
+    u = ([f"{RR_PREFIX}{i}" for i in range(meta["rr_users"])] if variant == "rr"
+         else [f"u{i}" for i in range(meta["users"])])
+    feed_on = {"FEED_CHANGE_FEED": "1"}
     tls = transport(workdir, variant)
     plans: dict[str, tuple[dict, list[str], str, bool]] = {
         "floor": ({}, u, "random", False),
@@ -941,8 +1018,9 @@ def print_reads(rows: list[dict]) -> None:
     """The rows; ``x floor``: over the floor of the same round (over TLS: the TLS floor, when run)."""
     floors = {(r["round"], r["path"].partition("-")[2]): r["server_us"] for r in rows if r["path"].startswith("floor")}
     rounds = len({r["round"] for r in rows}) > 1
-    print(f"\n{'path':<12} {'server us/call':>14} {'x floor':>7} {'client us/call':>14} {'cass us/call':>12}"
-          f" {'QPS':>7} {'p50 ms':>7} {'p99 ms':>7} {'calls':>7} {'cache hit':>9} {'pull/page':>9}  load 1m")
+    print(f"\n{'path':<15} {'server us/call':>14} {'x floor':>7} {'client us/call':>14} {'cass us/call':>12}"
+          f" {'QPS':>7} {'p50 ms':>7} {'p99 ms':>7} {'calls':>7} {'cache hit':>9} {'pull/page':>9} {'rr/page':>7}"
+          f"  load 1m")
     for r in rows:
         variant = r["path"].partition("-")[2]
         floor = floors.get((r["round"], variant if variant in ("tls", "mtls") else ""), floors.get((r["round"], "")))
@@ -950,20 +1028,25 @@ def print_reads(rows: list[dict]) -> None:
             floor = floors.get((r["round"], variant), floors.get((r["round"], "")))
         name = f"{r['path']} #{r['round']}" if rounds else r["path"]
         hit = "-" if r["cache_hit_ratio"] is None else f"{r['cache_hit_ratio']:.1%}"
-        print(f"{name:<12} {_num(r['server_us']):>14} {_num(r['server_us'] / floor if floor else None, 2):>7}"
+        print(f"{name:<15} {_num(r['server_us']):>14} {_num(r['server_us'] / floor if floor else None, 2):>7}"
               f" {_num(r['client_us']):>14} {_num(r['cassandra_us']):>12} {_num(r['qps']):>7}"
               f" {_num(r['p50_ms'], 2):>7} {_num(r['p99_ms'], 2):>7} {r['ok']:>7} {hit:>9}"
-              f" {_num(r['pulled_per_page'], 1):>9}  {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
+              f" {_num(r['pulled_per_page'], 1):>9} {_num(r['rr_per_page'], 1):>7}"
+              f"  {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
     for r in rows:
         notes = []
         if r["errors"]:
             notes.append(f"errors {r['errors']}")
         if r["path"].partition("-")[0] in ("hit", "hit10") and (r["cache_hit_ratio"] or 0) < 0.99:
             notes.append("NOT a hit run: cache hit ratio below 99 %")
-        if r["path"] == "miss" and (r["cache_hit_ratio"] or 0) > 0.01:
+        if r["path"] in ("miss", "miss-rr") and (r["cache_hit_ratio"] or 0) > 0.01:
             notes.append("not all misses")
-        if r["path"] == "miss" and r["users_wrapped"]:
-            notes.append("the users wrapped around: raise --users")
+        if r["path"] in ("miss", "miss-rr") and r["users_wrapped"]:
+            notes.append("the users wrapped around: raise " + ("--rr-users" if r["path"] == "miss-rr" else "--users"))
+        if r["path"] in RR_PATHS and r["rr_per_page"] < PAGE_SIZE:
+            notes.append(f"only {r['rr_per_page']:.1f} reposts and replies per page, not {PAGE_SIZE}")
+        if r.get("unnamed_reposters"):
+            notes.append(f"{r['unnamed_reposters']:,} repost entries without the reposter's name")
         if r["path"] == "hit10" and not r["pulled_per_page"]:
             notes.append("no pull authors' entries in the pages")
         if (r["profile_misses_per_call"] or 0) > 0.01:
@@ -971,12 +1054,14 @@ def print_reads(rows: list[dict]) -> None:
         if notes:
             print(f"  {r['path']} #{r['round']}: " + "; ".join(notes))
     print_variants(rows)
+    print_rr(rows)
 
 
 def print_variants(rows: list[dict]) -> None:
     """Each variant's row (``hit-tls`` ...) against its path's plaintext row of the same round."""
     plain = {(r["round"], r["path"]): r for r in rows if "-" not in r["path"]}
-    pairs = [(r, plain.get((r["round"], r["path"].partition("-")[0]))) for r in rows if "-" in r["path"]]
+    pairs = [(r, plain.get((r["round"], r["path"].partition("-")[0]))) for r in rows
+             if "-" in r["path"] and r["path"] not in RR_PATHS]  # the rr rows: print_rr
     pairs = [(r, p) for r, p in pairs if p and p["server_us"] and p["qps"]]
     if not pairs:
         return
@@ -988,6 +1073,24 @@ def print_variants(rows: list[dict]) -> None:
               f" {_num(r['server_us'] / p['server_us'], 2):>6} {_num(r['qps']) + ' vs ' + _num(p['qps']):>13}"
               f" {_num(r['qps'] / p['qps'], 2):>6} {_num(r['client_us']) + ' vs ' + _num(p['client_us']):>15}"
               f"  {r['load'][0]:.2f} -> {r['load'][1]:.2f}; {p['load'][0]:.2f} -> {p['load'][1]:.2f}")
+
+
+def print_rr(rows: list[dict]) -> None:
+    """Per round, each rr row against its plain row (QPS and server CPU per call, rr over plain):
+    the issue's target is a QPS ratio of at least :data:`RR_TARGET`. Only pairs run in the same
+    round compare: the load moves between rounds."""
+    by = {(r["round"], r["path"]): r for r in rows}
+    for rnd in sorted({r["round"] for r in rows}):
+        parts = []
+        for path in RR_PATHS:
+            r, p = by.get((rnd, path)), by.get((rnd, path.partition("-")[0]))
+            if not r or not p or not p["qps"] or not p["server_us"]:
+                continue
+            parts.append(f"{path}/{p['path']} QPS {_num(r['qps'] / p['qps'], 2)}x,"
+                         f" server us/call {_num(r['server_us'] / p['server_us'], 2)}x (load 1m"
+                         f" {r['load'][0]:.2f} -> {r['load'][1]:.2f}, {p['load'][0]:.2f} -> {p['load'][1]:.2f})")
+        if parts:
+            print(f"\nreposts and replies vs plain #{rnd} (target QPS >= {RR_TARGET}x): " + "; ".join(parts))
 
 
 def print_watch(rows: list[dict]) -> None:
@@ -1049,6 +1152,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--pull-users", type=int, default=2_000, help="users following --pull-follows pull authors (h*)")
     g.add_argument("--pull-follows", type=int, default=10)
     g.add_argument("--pull-authors", type=int, default=50, help="pull authors the h* users follow")
+    g.add_argument("--rr-users", type=int, help="users whose pages are all reposts and replies (home_extras),"
+                   " nothing in their inbox (r*); default: as many as --users, so each rr row reads as many"
+                   " users as its plain row")
     g.add_argument("--watch-users", type=int, default=5_000, help="users following the pull author star (w*),"
                    " at least max(--watchers)")
     g.add_argument("--entries", type=int, default=45, help="inbox entries per user")
@@ -1071,6 +1177,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(only) - set(PATHS):
         parser.error(f"--only: unknown path(s) {sorted(unknown)}; choose from {', '.join(PATHS)}")
     args.watchers = sorted({int(k) for k in args.watchers.split(",")})
+    if args.rr_users is None:
+        args.rr_users = args.users
     args.server_env = dict(kv.split("=", 1) for kv in args.server_env)
     if args.hit_users * 2 + 1 > 20_000:
         print("note: --hit-users x 2 cache keys exceed the default read cache (20,000 keys)", flush=True)

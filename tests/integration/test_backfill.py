@@ -304,8 +304,10 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     for row in from_states:
         per_timeline.setdefault(row[0], []).append(row)
     newest = [r for rows in per_timeline.values() for r in sorted(rows, key=lambda r: (r[3], r[1], r[2]))[-cap:]]
-    stored_rows = [r for r in read_table(pipeline, "SELECT timeline_id, tweet_id, author_id, created_at, version,"
-                                                   " text, profile_version FROM home_timeline") if r[1] is not None]
+    stored_rows = [(*r[:7], r[7] or None, r[8] or None)  # '' is stored for no reply
+                   for r in read_table(pipeline, "SELECT timeline_id, tweet_id, author_id, created_at, version, text,"
+                                                 " profile_version, in_reply_to_tweet_id, in_reply_to_author_id"
+                                                 " FROM home_timeline") if r[1] is not None]
     assert sorted(stored_rows) == sorted(newest) and len(stored_rows) == summary["rows"]["timeline"]
     assert len(from_states) > len(stored_rows)  # the states hold more: the cut did cut
 

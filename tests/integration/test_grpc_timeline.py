@@ -83,9 +83,10 @@ def writer(cassandra, settings: Settings) -> CassandraWriter:
 def server(settings: Settings):
     # These tests write rows straight to Cassandra, with no stream to publish the view's changes: the
     # server runs without the change topic (polled watches, no read cache), the path it falls back
-    # to when the topic cannot be read. The pushed path: test_push_watch.py.
+    # to when the topic cannot be read. The pushed path: test_push_watch.py. Nor does it reuse pull
+    # authors' heads for a second (FEED_PULL_CACHE_TTL_S): a test reads right after it writes.
     config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.1, settings=settings,
-                          change_feed=False)
+                          change_feed=False, pull_cache_ttl_s=0.0)
     with ServerThread(config) as running:  # connects to Cassandra itself, like `feedctl serve`
         wait_serving(running.channel())
         yield running

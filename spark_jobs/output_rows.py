@@ -98,8 +98,9 @@ class Writes(NamedTuple):
     pull_follows: list[PullFollowWrite]
     dead_letters: list[tuple[str, str]]
     blocks: list[BlockWrite]
-    messages: list[tuple[str, str, Any]]
-    """(step, destination key, message) for the per-reader steps, run after the rows are written."""
+    messages: list[tuple[str, str, tuple[Any, int | None]]]
+    """(step, destination key, (message, source_ms)) for the per-reader steps, run after the rows
+    are written."""
 
 
 _NO_PROFILE = (None, None, None, None)
@@ -171,11 +172,12 @@ def message_rows(side: SideResult | None, source_ms: int | None) -> list[tuple[A
     return rows
 
 
-def message_of(row: Any) -> tuple[str, str, Any]:
-    """A ``per_reader`` row back to (the step it goes to, its destination key, the message)."""
+def message_of(row: Any) -> tuple[str, str, tuple[Any, int | None]]:
+    """A ``per_reader`` row back to (the step it goes to, its destination key, (the message, the
+    Kafka timestamp of the change that caused it: what the freshness of its rows is measured from))."""
     message = pickle.loads(row["message"])
     _, stage, _ = _MESSAGE_ROUTES[type(message)]
-    return stage, row["user_id"], message
+    return stage, row["user_id"], (message, row["source_ms"])
 
 
 def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:

@@ -57,8 +57,9 @@ if TYPE_CHECKING:
 
     from feed_service.store.per_reader_state import StepStates
 
-Message = Any
-"""One of :mod:`feed_service.core.per_reader.messages`' records."""
+Message = tuple[Any, "int | None"]
+"""One of :mod:`feed_service.core.per_reader.messages`' records, with the Kafka timestamp (ms) of
+the change that caused it (None: unknown): a step's rows carry the latest of its key's messages'."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,10 @@ def _grouped(items: Iterable[tuple[str, Message]]) -> dict[str, list[Message]]:
     return groups
 
 
+def _source(messages: Sequence[Message]) -> int | None:
+    return max((s for _, s in messages if s is not None), default=None)
+
+
 def reposter_partition(settings: Settings, batch_id: int, clock_start: int, items: Iterable[tuple[str, Message]],
                        *, outputs: PerReaderOutputs = PerReaderOutputs()) -> Iterator[tuple]:
     """Step every reposter of the partition; yields ``("candidate", reader, RepostCandidate)`` for
@@ -128,9 +133,10 @@ def reposter_partition(settings: Settings, batch_id: int, clock_start: int, item
     rows: list[AuthorTimelineWrite] = []
     changes: list[ViewChange] = []
     to_save: dict[str, tuple[bytes, bytes | None]] = {}
-    candidates: list[tuple[str, RepostCandidate]] = []
+    candidates: list[tuple[str, Message]] = []
     for key in sorted(groups):
-        messages = groups[key]
+        source = _source(groups[key])
+        messages = [m for m, _ in groups[key]]
         base = stored.get(key)
         state = decode_reposter_state(base) if base is not None else ReposterState(clock=clock_start)
         done = reposter_step(key, state, [m for m in messages if type(m) is AudienceDelta],
@@ -140,8 +146,8 @@ def reposter_partition(settings: Settings, batch_id: int, clock_start: int, item
         ts = done.state.clock
         for delta in done.own_timeline:
             rows.append(AuthorTimelineWrite(delta.op, delta.entry, ts))
-            changes.append(UserRepostChange(delta.op, delta.entry, ts, None))
-        candidates.extend((c.reader, c) for c in done.candidates)
+            changes.append(UserRepostChange(delta.op, delta.entry, ts, source))
+        candidates.extend((c.reader, (c, source)) for c in done.candidates)
     counts = outputs.writer_for(settings).write(user_reposts=rows) if rows else WriteCounts()
     published = outputs.publish_view_changes(settings, changes) if changes and settings.view_changes else 0
     if to_save:
@@ -165,7 +171,8 @@ def reader_partition(settings: Settings, batch_id: int, clock_start: int, items:
     extras, visible, changes = [], [], []
     to_save: dict[str, tuple[bytes, bytes | None]] = {}
     for key in sorted(groups):
-        messages = groups[key]
+        source = _source(groups[key])
+        messages = [m for m, _ in groups[key]]
         base = stored.get(key)
         state = decode_reader_state(base) if base is not None else ReaderState({}, {}, {}, {}, clock_start)
         done = reader_step(key, state, [m for m in messages if type(m) is Relation],
@@ -176,8 +183,8 @@ def reader_partition(settings: Settings, batch_id: int, clock_start: int, items:
         to_save[key] = (encode_reader_state(done.state), base)
         extras.extend(done.extras)
         visible.extend(done.visible)
-        changes.extend(ExtrasChange(d.op, d.entry, d.reader, d.ts, None) for d in done.extras)
-        changes.extend(VisibleChange(v.op, v.reader, v.user, v.ts, None) for v in done.visible)
+        changes.extend(ExtrasChange(d.op, d.entry, d.reader, d.ts, source) for d in done.extras)
+        changes.extend(VisibleChange(v.op, v.reader, v.user, v.ts, source) for v in done.visible)
     counts = outputs.writer_for(settings).write(extras=extras, visible=visible) if extras or visible else WriteCounts()
     published = outputs.publish_view_changes(settings, changes) if changes and settings.view_changes else 0
     if to_save:

@@ -63,7 +63,15 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
     the named tuples of ``DataFrame.itertuples`` (pandas APIs, where a null may arrive as NaN).
     """
     events: list[Event] = []
-    none = lambda v: None if v is None or v != v else v  # noqa: E731 - pandas gives NaN for nulls
+    def none(v: Any) -> Any:
+        """None for a null as pandas hands it over: NaN, or pd.NA in a nullable column (which
+        refuses ``!=`` in a boolean context)."""
+        if v is None:
+            return None
+        try:
+            return None if v != v else v
+        except TypeError:  # pd.NA
+            return None
     for r in rows:
         if r.type == "tweet":
             if r.op == "upsert":

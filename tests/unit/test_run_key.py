@@ -95,3 +95,18 @@ def test_a_mute_is_stepped_at_the_muted_users_key() -> None:
     done, rows = run_key(core, no_edges, [Routed(MuteChange("ann", "bob", 1, "mute"))], CONFIG, key="bob")
     assert done is not None and done.core is not None
     assert [(r[0], r[1], r[2], r[8]) for r in rows if r[0] != "per_reader"] == [("timeline", "delete", "t1", ["ann"])]
+
+
+def test_events_from_rows_reads_pandas_nulls_of_both_kinds() -> None:
+    """pandas hands a null over as NaN or, in a nullable integer column, as pd.NA (an unrepost's
+    time and profile version): both are None in the event."""
+    from collections import namedtuple
+
+    import pandas as pd
+
+    from spark_jobs.timeline_join import events_from_rows
+
+    Row = namedtuple("Row", "type op reposter_id tweet_id author_id version created_at profile_version")
+    for null in (pd.NA, float("nan"), None):
+        (event,) = events_from_rows([Row("repost", "unrepost", "ann", "t1", "bob", 2, null, null)])
+        assert (event.op, event.created_at, event.profile_version) == ("unrepost", None, None)

@@ -46,6 +46,37 @@ def run(events: list[Event], batch_size: int, inbox_cap: int) -> tuple[float, Ma
     return time.process_time() - t0, engine
 
 
+def message_counts(events: list[Event], batch_size: int, inbox_cap: int) -> dict[str, int]:
+    """The messages the author keys send the reposter and reader steps, and the reposter steps'
+    candidates, over the whole run: the per-reader work, which a plain tweet does not have."""
+    counts = dict.fromkeys(("relations", "audience", "replies", "edges", "tweets", "candidates"), 0)
+
+    class Counting(Materializer):
+        def per_reader(self, sides):  # type: ignore[no-untyped-def]
+            for side in sides:
+                for name in ("relations", "audience", "replies", "edges", "tweets"):
+                    counts[name] += len(getattr(side, name))
+            super().per_reader(sides)
+
+    engine = Counting(inbox_cap=inbox_cap)
+    import feed_service.core.view as view
+
+    step = view.reposter_step
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        done = step(*args)
+        counts["candidates"] += len(done.candidates)
+        return done
+
+    view.reposter_step = counted
+    try:
+        for i in range(0, len(events), batch_size):
+            engine.process_batch(events[i:i + batch_size])
+    finally:
+        view.reposter_step = step
+    return counts
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=2_000)
@@ -72,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  with them ({reposts:,} reposts, {replies:,} replies): {len(with_them):>9,} events "
           f"{best['with']:7.2f} s {rate['with']:>10,.0f} events/s")
     print(f"  ratio with / without: {rate['with'] / rate['without']:.2f}")
+    counts = message_counts(with_them, args.batch_size, args.inbox_cap)  # an untimed pass
+    print("  messages to the per-reader steps in the run with them: "
+          + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
 
 
 if __name__ == "__main__":

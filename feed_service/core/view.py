@@ -30,7 +30,14 @@ from feed_service.core.events import (
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
 from feed_service.core.per_reader.author_side import SideResult
 from feed_service.core.per_reader.author_step import step_with_side
-from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.codec import (
+    decode_reader_state,
+    decode_reposter_state,
+    encode_reader_state,
+    encode_reposter_state,
+)
+from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.pull_reposts import RepostFacts, shows_extras_row, shows_pulled_row
 from feed_service.core.per_reader.reader_step import ReaderState, reader_step
 from feed_service.core.per_reader.reposter_step import ReposterState, reposter_step
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
@@ -110,6 +117,10 @@ class TimelineView:
         """reposter -> its reposts of others' tweets (its own timeline's repost rows)."""
         self.visible: dict[str, set[str]] = {}
         """reader -> the users it sees (what a read filters a pull author's replies with)."""
+        self.hidden: dict[str, set[str]] = {}
+        """reader -> the users whose tweets are hidden from it (blocks and mutes in force)."""
+        self.pull_reposters: dict[str, set[str]] = {}
+        """reader -> the pull reposters whose reposts it merges in at read."""
 
     def _fail(self, message: str) -> None:
         if self.strict:
@@ -214,6 +225,18 @@ class TimelineView:
             if not users:
                 del self.visible[reader]
 
+    def apply_hidden(self, deltas: Iterable[HiddenDelta]) -> None:
+        """Apply the reader step's changes of the users hidden from each reader."""
+        _apply_sets(self.hidden, ((op, reader, user) for op, reader, user, _ in deltas))
+
+    def apply_pull_reposters(self, deltas: Iterable[PullReposterDelta]) -> None:
+        """Apply the reposter step's changes of which readers merge in which pull reposters."""
+        for op, reader, reposter, _ in deltas:
+            if (reposter in self.pull_reposters.get(reader, ())) != (op == "delete"):
+                self._fail(f"pull-reposter {op} of {'missing' if op == 'delete' else 'present'} edge "
+                           f"{reader!r} -> {reposter!r}")
+        _apply_sets(self.pull_reposters, ((op, reader, reposter) for op, reader, reposter, _ in deltas))
+
     def _trim(self, uid: str) -> None:
         """Cut ``uid``'s inbox to its newest ``inbox_cap`` rows if it holds more than cap + slack."""
         rows = self.timelines.get(uid)
@@ -236,13 +259,29 @@ class TimelineView:
         """The ``inbox_cap`` newest entries of ``user_id``'s timeline (inbox, the reader step's
         entries and pull authors), newest first. A pull author's reply to a third user is merged in
         only if the reader sees that user (docs/reposts-and-replies.md, hybrid fan-out)."""
-        sources = [_newest_first(self.timelines.get(user_id, {})), _newest_first(self.extras.get(user_id, {}))]
+        extras = _newest_first(self.extras.get(user_id, {}))
         sees = self.visible.get(user_id, set())
+        reposted: list[list[Entry]] = []
+        if user_id in self.pull_reposters:  # decide the repost rows of both kinds of reposters together
+            reposted = [_newest_first(self.own_reposts.get(p, {})) for p in sorted(self.pull_reposters[user_id])]
+            facts = self._repost_facts(user_id, reposted, extras)
+            extras = [e for e in extras if shows_extras_row(e, facts)]
+            reposted = [[e for e in rows if shows_pulled_row(e, user_id, facts)] for rows in reposted]
+        sources = [_newest_first(self.timelines.get(user_id, {})), extras, *reposted]
         for author in sorted(self.pull_follows.get(user_id, ())):
             rows = _newest_first(self.author_timelines.get(author, {}))
             sources.append([e for e in rows if e.in_reply_to_author_id in (None, author, user_id)
                             or e.in_reply_to_author_id in sees])
         return merge_newest(sources, self.inbox_cap)
+
+    def _repost_facts(self, reader: str, reposted: list[list[Entry]], extras: list[Entry]) -> RepostFacts:
+        """Everything the stores would answer about ``reader``'s repost rows (lookups by tweet)."""
+        pulled: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for rows in reposted:
+            for e in rows:
+                pulled.setdefault((e.author_id, e.tweet_id), []).append((e.reposted_at, e.reposted_by))
+        pushed = {(e.author_id, e.tweet_id): (e.reposted_at, e.reposted_by) for e in extras if e.reposted_by is not None}
+        return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(reader, set()))
 
     def author_entries(self, author_id: str) -> list[Entry]:
         """An author's own timeline: its newest live tweets and its reposts of others' tweets, newest first."""
@@ -255,8 +294,18 @@ class TimelineView:
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """Every non-empty timeline, by user id in sorted order."""
-        users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows) | set(self.extras))
+        users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows) | set(self.extras)
+                       | set(self.pull_reposters))
         return {uid: timeline for uid in users if (timeline := self.read(uid))}
+
+
+def _apply_sets(sets: dict[str, set[str]], deltas: Iterable[tuple[str, str, str]]) -> None:
+    """Apply (op, owner, member) changes to per-owner sets, dropping the empty ones."""
+    for op, owner, member in deltas:
+        members = sets.setdefault(owner, set())
+        (members.discard if op == "delete" else members.add)(member)
+        if not members:
+            del sets[owner]
 
 
 def _untrim(trimmed: dict[str, set[RowKey]], uid: str, row: RowKey) -> bool:
@@ -311,10 +360,14 @@ class Materializer:
         clock_start: int = 0,
         trim_slack: int | None = None,
         retention: Retention = Retention(None),
+        pull_reposters: bool = False,
     ) -> None:
         self.inbox_cap = inbox_cap
         self.retention = retention
         self.pull_threshold = pull_threshold
+        # pull_reposters: reposters seen by pull_threshold readers or more fan out to nobody and are
+        # merged at read (docs/reposts-and-replies.md, hybrid fan-out); False: every reposter pushes
+        self.reposter_threshold = pull_threshold if pull_reposters else None
         # trim_slack: the new view trims its inboxes (None: never; docs/trimming.md)
         self.view = view if view is not None else TimelineView(inbox_cap=inbox_cap, trim_slack=trim_slack)
         self.encode_states = encode_states
@@ -428,15 +481,20 @@ class Materializer:
                 replies.setdefault(c.reader, []).append(c)
         for reposter in sorted(audience.keys() | edges.keys() | tweets.keys()):
             done = reposter_step(reposter, self.reposters.get(reposter), audience.get(reposter, ()),
-                                 edges.get(reposter, ()), tweets.get(reposter, ()))
-            self.reposters[reposter] = done.state
+                                 edges.get(reposter, ()), tweets.get(reposter, ()),
+                                 pull_threshold=self.reposter_threshold)
+            self.reposters[reposter] = (decode_reposter_state(encode_reposter_state(done.state))
+                                        if self.encode_states else done.state)
             self.view.apply_own_reposts(reposter, done.own_timeline)
+            self.view.apply_pull_reposters(done.pull_readers)
             for c in done.candidates:
                 candidates.setdefault(c.reader, []).append(c)
         for reader in sorted(relations.keys() | replies.keys() | candidates.keys()):
             decided = reader_step(reader, self.readers.get(reader), relations.get(reader, ()),
                                   replies.get(reader, ()), candidates.get(reader, ()))
-            self.readers[reader] = decided.state
+            self.readers[reader] = (decode_reader_state(encode_reader_state(decided.state))
+                                    if self.encode_states else decided.state)
             self.view.apply_extras(decided.extras)
             self.view.apply_visible(decided.visible)
+            self.view.apply_hidden(decided.hidden)
 

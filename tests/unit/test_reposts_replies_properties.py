@@ -121,8 +121,10 @@ def runs(draw: st.DrawFn, *, growing: bool = False) -> Run:
     return Run(history, batches, len(garbage))
 
 
-def materialize(run: Run, *, inbox_cap: int, pull_threshold: int, encode_states: bool) -> Materializer:
-    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=encode_states)
+def materialize(run: Run, *, inbox_cap: int, pull_threshold: int, encode_states: bool,
+                pull_reposters: bool = False) -> Materializer:
+    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=encode_states,
+                          pull_reposters=pull_reposters)
     for batch in run.batches:
         engine.process_batch(batch)
     return engine
@@ -137,12 +139,23 @@ def test_the_three_steps_equal_the_reference_below_the_cap(run: Run, pull_thresh
 
 
 @SETTINGS
+@given(run=runs(), pull_threshold=st.sampled_from([1, 2, 3]), encode_states=st.booleans())
+def test_pull_reposters_merged_at_read_equal_the_reference(run: Run, pull_threshold: int, encode_states: bool) -> None:
+    # Thresholds of 1-3 readers make reposters cross between push and pull as readers come and go:
+    # the reposts a pull reposter fans out to nobody are decided at read with the pushed ones.
+    engine = materialize(run, inbox_cap=100, pull_threshold=pull_threshold, encode_states=encode_states,
+                         pull_reposters=True)
+    assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=100)
+
+
+@SETTINGS
 @given(run=runs(growing=True), inbox_cap=st.integers(1, 2), pull_threshold=st.sampled_from([1, 1000]))
 def test_at_the_cap_without_removals_the_three_steps_equal_the_reference(run: Run, inbox_cap: int,
                                                                          pull_threshold: int) -> None:
     # Replies to several users per author make the classes of the author step's retention matter:
     # a run of replies a reader does not see must not push an older plain tweet out of its timeline.
-    engine = materialize(run, inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=False)
+    engine = materialize(run, inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=False,
+                         pull_reposters=pull_threshold == 1)
     assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=inbox_cap)
 
 
@@ -194,3 +207,22 @@ def test_a_repost_entry_moves_and_goes_as_reposters_and_authors_are_followed() -
     engine.process_batch([TweetDelete("t1", "bob", 3)])
     assert engine.view.entries("ann") == [] and engine.view.extras == {}
     assert reference_entries(reference_tables([])) == {}
+
+
+def test_a_pull_reposters_earlier_repost_wins_over_a_pushed_one_until_it_is_withdrawn() -> None:
+    engine = Materializer(inbox_cap=100, pull_threshold=2, pull_reposters=True)
+    engine.process_batch([FollowChange("ann", "pat", 1, "follow"), FollowChange("bea", "pat", 1, "follow"),
+                          FollowChange("ann", "zoe", 1, "follow"), TweetUpsert("t1", "cat", 1, 5, "x", 1),
+                          RepostChange("zoe", "t1", "cat", 1, "repost", 50, 1),
+                          RepostChange("pat", "t1", "cat", 1, "repost", 20, 1)])
+    assert engine.view.pull_reposters == {"ann": {"pat"}, "bea": {"pat"}}  # pat is seen by 2: pull
+    assert [(e.at, e.reposted_by) for e in engine.view.extras["ann"].values()] == [(50, "zoe")]  # pushed
+    assert [(e.tweet_id, e.at, e.reposted_by) for e in engine.view.entries("ann")] == [("t1", 20, "pat")]
+    engine.process_batch([RepostChange("pat", "t1", "cat", 2, "unrepost")])
+    assert [(e.at, e.reposted_by) for e in engine.view.entries("ann")] == [(50, "zoe")]
+    engine.process_batch([RepostChange("pat", "t1", "cat", 3, "repost", 10, 1),
+                          FollowChange("bea", "pat", 2, "unfollow")])  # pat falls back to push
+    assert engine.view.pull_reposters == {}
+    assert [(e.at, e.reposted_by) for e in engine.view.entries("ann")] == [(10, "pat")]
+    engine.process_batch([FollowChange("ann", "cat", 1, "follow")])  # direct now: at its own time
+    assert [(e.at, e.reposted_by) for e in engine.view.entries("ann")] == [(5, None)]

@@ -22,12 +22,16 @@ def _plain(mapping) -> dict:
 
 def encode_reposter_state(state: ReposterState) -> bytes:
     return bytes((_FORMAT,)) + pickle.dumps((_plain(state.audience), _plain(state.edges), _plain(state.tweets),
-                                             _plain(state.joined), state.clock), protocol=5)
+                                             _plain(state.joined), state.clock, state.pull, state.seers),
+                                            protocol=5)
 
 
 def decode_reposter_state(blob: bytes) -> ReposterState:
-    audience, edges, tweets, joined, clock = _payload(blob, "reposter")
-    return ReposterState(audience, edges, tweets, joined, clock)
+    payload = _payload(blob, "reposter")
+    if len(payload) == 5:  # written before pull reposters: push, its seers counted from its audience
+        audience = payload[0]
+        return ReposterState(*payload, False, sum(1 for v in audience.values() if v[1]))
+    return ReposterState(*payload)
 
 
 def encode_reader_state(state: ReaderState) -> bytes:

@@ -99,3 +99,23 @@ class VisibleDelta(NamedTuple):
     reader: str
     user: str
     ts: int
+
+
+class HiddenDelta(NamedTuple):
+    """``user``'s tweets start (``insert``) or stop (``delete``) being hidden from ``reader`` (a block
+    or mute in force): what a read needs to decide a pull reposter's repost of ``user``'s tweet."""
+
+    op: str
+    reader: str
+    user: str
+    ts: int
+
+
+class PullReposterDelta(NamedTuple):
+    """``reader`` starts (``insert``) or stops (``delete``) merging in ``reposter``'s reposts at read:
+    ``reposter`` is a pull reposter and ``reader`` sees it (docs/reposts-and-replies.md, hybrid fan-out)."""
+
+    op: str
+    reader: str
+    reposter: str
+    ts: int

@@ -28,6 +28,7 @@ from feed_service.core.events import content_beats
 from feed_service.core.per_reader.messages import (
     ConditionalReply,
     ExtrasDelta,
+    HiddenDelta,
     Relation,
     RepostCandidate,
     VisibleDelta,
@@ -56,6 +57,9 @@ class ReaderResult:
     state: ReaderState
     extras: tuple[ExtrasDelta, ...]
     visible: tuple[VisibleDelta, ...]
+    hidden: tuple[HiddenDelta, ...] = ()
+    """Users whose tweets start or stop being hidden from the reader (what a read of a pull
+    reposter's reposts needs, docs/reposts-and-replies.md, hybrid fan-out)."""
 
 
 def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Relation],
@@ -72,12 +76,14 @@ def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Rela
     rel, new_replies, new_candidates, shown = state.rel, state.replies, state.candidates, state.shown
     rel_changed: set[str] = set()
     was_seen: dict[str, bool] = {}
+    was_hidden: dict[str, bool] = {}
     for m in relations:
         old = rel.get(m.user)
         if old is None or m.ts > old[0]:
             if old is None or (old[1], old[2]) != (m.visible, m.hidden):
                 rel_changed.add(m.user)
                 was_seen.setdefault(m.user, old is not None and old[1])
+                was_hidden.setdefault(m.user, old is not None and old[2])
             rel[m.user] = (m.ts, m.visible, m.hidden)  # type: ignore[index]
     touched: set[TweetKey] = set()
     for r in replies:
@@ -125,6 +131,8 @@ def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Rela
             shown.pop(k, None)  # type: ignore[attr-defined]
     visible = [VisibleDelta("insert" if rel[u][1] else "delete", reader, u, ts)
                for u in sorted(rel_changed) if was_seen[u] != rel[u][1]]
+    hidden = [HiddenDelta("insert" if rel[u][2] else "delete", reader, u, ts)
+              for u in sorted(rel_changed) if was_hidden[u] != rel[u][2]]
     for k in touched:  # forget what no longer matters: withdrawn replies and candidates
         if k in new_replies and new_replies[k][1] is None:
             del new_replies[k]  # type: ignore[attr-defined]
@@ -134,9 +142,9 @@ def reader_step(reader: str, state: ReaderState | None, relations: Sequence[Rela
                 del inner[p]  # type: ignore[attr-defined]
             if not inner:
                 del new_candidates[k]  # type: ignore[attr-defined]
-    emitted = bool(extras or visible)
+    emitted = bool(extras or visible or hidden)
     new_state = ReaderState(rel, new_replies, new_candidates, shown, ts if emitted else state.clock)
-    return ReaderResult(new_state, tuple(extras), tuple(visible))
+    return ReaderResult(new_state, tuple(extras), tuple(visible), tuple(hidden))
 
 
 def _sees(rel: Mapping[str, tuple[int, bool, bool]], user: str | None) -> bool:

@@ -9,6 +9,10 @@ work is not in it). The two are run alternately ``--rounds`` times; CPU seconds 
 (``time.process_time``), the best round of each. Prints events/s of each and their ratio, with the
 load average (docs/reposts-and-replies.md).
 
+``--pull-threshold N --pull-reposters`` makes users seen by N readers or more pull reposters (their
+reposts merged at read, docs/reposts-and-replies.md, hybrid fan-out) in the run with them; both runs
+use the threshold for authors.
+
     .venv/bin/python bench/bench_reposts_engine.py [--users 2000] [--events 60000] [--batch-size 1000]
 """
 
@@ -24,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from feed_service.core.events import Event, RepostChange, TweetUpsert, parse_event  # noqa: E402
+from feed_service.core.join.key_step import DEFAULT_PULL_THRESHOLD  # noqa: E402
 from feed_service.core.view import Materializer  # noqa: E402
 from feed_service.workload.generator import WorkloadModel  # noqa: E402
 
@@ -38,15 +43,17 @@ def histories(users: int, events: int, repost_share: float, reply_share: float, 
     return parsed, plain
 
 
-def run(events: list[Event], batch_size: int, inbox_cap: int) -> tuple[float, Materializer]:
-    engine = Materializer(inbox_cap=inbox_cap)
+def run(events: list[Event], batch_size: int, inbox_cap: int, pull_threshold: int = DEFAULT_PULL_THRESHOLD,
+        pull_reposters: bool = False) -> tuple[float, Materializer]:
+    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, pull_reposters=pull_reposters)
     t0 = time.process_time()
     for i in range(0, len(events), batch_size):
         engine.process_batch(events[i:i + batch_size])
     return time.process_time() - t0, engine
 
 
-def message_counts(events: list[Event], batch_size: int, inbox_cap: int) -> dict[str, int]:
+def message_counts(events: list[Event], batch_size: int, inbox_cap: int, pull_threshold: int = DEFAULT_PULL_THRESHOLD,
+                   pull_reposters: bool = False) -> dict[str, int]:
     """The messages the author keys send the reposter and reader steps, and the reposter steps'
     candidates, over the whole run: the per-reader work, which a plain tweet does not have."""
     counts = dict.fromkeys(("relations", "audience", "replies", "edges", "tweets", "candidates"), 0)
@@ -58,13 +65,13 @@ def message_counts(events: list[Event], batch_size: int, inbox_cap: int) -> dict
                     counts[name] += len(getattr(side, name))
             super().per_reader(sides)
 
-    engine = Counting(inbox_cap=inbox_cap)
+    engine = Counting(inbox_cap=inbox_cap, pull_threshold=pull_threshold, pull_reposters=pull_reposters)
     import feed_service.core.view as view
 
     step = view.reposter_step
 
-    def counted(*args):  # type: ignore[no-untyped-def]
-        done = step(*args)
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        done = step(*args, **kwargs)
         counts["candidates"] += len(done.candidates)
         return done
 
@@ -87,23 +94,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reply-share", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pull-threshold", type=int, default=DEFAULT_PULL_THRESHOLD)
+    parser.add_argument("--pull-reposters", action="store_true",
+                        help="reposters seen by --pull-threshold readers or more are merged at read")
     args = parser.parse_args(argv)
+    pulls = dict(pull_threshold=args.pull_threshold)
     with_them, without = histories(args.users, args.events, args.repost_share, args.reply_share, args.seed)
     reposts = sum(type(e) is RepostChange for e in with_them)
     replies = sum(type(e) is TweetUpsert and e.in_reply_to_tweet_id is not None for e in with_them)
     best = {"with": float("inf"), "without": float("inf")}
     for _ in range(args.rounds):
         for name, events in (("without", without), ("with", with_them)):
-            best[name] = min(best[name], run(events, args.batch_size, args.inbox_cap)[0])
+            mode = pulls if name == "without" else dict(pulls, pull_reposters=args.pull_reposters)
+            best[name] = min(best[name], run(events, args.batch_size, args.inbox_cap, **mode)[0])
     rate = {"with": len(with_them) / best["with"], "without": len(without) / best["without"]}
     print(f"bench_reposts_engine: {args.users:,} users, batches of {args.batch_size:,}, cap {args.inbox_cap}, "
+          f"pull threshold {args.pull_threshold:,}{' (authors and reposters)' if args.pull_reposters else ''}, "
           f"best of {args.rounds} rounds (CPU s); load average {os.getloadavg()[0]:.2f}")
     print(f"  without reposts and replies: {len(without):>9,} events {best['without']:7.2f} s "
           f"{rate['without']:>10,.0f} events/s")
     print(f"  with them ({reposts:,} reposts, {replies:,} replies): {len(with_them):>9,} events "
           f"{best['with']:7.2f} s {rate['with']:>10,.0f} events/s")
     print(f"  ratio with / without: {rate['with'] / rate['without']:.2f}")
-    counts = message_counts(with_them, args.batch_size, args.inbox_cap)  # an untimed pass
+    counts = message_counts(with_them, args.batch_size, args.inbox_cap, args.pull_threshold,
+                            args.pull_reposters)  # an untimed pass
     print("  messages to the per-reader steps in the run with them: "
           + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
 

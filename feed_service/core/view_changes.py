@@ -119,10 +119,33 @@ class VisibleChange(NamedTuple):
     source_ms: int | None
 
 
+class PullReposterChange(NamedTuple):
+    """``timeline_id`` starts (``insert``) or stops (``delete``) merging in pull reposter
+    ``reposter_id``'s reposts at read (``home_timeline.pull_reposters``), written by the reposter step
+    of ``reposter_id`` (docs/reposts-and-replies.md, hybrid fan-out)."""
+
+    op: FollowOp
+    timeline_id: str
+    reposter_id: str
+    ts: int
+    source_ms: int | None
+
+
+class HiddenChange(NamedTuple):
+    """``user_id``'s tweets start (``insert``) or stop (``delete``) being hidden from ``reader_id``
+    (``reader_hidden``), written by the reader step of ``reader_id``."""
+
+    op: FollowOp
+    reader_id: str
+    user_id: str
+    ts: int
+    source_ms: int | None
+
+
 ViewChange: TypeAlias = (TimelineChange | AuthorChange | PullFollowChange | ProfileChange | BlockRowChange
-                         | ExtrasChange | UserRepostChange | VisibleChange)
+                         | ExtrasChange | UserRepostChange | VisibleChange | PullReposterChange | HiddenChange)
 ChangeKind: TypeAlias = Literal["timeline", "author", "pull_follow", "profile", "block", "extras", "user_repost",
-                                "visible"]
+                                "visible", "pull_reposter", "hidden"]
 
 
 def message_key(change: ViewChange) -> str:
@@ -137,8 +160,10 @@ def message_key(change: ViewChange) -> str:
         return change.timeline_id
     if isinstance(change, UserRepostChange):
         return change.entry.reposted_by  # type: ignore[return-value] - decode requires it
-    if isinstance(change, VisibleChange):
+    if isinstance(change, (VisibleChange, HiddenChange)):
         return change.reader_id
+    if isinstance(change, PullReposterChange):
+        return change.reposter_id
     return change.blocker_id
 
 
@@ -198,6 +223,11 @@ def to_json(change: ViewChange) -> dict:
         base = {"kind": "user_repost", "op": change.op, "entry": _entry_json(change.entry)}
     elif isinstance(change, VisibleChange):
         base = {"kind": "visible", "op": change.op, "reader_id": change.reader_id, "user_id": change.user_id}
+    elif isinstance(change, PullReposterChange):
+        base = {"kind": "pull_reposter", "op": change.op, "timeline_id": change.timeline_id,
+                "reposter_id": change.reposter_id}
+    elif isinstance(change, HiddenChange):
+        base = {"kind": "hidden", "op": change.op, "reader_id": change.reader_id, "user_id": change.user_id}
     else:
         raise TypeError(f"not a view change: {change!r}")
     base["ts"] = change.ts
@@ -293,6 +323,11 @@ def decode(value: bytes | str) -> ViewChange:
             return UserRepostChange(_op(obj, _DELTA_OPS), entry, ts, source)
         if kind == "visible":
             return VisibleChange(_op(obj, _FOLLOW_OPS), _str(obj, "reader_id"), _str(obj, "user_id"), ts, source)
+        if kind == "pull_reposter":
+            return PullReposterChange(_op(obj, _FOLLOW_OPS), _str(obj, "timeline_id"), _str(obj, "reposter_id"), ts,
+                                      source)
+        if kind == "hidden":
+            return HiddenChange(_op(obj, _FOLLOW_OPS), _str(obj, "reader_id"), _str(obj, "user_id"), ts, source)
     except ChangeDecodeError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Collection, Hashable, Iterable
 
-from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -51,6 +52,10 @@ class MemoryStore:
         """user_id -> its ``user_reposts`` rows (its reposts of others' tweets) by cursor."""
         self.visible: dict[str, set[str]] = {}
         """reader_id -> the users it sees: the rows of ``reader_visible``."""
+        self.hidden: dict[str, set[str]] = {}
+        """reader_id -> the users hidden from it: the rows of ``reader_hidden``."""
+        self.reposters_pull: dict[str, set[str]] = {}
+        """user_id -> the pull reposters it merges in: ``home_timeline.pull_reposters``."""
         self.written: dict[tuple[Hashable, ...], tuple[int, object]] = {}
         """(table, *primary key) -> (write timestamp, row or None: a delete) of every row
         :meth:`write` wrote, what a later write must beat (the ``add_*`` helpers bypass it)."""
@@ -122,6 +127,8 @@ class MemoryStore:
         extras: Iterable[ExtrasDelta] = (),
         user_reposts: Iterable[AuthorTimelineWrite] = (),
         visible: Iterable[VisibleDelta] = (),
+        pull_reposters: Iterable[PullReposterDelta] = (),
+        hidden: Iterable[HiddenDelta] = (),
     ) -> WriteCounts:
         """:meth:`ViewWriter.write`: rows in any order, any number of times; the counts are what
         :class:`~feed_service.store.cassandra_writer.CassandraWriter` returns for the same call."""
@@ -131,6 +138,7 @@ class MemoryStore:
         tweets, profiles, author_timeline = list(tweets), list(profiles), list(author_timeline)
         pull_follows, blocks = list(pull_follows), list(blocks)
         extras, user_reposts, visible = list(extras), list(user_reposts), list(visible)
+        pull_reposters, hidden = list(pull_reposters), list(hidden)
         # every row as it reads back, before anything is applied: a row Cassandra would refuse
         # raises here, with nothing written, as CassandraWriter raises before it sends anything
         stored_extras = [(op, reader, _stored(e), ts) for op, reader, e, ts in extras]
@@ -161,11 +169,15 @@ class MemoryStore:
             self._put(self.user_reposts, "user_reposts", e.reposted_by, op, e, ts)  # type: ignore[arg-type]
         for op, reader, user, ts in visible:
             self._pair(self.visible, "reader_visible", reader, user, op, ts)
+        for op, reader, reposter, ts in pull_reposters:
+            self._pair(self.reposters_pull, "pull_reposters", reader, reposter, op, ts)
+        for op, reader, user, ts in hidden:
+            self._pair(self.hidden, "reader_hidden", reader, user, op, ts)
         deletes = sum(1 for w in rows if w.op == "delete")
         extras_deletes = sum(1 for w in extras if w.op == "delete")
         return WriteCounts(len(rows) - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
                            len(pull_follows), len(blocks), len(extras) - extras_deletes, extras_deletes,
-                           len(user_reposts), len(visible))
+                           len(user_reposts), len(visible), len(pull_reposters), len(hidden))
 
     def _check(self, method: str = "") -> None:
         self.calls[method] += 1
@@ -188,8 +200,11 @@ class MemoryStore:
         self._check("inbox")
         entries = await self.page(timeline_id, before=before, limit=limit, timeout=timeout)  # its faults too
         pull = sorted(self.follows_pull.get(timeline_id, ()))
-        # as Cassandra: below a cursor, the static column comes only with a row
-        return InboxSlice(entries, pull if before is None or entries else None)
+        reposters = sorted(self.reposters_pull.get(timeline_id, ()))
+        # as Cassandra: below a cursor, the static columns come only with a row
+        if before is None or entries:
+            return InboxSlice(entries, pull, reposters)
+        return InboxSlice(entries, None, None)
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         self._check("newer")
@@ -226,6 +241,33 @@ class MemoryStore:
         self._check("visible_among")
         sees = self.visible.get(reader_id, set())
         return {u for u in user_ids if u in sees}
+
+    async def pull_reposters(self, user_id: str, *, timeout: float) -> list[str]:
+        self._check("pull_reposters")
+        return sorted(self.reposters_pull.get(user_id, ()))
+
+    async def reposts_of(self, tweets: Collection[TweetKey], reposters: Collection[str], *,
+                         timeout: float) -> dict[TweetKey, list[Repost]]:
+        self._check("reposts_of")  # the index by tweet, here a scan of the reposters' rows
+        wanted, out = set(tweets), {}
+        for p in reposters:
+            for e in self.user_reposts.get(p, {}).values():
+                if (e.author_id, e.tweet_id) in wanted:
+                    out.setdefault((e.author_id, e.tweet_id), []).append((e.reposted_at, p))
+        return {k: sorted(v) for k, v in out.items()}
+
+    async def pushed_reposts(self, reader_id: str, tweets: Collection[TweetKey], *,
+                             timeout: float) -> dict[TweetKey, Repost]:
+        self._check("pushed_reposts")
+        wanted = set(tweets)
+        return {(e.author_id, e.tweet_id): (e.reposted_at, e.reposted_by)  # type: ignore[misc]
+                for e in self.extras.get(reader_id, {}).values()
+                if e.reposted_by is not None and (e.author_id, e.tweet_id) in wanted}
+
+    async def hidden_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        self._check("hidden_among")
+        hidden = self.hidden.get(reader_id, set())
+        return {u for u in user_ids if u in hidden}
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         self._check("tweet")

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Collection, Iterable, Mapping, NamedTuple, Protocol
 
-from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -42,6 +43,8 @@ class InboxSlice(NamedTuple):
     entries: list[Entry]
     pull_authors: list[str] | None
     """Sorted; None when the read cannot tell: a slice below a cursor that returned no row."""
+    pull_reposters: list[str] | None = None
+    """The pull reposters the user merges in (a static column too), sorted; None as ``pull_authors``."""
 
 
 class TimelineStore(Protocol):
@@ -86,6 +89,24 @@ class TimelineStore(Protocol):
         """Those of ``user_ids`` that ``reader_id`` sees (``reader_visible``): a pull author's reply
         to one of them is shown to the reader. One read for all of them, however many the reader sees."""
 
+    async def pull_reposters(self, user_id: str, *, timeout: float) -> list[str]:
+        """The pull reposters ``user_id`` sees: whose ``user_reposts`` its home timeline merges in
+        (docs/reposts-and-replies.md, hybrid fan-out), sorted."""
+
+    async def reposts_of(self, tweets: Collection[TweetKey], reposters: Collection[str], *,
+                         timeout: float) -> dict[TweetKey, list[Repost]]:
+        """The live reposts of each of ``tweets`` (``(author_id, tweet_id)``) by any of ``reposters``, as
+        ``(reposted_at, reposter)`` (``reposts_by_tweet``, the index of ``user_reposts`` by tweet);
+        tweets without one are absent."""
+
+    async def pushed_reposts(self, reader_id: str, tweets: Collection[TweetKey], *,
+                             timeout: float) -> dict[TweetKey, Repost]:
+        """The reader's ``home_extras`` repost entries of ``tweets``, as ``(reposted_at, reposter)``
+        (``home_extras_reposts``, the index of its repost entries by tweet); others are absent."""
+
+    async def hidden_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        """Those of ``user_ids`` whose tweets are hidden from ``reader_id`` (``reader_hidden``)."""
+
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         """The latest version of a tweet; None when unknown or deleted."""
 
@@ -120,6 +141,10 @@ class WriteCounts:
     user_reposts: int = 0
     visible: int = 0
     """``reader_visible`` rows written (inserts and deletes)."""
+    pull_reposters: int = 0
+    """Elements of ``home_timeline.pull_reposters`` written (inserts and deletes)."""
+    hidden: int = 0
+    """``reader_hidden`` rows written (inserts and deletes)."""
 
     def __add__(self, other: "WriteCounts") -> "WriteCounts":
         return WriteCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
@@ -143,11 +168,20 @@ class ViewWriter(Protocol):
         extras: Iterable[ExtrasDelta] = (),
         user_reposts: Iterable[AuthorTimelineWrite] = (),
         visible: Iterable[VisibleDelta] = (),
+        pull_reposters: Iterable[PullReposterDelta] = (),
+        hidden: Iterable[HiddenDelta] = (),
     ) -> WriteCounts:
         """Home-timeline rows come one per row (``timeline``) or one per row and many timelines
         (``timeline_fanout``, counted per timeline); both land as the same rows. ``extras`` are rows
         of the reader's ``home_extras`` (at ``entry.at``), ``user_reposts`` rows of the partition
-        ``entry.reposted_by``, ``visible`` rows of ``reader_visible``."""
+        ``entry.reposted_by``, ``visible`` rows of ``reader_visible``, ``pull_reposters`` elements of
+        the reader's ``home_timeline.pull_reposters``, ``hidden`` rows of ``reader_hidden``.
+
+        The indexes by tweet are written from the same rows, at the same timestamps: each repost
+        entry of ``extras`` is also a row of ``home_extras_reposts`` (reader, tweet) and each row of
+        ``user_reposts`` one of ``reposts_by_tweet`` (tweet, reposter). A repost that moves is a
+        delete and an insert at one timestamp, of one index row: the index takes the last of a key's
+        changes in the call (a delete would win the timestamp tie)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from feed_service.core.view_changes import (
     AuthorChange,
     ExtrasChange,
     PullFollowChange,
+    PullReposterChange,
     TimelineChange,
     UserRepostChange,
     VisibleChange,
@@ -92,15 +93,16 @@ class TimelineHead:
     position, as Cassandra's are: a move is a delete at the old position and an insert at the new
     one, which apply in either order (a read between the two writes may see both rows).
 
-    An inbox head also holds its user's pull authors (``pull``; None when filled without them), the
-    head of the user's ``home_extras`` (``extras``), the users the reader is known to see or not
-    (``sees``: what decides a pull author's replies) and encoded pages (``pages``)."""
+    An inbox head also holds its user's pull authors (``pull``; None when filled without them) and
+    pull reposters (``reposters``), the head of the user's ``home_extras`` (``extras``), the users
+    the reader is known to see or not (``sees``: what decides a pull author's replies) and encoded
+    pages (``pages``)."""
 
     __slots__ = ("rows", "cursors", "complete", "depth", "pull", "stamp", "pages", "extras", "sees", "sees_epoch",
-                 "replies")
+                 "replies", "reposters")
 
     def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None,
-                 extras: "TimelineHead | None" = None) -> None:
+                 extras: "TimelineHead | None" = None, reposters: set[str] | None = None) -> None:
         self.depth = depth
         self.complete = len(newest_first) < depth
         self.rows = list(reversed(newest_first[:depth]))
@@ -115,6 +117,7 @@ class TimelineHead:
         #: bumped by every visible-set change of the reader: a membership read that a change
         #: overtook is not kept
         self.sees_epoch = 0
+        self.reposters = reposters
 
     def changed(self) -> None:
         """Something this head holds changed: a new stamp, and its encoded pages are gone."""
@@ -130,6 +133,13 @@ class TimelineHead:
             self.pull.add(change.author_id)
         else:
             self.pull.discard(change.author_id)
+        self.changed()
+
+    def follow_reposter(self, change: PullReposterChange) -> None:
+        """A change of the user's pull reposters (an inbox head filled with them)."""
+        if self.reposters is None:
+            return
+        (self.reposters.add if change.op == "insert" else self.reposters.discard)(change.reposter_id)
         self.changed()
 
     def first(self, n: int, before: Cursor | None = None) -> list[Entry] | None:
@@ -317,21 +327,24 @@ class ReadCache:
         (a later, larger first page fills it again); pages below it are read from the store."""
         ck = ("home", user_id)
         head = self._data.get(ck) if self.usable else None
-        if head is not None and head.pull is not None:
+        if head is not None and head.pull is not None and head.reposters is not None:
             rows = head.first(n, before)
             extras = head.extras.first(n, before) if rows is not None and head.extras is not None else None
             if extras is not None:
                 self.hits += 1
-                return HomeSlice(InboxSlice(rows, sorted(head.pull)), extras)  # type: ignore[arg-type]
+                return HomeSlice(InboxSlice(rows, sorted(head.pull), sorted(head.reposters)),  # type: ignore[arg-type]
+                                 extras)
         self.misses += 1
         if (before is not None or n > self.depth or not self.usable or ck in self._pending
                 or (head is None and not self._seen.again(user_id))):
             got = await read(n)
-            if got.inbox.pull_authors is None and head is not None and head.pull is not None:
-                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull)), got.extras)
+            if (got.inbox.pull_authors is None and head is not None and head.pull is not None
+                    and head.reposters is not None):
+                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull), sorted(head.reposters)), got.extras)
             return got
         return await self._fill(ck, lambda: read(n), lambda s: TimelineHead(
-            s.inbox.entries, n, set(s.inbox.pull_authors or ()), TimelineHead(s.extras, n)))
+            s.inbox.entries, n, set(s.inbox.pull_authors or ()), TimelineHead(s.extras, n),
+            set(s.inbox.pull_reposters or ())))
 
     async def sees(self, user_id: str, users: Collection[str],
                    read: Callable[[Collection[str]], Awaitable[set[str]]]) -> set[str]:
@@ -367,6 +380,15 @@ class ReadCache:
         self.misses += 1
         return await read()
 
+    async def pull_reposters(self, user_id: str, read: Callable[[], Awaitable[list[str]]]) -> list[str]:
+        """The pull reposters ``user_id`` merges in: from the cached inbox head, else ``read()``."""
+        head = self._data.get(("home", user_id)) if self.usable else None
+        if head is not None and head.reposters is not None:
+            self.hits += 1
+            return sorted(head.reposters)
+        self.misses += 1
+        return await read()
+
     # -- the hit path: no await, no task ----------------------------------------------------
     def home_rows(self, user_id: str, n: int,
                   before: Cursor | None) -> tuple[list[list[Entry]], Sources, int] | None:
@@ -377,8 +399,8 @@ class ReadCache:
             return None
         data = self._data
         head = data.get(("home", user_id))
-        if head is None or head.pull is None:
-            return None
+        if head is None or head.pull is None or head.reposters is None or head.reposters:
+            return None  # a reader merging pull reposters in: its repost rows are decided with lookups
         inbox = head.first(n, before)
         if inbox is None:
             return None
@@ -493,6 +515,11 @@ class ReadCache:
                 return False  # it may or may not be in the read: the fill is dropped
             head.follow(change)
             return True
+        if isinstance(change, PullReposterChange):  # as for the pull authors
+            if not after_read:
+                return False
+            head.follow_reposter(change)
+            return True
         if isinstance(change, VisibleChange):
             head.see(change)  # a new head holds no membership yet: nothing to settle
             return True
@@ -527,6 +554,8 @@ class ReadCache:
                 keys = [("reposts", change.entry.reposted_by)]  # type: ignore[list-item]
             elif isinstance(change, VisibleChange):
                 keys = [("home", change.reader_id)]
+            elif isinstance(change, PullReposterChange):
+                keys = [("home", change.timeline_id)]
             else:
                 continue
             for ck in keys:
@@ -541,6 +570,9 @@ class ReadCache:
                     continue
                 if isinstance(change, VisibleChange):
                     head.see(change)
+                    continue
+                if isinstance(change, PullReposterChange):
+                    head.follow_reposter(change)
                     continue
                 if isinstance(change, ExtrasChange):
                     extras = head.extras

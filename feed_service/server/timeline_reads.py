@@ -1,8 +1,10 @@
 """Timeline reads of the hybrid fan-out: a home timeline is the user's inbox and per-reader entries
 (``home_extras``: repost entries, replies shown for their parent) merged, at read time, with the
 author timelines of the pull authors the user follows (docs/fan-out.md, docs/reposts-and-replies.md),
-a pull author's reply to a third user only if the reader sees that user (:mod:`.pull_replies`). A
-user's own timeline is its author timeline merged with its reposts (``user_reposts``).
+a pull author's reply to a third user only if the reader sees that user (:mod:`.pull_replies`), and
+with the reposts of the pull reposters the reader sees, decided with its own repost entries
+(:mod:`.pulled_reposts`). A user's own timeline is its author timeline merged with its reposts
+(``user_reposts``).
 
 Each source is read from the read cache while the view's change topic keeps it exact
 (docs/api.md#read-cache), else from the store, with pull authors' heads through the process's TTL'd
@@ -18,11 +20,13 @@ import asyncio
 import functools
 from typing import Awaitable, Collection
 
+from feed_service.core.per_reader.pull_reposts import Lookups, RepostFacts
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
 from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.pull_replies import has_replies, shown_slices
 from feed_service.server.pull_sources import PullSources
+from feed_service.server.pulled_reposts import decided_slices
 from feed_service.server.read_cache import HomeSlice, ReadCache, Sources
 from feed_service.store.ports import TimelineStore
 
@@ -57,6 +61,37 @@ class TimelineReads:
         if exact:
             return await store.pull_authors(user_id, timeout=budget)
         return await self.pull.authors(store, user_id, timeout=budget)
+
+    async def pull_reposters(self, store: TimelineStore, user_id: str, budget: float) -> list[str]:
+        """The pull reposters ``user_id`` merges in: from the exact cache, else the store."""
+        cache = self.live_cache()
+        if cache is not None:
+            return await cache.pull_reposters(user_id, lambda: store.pull_reposters(user_id, timeout=budget))
+        return await store.pull_reposters(user_id, timeout=budget)
+
+    def reposts_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
+                     budget: float) -> Awaitable[list[Entry]]:
+        """A user's own reposts of others' tweets (``user_reposts``), newest first: from the read cache
+        when it holds them."""
+        cache = self.live_cache()
+        if cache is not None:
+            return cache.rows("reposts", user_id, limit, before,
+                              lambda n: store.user_reposts_page(user_id, before=before, limit=n, timeout=budget))
+        return store.user_reposts_page(user_id, before=before, limit=limit, timeout=budget)
+
+    async def repost_facts(self, store: TimelineStore, reader: str, reposters: list[str], need: Lookups,
+                           budget: float) -> RepostFacts:
+        """The facts that decide a reader's repost rows (:mod:`.pulled_reposts`), looked up together."""
+        async def nothing(value):  # type: ignore[no-untyped-def]
+            return value
+
+        users = need.users
+        pulled, pushed, sees, hidden = await asyncio.gather(
+            store.reposts_of(need.pulled, reposters, timeout=budget) if need.pulled else nothing({}),
+            store.pushed_reposts(reader, need.pushed, timeout=budget) if need.pushed else nothing({}),
+            self.sees(store, reader, users, budget) if users else nothing(set()),
+            store.hidden_among(reader, users, timeout=budget) if users else nothing(set()))
+        return RepostFacts(pulled, pushed, sees, hidden)
 
     def cached_home_page(self, user_id: str, before: Cursor | None,
                          limit: int) -> tuple[list[Entry], Sources, int] | None:
@@ -113,7 +148,20 @@ class TimelineReads:
             pulled = await shown_slices(
                 user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
                 lambda i, cursor, n: store.author_page(authors[i], before=cursor, limit=n, timeout=budget))
-        sources = [got.inbox.entries, *(rows for rows in (got.extras, *pulled) if rows)]
+        extras, reposted = got.extras, []
+        reposters = got.inbox.pull_reposters
+        if reposters is None:
+            reposters = await self.pull_reposters(store, user_id, budget)
+        if reposters:
+            reposted = list(await asyncio.gather(*(self.reposts_page(store, p, before, limit, budget)
+                                                   for p in reposters)))
+            extras, reposted = await decided_slices(
+                user_id, extras, reposted, limit,
+                lambda need: self.repost_facts(store, user_id, reposters, need, budget),
+                lambda i, cursor, n: (store.extras_page(user_id, before=cursor, limit=n, timeout=budget) if i == 0
+                                      else store.user_reposts_page(reposters[i - 1], before=cursor, limit=n,
+                                                                   timeout=budget)))
+        sources = [got.inbox.entries, *(rows for rows in (extras, *pulled, *reposted) if rows)]
         return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
 
     def author_page(self, store: TimelineStore, author_id: str, before: Cursor | None, limit: int,
@@ -154,4 +202,16 @@ class TimelineReads:
             pulled = await shown_slices(
                 user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
                 lambda i, cursor, n: store.author_newer(authors[i], after=cursor, limit=n, timeout=budget))
-        return merge_oldest([own, extras, *pulled], limit)
+        reposters = (await self.pull_reposters(store, user_id, budget) if not pushed
+                     else await store.pull_reposters(user_id, timeout=budget))
+        reposted: list[list[Entry]] = []
+        if reposters:
+            reposted = list(await asyncio.gather(*(store.user_reposts_newer(p, after=after, limit=limit, timeout=budget)
+                                                   for p in reposters)))
+            extras, reposted = await decided_slices(
+                user_id, extras, reposted, limit,
+                lambda need: self.repost_facts(store, user_id, reposters, need, budget),
+                lambda i, cursor, n: (store.extras_newer(user_id, after=cursor, limit=n, timeout=budget) if i == 0
+                                      else store.user_reposts_newer(reposters[i - 1], after=cursor, limit=n,
+                                                                    timeout=budget)))
+        return merge_oldest([own, extras, *pulled, *reposted], limit)

@@ -237,6 +237,11 @@ class MemoryStore:
         self._check("user_reposts_page")
         return self._older(self.user_reposts.get(user_id, {}), before, limit)
 
+    async def user_reposts_newer(self, user_id: str, *, after: Cursor | None, limit: int,
+                                 timeout: float) -> list[Entry]:
+        self._check("user_reposts_newer")
+        return self._newer(self.user_reposts.get(user_id, {}), after, limit)
+
     async def visible_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
         self._check("visible_among")
         sees = self.visible.get(reader_id, set())

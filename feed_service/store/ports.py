@@ -85,6 +85,10 @@ class TimelineStore(Protocol):
                                 timeout: float) -> list[Entry]:
         """Like :meth:`page`, of a user's own reposts of others' tweets (``user_reposts``), by repost time."""
 
+    async def user_reposts_newer(self, user_id: str, *, after: Cursor | None, limit: int,
+                                 timeout: float) -> list[Entry]:
+        """Like :meth:`newer`, of a user's ``user_reposts`` (a watch's catch-up of a pull reposter)."""
+
     async def visible_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
         """Those of ``user_ids`` that ``reader_id`` sees (``reader_visible``): a pull author's reply
         to one of them is shown to the reader. One read for all of them, however many the reader sees."""

@@ -1,0 +1,157 @@
+"""The read service with pull reposters merged at read, against the model and the reference
+(docs/reposts-and-replies.md, hybrid fan-out).
+
+Random histories run through ``Materializer(pull_reposters=True)`` at thresholds of 1-3 readers, so
+reposters cross between push and pull; its tables (and the readers' pull reposters and hidden sets)
+are loaded into a :class:`MemoryStore`. Home pages read page by page at small sizes, and a watch's
+catch-up from the start, must equal the model's ``TimelineView.entries`` and the batch reference;
+then batch by batch as view changes, through the read cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from feed_service.core.reference import reference_entries, reference_tables
+from feed_service.core.rows import Entry
+from feed_service.core.view import Materializer, TimelineView
+from feed_service.core.view_changes import HiddenChange, PullReposterChange
+from feed_service.kafka.view_change_consumer import Consumed
+from feed_service.server.pull_sources import PullSources
+from feed_service.server.read_cache import ReadCache
+from feed_service.server.timeline_reads import TimelineReads
+from feed_service.store.memory import MemoryStore
+
+from .test_server_reposts_replies import (
+    BUDGET,
+    CAP,
+    USERS,
+    LiveFeed,
+    _snapshot,
+    batches_of,
+    changes_between,
+    home_pages,
+    interleaved,
+    load,
+)
+
+
+def load_all(view: TimelineView, store: MemoryStore) -> None:
+    """``load`` and the tables of the pull reposters: who merges whom in, and the hidden sets."""
+    load(view, store)
+    store.reposters_pull = {u: set(p) for u, p in view.pull_reposters.items()}
+    store.hidden = {u: set(h) for u, h in view.hidden.items()}
+
+
+async def newer_all(reads: TimelineReads, store: MemoryStore, user: str, size: int) -> list[Entry]:
+    """A watch's catch-up from the start, ``size`` entries at a time, oldest first."""
+    out: list[Entry] = []
+    after = None
+    while True:
+        rows = await reads.home_newer(store, user, after, size, BUDGET)
+        out += rows
+        if len(rows) < size:
+            return out
+        after = rows[-1].cursor
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(rnd=st.randoms(use_true_random=False), pull_threshold=st.sampled_from([1, 2, 3]), size=st.integers(1, 3))
+def test_home_pages_and_catch_up_with_pull_reposters_equal_the_model_and_the_reference(
+        rnd: random.Random, pull_threshold: int, size: int) -> None:
+    history, batches = batches_of(rnd, rnd.randint(0, 90))
+    engine = Materializer(inbox_cap=CAP, pull_threshold=pull_threshold, pull_reposters=True)
+    for batch in batches:
+        engine.process_batch(batch)
+    store = MemoryStore()
+    load_all(engine.view, store)
+    reads = TimelineReads(PullSources(ttl_s=0.0, head=201))
+    reference = reference_entries(reference_tables(history), inbox_cap=CAP)
+
+    async def check() -> None:
+        for user in USERS:
+            expected = engine.view.entries(user)
+            assert expected == reference.get(user, [])
+            assert await home_pages(reads, store, user, size) == expected
+            assert await newer_all(reads, store, user, size) == expected[::-1]
+
+    asyncio.run(check())
+
+
+def test_a_pull_reposters_earlier_repost_hides_the_pushed_entry_and_is_read_past_when_hidden() -> None:
+    """ann sees pat (a pull reposter) and zoe (a push reposter); pat's 6 newest reposts are of tweets
+    direct for ann or reposted earlier by zoe, so a page reads past them."""
+    store = MemoryStore()
+    store.reposters_pull["ann"] = {"pat"}
+    store.visible["ann"] = {"pat", "zoe", "bob"}
+    for n in range(8):  # pat reposts cat's c0..c7 at 100+n; bob's tweets are direct for ann
+        author = "bob" if n >= 5 else "cat"
+        store.user_reposts.setdefault("pat", {})[(100 + n, f"c{n}")] = Entry(
+            f"c{n}", author, n, 1, "t", 1, None, None, "pat", 100 + n, 1)
+    # zoe reposted c4 at 50 (earlier than pat's 104): ann's pushed entry of c4
+    store.extras["ann"] = {(50, "c4"): Entry("c4", "cat", 4, 1, "t", 1, None, None, "zoe", 50, 1),
+                           # zoe reposted c0 at 150, after pat's 100: pat's row shows, this one does not
+                           (150, "c0"): Entry("c0", "cat", 0, 1, "t", 1, None, None, "zoe", 150, 1)}
+    reads = TimelineReads(PullSources(ttl_s=0.0, head=201))
+    page = asyncio.run(home_pages(reads, store, "ann", 2))
+    assert [(e.tweet_id, e.at, e.reposted_by) for e in page] == [
+        ("c3", 103, "pat"), ("c2", 102, "pat"), ("c1", 101, "pat"), ("c0", 100, "pat"), ("c4", 50, "zoe")]
+    store.hidden["ann"] = {"cat"}  # ann mutes cat: no repost of cat's tweets shows, pushed or pulled
+    store.extras["ann"] = {}
+    assert asyncio.run(home_pages(reads, store, "ann", 2)) == []
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_read_cache_follows_pull_reposters_batch_by_batch(seed: int) -> None:
+    rnd = random.Random(seed)
+    _, batches = batches_of(rnd, 120)
+    pull_threshold = rnd.choice([1, 2, 3])
+
+    async def run() -> None:
+        engine = Materializer(inbox_cap=CAP, pull_threshold=pull_threshold, pull_reposters=True)
+        store = MemoryStore()
+        feed = LiveFeed()
+        cache = ReadCache(feed, depth=rnd.choice([2, 3, 41]))  # type: ignore[arg-type]
+        reads = TimelineReads(PullSources(ttl_s=0.0, head=201))
+        reads.attach(feed, cache)  # type: ignore[arg-type]
+        offset = 0
+        for i, batch in enumerate(batches):
+            before = _snapshot(engine.view)
+            old_reposters = {u: set(p) for u, p in engine.view.pull_reposters.items()}
+            old_hidden = {u: set(h) for u, h in engine.view.hidden.items()}
+            engine.process_batch(batch)
+            load_all(engine.view, store)
+            changes = changes_between(before, _snapshot(engine.view), ts=i + 1)
+            for u in sorted(old_reposters.keys() | engine.view.pull_reposters.keys()):
+                old, new = old_reposters.get(u, set()), engine.view.pull_reposters.get(u, set())
+                changes += [PullReposterChange("delete", u, p, i + 1, None) for p in sorted(old - new)]
+                changes += [PullReposterChange("insert", u, p, i + 1, None) for p in sorted(new - old)]
+            for u in sorted(old_hidden.keys() | engine.view.hidden.keys()):
+                old, new = old_hidden.get(u, set()), engine.view.hidden.get(u, set())
+                changes += [HiddenChange("delete", u, x, i + 1, None) for x in sorted(old - new)]
+                changes += [HiddenChange("insert", u, x, i + 1, None) for x in sorted(new - old)]
+            consumed = [Consumed(0, offset + k, c) for k, c in enumerate(interleaved(rnd, changes))]
+            offset += len(consumed)
+            feed.position = {0: offset}
+            cache.apply(consumed)
+            for _ in range(60):
+                await asyncio.sleep(0)
+            for user in USERS:
+                expected = engine.view.entries(user)
+                size = rnd.randint(1, 3)
+                for _ in range(2):  # the second read of a user fills its head; later ones hit it
+                    assert await home_pages(reads, store, user, size) == expected, (i, user)
+                cached = reads.cached_home_page(user, None, size + 1)
+                if cached is not None:
+                    assert cached[0] == expected[:size + 1]
+        assert cache.hits > 0
+
+    asyncio.run(run())

@@ -266,6 +266,9 @@ class Settings:
     """Entries per home timeline, and tweets retained per author key."""
     pull_threshold: int = DEFAULT_PULL_THRESHOLD
     """Active followers from which an author is a pull author (docs/fan-out.md)."""
+    pull_reposters: bool = False
+    """Whether reposters seen by ``pull_threshold`` readers or more are pull reposters: their reposts
+    fan out to nobody and readers merge them in at read (docs/reposts-and-replies.md, hybrid fan-out)."""
     trim_slack: int = DEFAULT_TRIM_SLACK
     """Rows above ``inbox_cap`` a stored home timeline may reach before it is trimmed to the cap."""
     history_horizon_s: int = DEFAULT_HISTORY_HORIZON_S
@@ -313,6 +316,8 @@ class Settings:
         check_state_partitions(self.state_partitions)
         check_state_buckets(self.state_buckets)
         check_view_changes(self.view_changes)
+        if type(self.pull_reposters) is not bool:
+            raise ConfigError(f"pull_reposters must be a boolean, got {self.pull_reposters!r}")
         if type(self.per_reader_local_limit) is not int or self.per_reader_local_limit < 0:
             raise ConfigError(f"per-reader local limit must be an integer >= 0, got {self.per_reader_local_limit!r}")
         keyspace_replication(self.cassandra_replication)
@@ -332,6 +337,12 @@ class Settings:
             raise ConfigError(f"invalid keyspace name {self.keyspace!r} (lower case letter, then [a-z0-9_])")
         if not self.cassandra_hosts or not all(self.cassandra_hosts):
             raise ConfigError(f"no Cassandra contact points in {self.cassandra_hosts!r}")
+
+    @property
+    def reposter_threshold(self) -> int | None:
+        """The ``pull_threshold`` the reposter step is given: None (every reposter pushes) unless
+        :attr:`pull_reposters`."""
+        return self.pull_threshold if self.pull_reposters else None
 
     @property
     def retention(self) -> Retention:
@@ -372,6 +383,7 @@ class Settings:
                 keyspace=env.get("FEED_KEYSPACE", "feed"),
                 inbox_cap=int(env.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))),
                 pull_threshold=int(env.get("FEED_PULL_THRESHOLD", str(DEFAULT_PULL_THRESHOLD))),
+                pull_reposters=parse_flag(env.get("FEED_PULL_REPOSTERS", "0"), "FEED_PULL_REPOSTERS"),
                 trim_slack=int(env.get("FEED_TRIM_SLACK", str(DEFAULT_TRIM_SLACK))),
                 history_horizon_s=int(env.get("FEED_HISTORY_HORIZON_S", str(DEFAULT_HISTORY_HORIZON_S))),
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
@@ -414,6 +426,7 @@ class Settings:
             "FEED_TOPIC_SUFFIX": suffixes.pop(),
             "FEED_INBOX_CAP": str(self.inbox_cap),
             "FEED_PULL_THRESHOLD": str(self.pull_threshold),
+            "FEED_PULL_REPOSTERS": "1" if self.pull_reposters else "0",
             "FEED_TRIM_SLACK": str(self.trim_slack),
             "FEED_HISTORY_HORIZON_S": str(self.history_horizon_s),
             "FEED_STATE_PARTITIONS": str(self.state_partitions),

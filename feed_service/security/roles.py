@@ -37,7 +37,8 @@ STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
 #: table, so a table added to schemas/cql/feed.cql is readable by the server only once it is named
 #: here (a unit test holds every table of the schema here or in :data:`STATE_TABLES`).
 SERVER_TABLES = ("home_timeline", "home_extras", "tweets", "profiles", "author_timeline", "user_reposts",
-                 "pull_follows", "reader_visible", "blocks")
+                 "pull_follows", "reader_visible", "blocks", "reader_hidden", "reposts_by_tweet",
+                 "home_extras_reposts")
 #: Tables only the writers use: the per-reader steps' state, nothing the read service needs, and
 #: the follow graph and hidden relations of every user in one place.
 STATE_TABLES = ("per_reader_state",)

@@ -14,11 +14,16 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``, ``h
 ``page``           ``WHERE timeline_id = ? [AND (created_at, tweet_id) < (?, ?)] LIMIT ?``: newest first
 ``newer``          ``WHERE timeline_id = ? [AND (created_at, tweet_id) > (?, ?)] ORDER BY ... ASC LIMIT ?``
 ``author_*``       the same two slices of ``author_timeline`` by ``author_id``
-``inbox``          ``page`` with the static ``pull_authors`` of the partition: one read for both
+``inbox``          ``page`` with the static ``pull_authors`` and ``pull_reposters``: one read for all
 ``pull_authors``   ``home_timeline``'s static ``pull_authors`` alone (``LIMIT 1``)
+``pull_reposters`` ``home_timeline``'s static ``pull_reposters`` alone (``LIMIT 1``)
 ``extras_*``       ``page`` and ``newer`` of ``home_extras`` by ``timeline_id``, on ``(at, tweet_id)``
-``user_reposts_*`` ``page`` of ``user_reposts`` by ``user_id``, on ``(at, tweet_id)``
+``user_reposts_*`` ``page`` and ``newer`` of ``user_reposts`` by ``user_id``, on ``(at, tweet_id)``
 ``visible_among``  ``reader_visible WHERE reader_id = ? AND user_id IN ?`` (in chunks of 100 ids)
+``hidden_among``   ``reader_hidden``, the same way
+``reposts_of``     ``reposts_by_tweet WHERE tweet_id = ? AND reposter_id IN ?``, one read per tweet
+                   (concurrently), rows naming another author dropped
+``pushed_reposts`` ``home_extras_reposts WHERE reader_id = ? AND tweet_id IN ?`` (chunks of 100 ids)
 ``tweet``          ``tweets WHERE tweet_id = ?``
 ``profile``        ``profiles WHERE user_id = ? AND version = ?`` (or ``LIMIT 1``: the latest)
 ``blocks``         ``blocks WHERE blocker_id = ? AND blocked_id = ?``: one row or none
@@ -34,6 +39,7 @@ import asyncio
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence, TypeVar
 
+from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
 from feed_service.errors import StoreError, StorePermissionDenied, StoreTimeout, StoreUnavailable
 from feed_service.security.roles import SERVER
@@ -185,11 +191,18 @@ class CassandraReader:
         self._extras = _Slices(session, f"{ks}.home_extras", "timeline_id", position="at", columns=_REPOST_COLUMNS)
         self._reposts = _Slices(session, f"{ks}.user_reposts", "user_id", position="at", columns=_REPOST_COLUMNS)
         self._visible = p(f"SELECT user_id FROM {ks}.reader_visible WHERE reader_id = ? AND user_id IN ?")
-        # the inbox with the partition's static pull_authors, so a page needs no read of pull_follows
-        with_pull = f"SELECT {_ENTRY_COLUMNS}, pull_authors FROM {ks}.home_timeline WHERE timeline_id = ?"
+        self._hidden = p(f"SELECT user_id FROM {ks}.reader_hidden WHERE reader_id = ? AND user_id IN ?")
+        self._reposts_of = p(f"SELECT reposter_id, author_id, reposted_at FROM {ks}.reposts_by_tweet"
+                             " WHERE tweet_id = ? AND reposter_id IN ?")
+        self._pushed = p(f"SELECT tweet_id, author_id, reposted_at, reposted_by FROM {ks}.home_extras_reposts"
+                         " WHERE reader_id = ? AND tweet_id IN ?")
+        # the inbox with the partition's static sets, so a page needs no read of pull_follows
+        with_pull = (f"SELECT {_ENTRY_COLUMNS}, pull_authors, pull_reposters FROM {ks}.home_timeline"
+                     " WHERE timeline_id = ?")
         self._inbox_first = p(f"{with_pull} LIMIT ?")
         self._inbox_before = p(f"{with_pull} AND (created_at, tweet_id) < (?, ?) LIMIT ?")
         self._pull_authors = p(f"SELECT pull_authors FROM {ks}.home_timeline WHERE timeline_id = ? LIMIT 1")
+        self._pull_reposters = p(f"SELECT pull_reposters FROM {ks}.home_timeline WHERE timeline_id = ? LIMIT 1")
         self._tweet = p(f"SELECT {_ENTRY_COLUMNS} FROM {ks}.tweets WHERE tweet_id = ?")
         profile_columns = "user_id, version, display_name, avatar_url, bio"
         self._profile_at = p(f"SELECT {profile_columns} FROM {ks}.profiles WHERE user_id = ? AND version = ?")
@@ -255,10 +268,11 @@ class CassandraReader:
         else:
             rows = await self._execute(self._inbox_before, (timeline_id, before[0], before[1], limit), timeout)
         if not rows:  # no partition at all (first slice), or nothing below the cursor
-            return InboxSlice([], [] if before is None else None)
-        # every row carries the static column; a partition holding only it reads as one keyless row
-        pull = rows[0][8]
-        return InboxSlice([_new_entry(Entry, r) for r in rows if r[0] is not None], sorted(pull) if pull else [])
+            return InboxSlice([], [], []) if before is None else InboxSlice([], None, None)
+        # every row carries the static columns; a partition holding only them reads as one keyless row
+        pull, reposters = rows[0][8], rows[0][9]
+        return InboxSlice([_new_entry(Entry, r) for r in rows if r[0] is not None], sorted(pull) if pull else [],
+                          sorted(reposters) if reposters else [])
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         return await self._newer(self._inbox, timeline_id, after, limit, timeout)
@@ -273,6 +287,10 @@ class CassandraReader:
         rows = await self._execute(self._pull_authors, (user_id,), timeout)
         return sorted(rows[0][0]) if rows and rows[0][0] else []
 
+    async def pull_reposters(self, user_id: str, *, timeout: float) -> list[str]:
+        rows = await self._execute(self._pull_reposters, (user_id,), timeout)
+        return sorted(rows[0][0]) if rows and rows[0][0] else []
+
     async def extras_page(self, timeline_id: str, *, before: Cursor | None, limit: int,
                           timeout: float) -> list[Entry]:
         return await self._older(self._extras, timeline_id, before, limit, timeout, _new_repost_entry)
@@ -285,15 +303,49 @@ class CassandraReader:
                                 timeout: float) -> list[Entry]:
         return await self._older(self._reposts, user_id, before, limit, timeout, _new_repost_entry)
 
+    async def user_reposts_newer(self, user_id: str, *, after: Cursor | None, limit: int,
+                                 timeout: float) -> list[Entry]:
+        return await self._newer(self._reposts, user_id, after, limit, timeout, _new_repost_entry)
+
+    async def _among(self, statement: Any, key: str, ids: Collection[str], timeout: float) -> list[tuple]:
+        """The rows of ``statement`` (``WHERE <partition> = key AND <clustering> IN ?``) for ``ids``: one
+        read of the partition, or several concurrent ones of :data:`VISIBLE_CHUNK` ids each."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return []
+        if len(wanted) <= VISIBLE_CHUNK:
+            return await self._execute(statement, (key, wanted), timeout)
+        chunks = [wanted[i:i + VISIBLE_CHUNK] for i in range(0, len(wanted), VISIBLE_CHUNK)]
+        results = await asyncio.gather(*(self._execute(statement, (key, c), timeout) for c in chunks))
+        return [r for rows in results for r in rows]
+
     async def visible_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
-        ids = sorted(set(user_ids))
-        if not ids:
-            return set()
-        if len(ids) <= VISIBLE_CHUNK:
-            return {r[0] for r in await self._execute(self._visible, (reader_id, ids), timeout)}
-        chunks = [ids[i:i + VISIBLE_CHUNK] for i in range(0, len(ids), VISIBLE_CHUNK)]
-        results = await asyncio.gather(*(self._execute(self._visible, (reader_id, c), timeout) for c in chunks))
-        return {r[0] for rows in results for r in rows}
+        return {r[0] for r in await self._among(self._visible, reader_id, user_ids, timeout)}
+
+    async def hidden_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        return {r[0] for r in await self._among(self._hidden, reader_id, user_ids, timeout)}
+
+    async def reposts_of(self, tweets: Collection[TweetKey], reposters: Collection[str], *,
+                         timeout: float) -> dict[TweetKey, list[Repost]]:
+        authors: dict[str, set[str]] = {}  # tweet id -> the authors asked for (a tweet id names one tweet)
+        for author, tweet_id in tweets:
+            authors.setdefault(tweet_id, set()).add(author)
+        if not authors or not reposters:
+            return {}
+        ids = sorted(authors)
+        results = await asyncio.gather(*(self._among(self._reposts_of, t, reposters, timeout) for t in ids))
+        out: dict[TweetKey, list[Repost]] = {}
+        for tweet_id, rows in zip(ids, results):
+            for reposter, author, at in rows:
+                if author in authors[tweet_id]:
+                    out.setdefault((author, tweet_id), []).append((at, reposter))
+        return {k: sorted(v) for k, v in out.items()}
+
+    async def pushed_reposts(self, reader_id: str, tweets: Collection[TweetKey], *,
+                             timeout: float) -> dict[TweetKey, Repost]:
+        wanted = set(tweets)
+        rows = await self._among(self._pushed, reader_id, {tweet_id for _, tweet_id in wanted}, timeout)
+        return {(author, tweet_id): (at, by) for tweet_id, author, at, by in rows if (author, tweet_id) in wanted}
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         rows = await self._execute(self._tweet, (tweet_id,), timeout)

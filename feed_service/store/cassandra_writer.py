@@ -13,8 +13,10 @@ Rows are the write rows of :mod:`feed_service.core.rows` (``TimelineWrite``, ``T
 ``ProfileWrite``, ``AuthorTimelineWrite``, ``PullFollowWrite``, ``BlockWrite``) and of the
 per-reader steps (:class:`~feed_service.core.per_reader.messages.ExtrasDelta` for ``home_extras``,
 ``AuthorTimelineWrite`` of repost entries for ``user_reposts``,
-:class:`~feed_service.core.per_reader.messages.VisibleDelta` for ``reader_visible``, each at its
-step's clock), one Cassandra row each, and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
+:class:`~feed_service.core.per_reader.messages.VisibleDelta` for ``reader_visible``,
+:class:`~feed_service.core.per_reader.messages.HiddenDelta` for ``reader_hidden``,
+:class:`~feed_service.core.per_reader.messages.PullReposterDelta` for an element of
+``home_timeline.pull_reposters``, each at its step's clock), one Cassandra row each, and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
 (or ``DELETE``) ``WHERE timeline_id IN ?`` per chunk of timelines, which sets every regular column
 at one timestamp exactly as the one-row ``INSERT`` does (docs/idempotent-writes.md, fan-out
 writes). :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
@@ -22,13 +24,21 @@ writes). :class:`CassandraWriter` implements :class:`~feed_service.store.ports.V
 A tweet that is no reply writes '' as its reply fields, not null: a null is a tombstone cell, and
 every row would carry two (schemas/cql/feed.cql). For the same reason an entry that is no repost
 writes '' as ``reposted_by`` and 0 as ``reposted_at`` and ``reposter_profile_version``.
+
+The two indexes by tweet a read of pull reposters needs (docs/reposts-and-replies.md, hybrid
+fan-out) are written from the same rows in the same call, at the same timestamps:
+``home_extras_reposts`` (reader, tweet) from the repost entries of ``home_extras``, and
+``reposts_by_tweet`` (tweet, reposter) from ``user_reposts``. A repost that moves in time is a delete
+and an insert of two rows of the table at one timestamp but one row of the index, where a delete
+would win the tie: :func:`index_changes` keeps one change per index row, what the table's rows of
+that tweet are after the call.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple
 
-from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -68,7 +78,7 @@ def _timeline_of(row: TimelineWrite) -> str:
     return row.timeline_id
 
 
-def _reader_of(row: ExtrasDelta | VisibleDelta) -> str:
+def _reader_of(row: ExtrasDelta | VisibleDelta | HiddenDelta | PullReposterDelta) -> str:
     return row.reader
 
 
@@ -76,6 +86,49 @@ def _reposter_of(row: AuthorTimelineWrite) -> str:
     if not row.entry.reposted_by:  # the partition key: Cassandra would refuse the row, as a bug
         raise ValueError(f"a user_reposts row names no reposter: {row!r}")
     return row.entry.reposted_by
+
+
+class IndexChange(NamedTuple):
+    """One row change of an index by tweet: ``entry`` None deletes the row ``key``."""
+
+    key: tuple[str, str]
+    """(partition, clustering) of the index row: (reader, tweet_id) or (tweet_id, reposter)."""
+    entry: Entry | None
+    ts: int
+
+
+def index_changes(rows: Iterable[tuple[str, tuple[str, str], Entry, int]]) -> list[IndexChange]:
+    """The index rows of table rows ``(op, index key, entry, ts)``: per index key that some repost
+    entry's row changes, what the table's rows of that key hold after the call, at its newest
+    change's timestamp: the last upsert of a repost entry at that timestamp whose row is not deleted
+    at it too (a delete wins a tie in the table), else a delete (the tweet's row is gone, or is no
+    repost entry any more)."""
+    by_key: dict[tuple[str, str], list[tuple[str, Entry, int]]] = {}
+    for op, key, e, ts in rows:
+        by_key.setdefault(key, []).append((op, e, ts))
+    out: list[IndexChange] = []
+    for key, changes in by_key.items():
+        if not any(e.reposted_by for _, e, _ in changes):
+            continue  # replies only: no index row was ever written for them
+        newest = max(ts for _, _, ts in changes)
+        gone = {(e.at, e.tweet_id) for op, e, ts in changes if ts == newest and op == "delete"}
+        kept = [e for op, e, ts in changes if ts == newest and op != "delete" and (e.at, e.tweet_id) not in gone]
+        out.append(IndexChange(key, kept[-1] if kept and kept[-1].reposted_by else None, newest))
+    return out
+
+
+def _index_partition(change: IndexChange) -> str:
+    return change.key[0]
+
+
+def extras_index(rows: Iterable[ExtrasDelta]) -> list[IndexChange]:
+    """``home_extras_reposts`` changes, keyed (reader, tweet_id), of ``home_extras`` rows."""
+    return index_changes((op, (reader, e.tweet_id), e, ts) for op, reader, e, ts in rows)
+
+
+def reposts_index(rows: Iterable[AuthorTimelineWrite]) -> list[IndexChange]:
+    """``reposts_by_tweet`` changes, keyed (tweet_id, reposter), of ``user_reposts`` rows."""
+    return index_changes((op, (e.tweet_id, e.reposted_by), e, ts) for op, e, ts in rows)  # type: ignore[misc]
 
 
 #: The columns of ``home_extras`` and ``user_reposts`` after the partition key, in :func:`_entry_values` order.
@@ -187,6 +240,35 @@ class CassandraWriter:
         self._visible_delete = session.prepare(
             f"DELETE FROM {ks}.reader_visible USING TIMESTAMP ? WHERE reader_id = ? AND user_id = ?"
         )
+        self._hidden_insert = session.prepare(
+            f"INSERT INTO {ks}.reader_hidden (reader_id, user_id) VALUES (?, ?) USING TIMESTAMP ?"
+        )
+        self._hidden_delete = session.prepare(
+            f"DELETE FROM {ks}.reader_hidden USING TIMESTAMP ? WHERE reader_id = ? AND user_id = ?"
+        )
+        # the pull reposters a reader merges in: the inbox partition's static set, as pull_authors
+        self._pull_reposter_add = session.prepare(
+            f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET pull_reposters = pull_reposters + ?"
+            " WHERE timeline_id = ?"
+        )
+        self._pull_reposter_remove = session.prepare(
+            f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET pull_reposters = pull_reposters - ?"
+            " WHERE timeline_id = ?"
+        )
+        self._extras_index_upsert = session.prepare(
+            f"INSERT INTO {ks}.home_extras_reposts (reader_id, tweet_id, author_id, reposted_at, reposted_by)"
+            " VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?"
+        )
+        self._extras_index_delete = session.prepare(
+            f"DELETE FROM {ks}.home_extras_reposts USING TIMESTAMP ? WHERE reader_id = ? AND tweet_id = ?"
+        )
+        self._reposts_index_upsert = session.prepare(
+            f"INSERT INTO {ks}.reposts_by_tweet (tweet_id, reposter_id, author_id, reposted_at)"
+            " VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
+        )
+        self._reposts_index_delete = session.prepare(
+            f"DELETE FROM {ks}.reposts_by_tweet USING TIMESTAMP ? WHERE tweet_id = ? AND reposter_id = ?"
+        )
 
     def _batched(self, statements: list[tuple]) -> list[tuple]:
         """Group (statement, values) pairs into UNLOGGED batches of ``batch_rows``."""
@@ -286,6 +368,32 @@ class CassandraWriter:
             else:
                 yield self._visible_insert, (reader, user, ts)
 
+    def _hidden(self, rows: Iterable[HiddenDelta]) -> Iterator[tuple]:
+        for op, reader, user, ts in rows:
+            if op == "delete":
+                yield self._hidden_delete, (ts, reader, user)
+            else:
+                yield self._hidden_insert, (reader, user, ts)
+
+    def _pull_reposters(self, rows: Iterable[PullReposterDelta]) -> Iterator[tuple]:
+        for op, reader, reposter, ts in rows:  # an element's own timestamp orders it, as pull_authors'
+            statement = self._pull_reposter_remove if op == "delete" else self._pull_reposter_add
+            yield statement, (ts, {reposter}, reader)
+
+    def _extras_index(self, changes: Iterable[IndexChange]) -> Iterator[tuple]:
+        for (reader, tweet_id), e, ts in changes:
+            if e is None:
+                yield self._extras_index_delete, (ts, reader, tweet_id)
+            else:
+                yield self._extras_index_upsert, (reader, tweet_id, e.author_id, e.reposted_at, e.reposted_by, ts)
+
+    def _reposts_index(self, changes: Iterable[IndexChange]) -> Iterator[tuple]:
+        for (tweet_id, reposter), e, ts in changes:
+            if e is None:
+                yield self._reposts_index_delete, (ts, tweet_id, reposter)
+            else:
+                yield self._reposts_index_upsert, (tweet_id, reposter, e.author_id, e.reposted_at, ts)
+
     def write(
         self,
         *,
@@ -299,8 +407,11 @@ class CassandraWriter:
         extras: Iterable[ExtrasDelta] = (),
         user_reposts: Iterable[AuthorTimelineWrite] = (),
         visible: Iterable[VisibleDelta] = (),
+        pull_reposters: Iterable[PullReposterDelta] = (),
+        hidden: Iterable[HiddenDelta] = (),
     ) -> WriteCounts:
-        """Write rows (any order: timestamps decide); raises :class:`WriteFailed` if any write failed."""
+        """Write rows (any order: timestamps decide) and the indexes by tweet of ``extras`` and
+        ``user_reposts`` (:func:`index_changes`); raises :class:`WriteFailed` if any write failed."""
         from cassandra.concurrent import execute_concurrent
 
         timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
@@ -317,10 +428,14 @@ class CassandraWriter:
         # the per-reader tables' rows by partition too, for the same reason
         extras, visible = sorted(extras, key=_reader_of), sorted(visible, key=_reader_of)
         user_reposts = sorted(user_reposts, key=_reposter_of)
+        pull_reposters, hidden = sorted(pull_reposters, key=_reader_of), sorted(hidden, key=_reader_of)
+        extras_rows = sorted(extras_index(extras), key=_index_partition)
+        reposts_rows = sorted(reposts_index(user_reposts), key=_index_partition)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
                       *self._author_timeline(author_timeline), *self._pull_follows(pull_follows),
                       *self._blocks(blocks), *self._extras(extras), *self._user_reposts(user_reposts),
-                      *self._visible(visible)]
+                      *self._visible(visible), *self._hidden(hidden), *self._pull_reposters(pull_reposters),
+                      *self._extras_index(extras_rows), *self._reposts_index(reposts_rows)]
         if self.batch_rows > 1:
             statements = self._batched(statements)
         statements.extend(self._timeline_fanout(fanout))  # each one spans partitions already: unbatched
@@ -338,4 +453,4 @@ class CassandraWriter:
         extras_deletes = sum(1 for r in extras if r.op == "delete")
         return WriteCounts(rows - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
                            len(pull_follows), len(blocks), len(extras) - extras_deletes, extras_deletes,
-                           len(user_reposts), len(visible))
+                           len(user_reposts), len(visible), len(pull_reposters), len(hidden))

@@ -92,7 +92,8 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
         persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
-    summary: dict[str, Any] = {"backfill_ts": backfill_ts, "inbox_cap": inbox_cap, "pull_threshold": pull_threshold}
+    summary: dict[str, Any] = {"backfill_ts": backfill_ts, "inbox_cap": inbox_cap, "pull_threshold": pull_threshold,
+                               "pull_reposters": settings.pull_reposters}
     with progress:
         try:
             with progress.stage("snapshot"):
@@ -125,7 +126,7 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
             with progress.stage("per_reader"):
                 per_reader_path = out_dir / PER_READER_DIR
                 messages = messages_of(engine)
-                per_reader = per_reader_steps(messages, backfill_ts, keep)
+                per_reader = per_reader_steps(messages, backfill_ts, keep, settings.reposter_threshold)
                 summary["per_reader"] = write_per_reader_states(spark, messages, per_reader, per_reader_path)
                 progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["per_reader"].items())
                              + f" -> {per_reader_path}")

@@ -6,8 +6,9 @@ and reposted tweets. Here, as in the stream's sink (spark_jobs/stream/per_reader
 step runs on the messages keyed by reposter, then the reader step on the messages keyed by reader
 and the reposter step's candidates, each key once (``groupBy(dest).applyInPandas``), from an empty
 state whose clock starts at ``backfill_ts - 1``, so that every row is stamped ``backfill_ts`` like
-the author keys' rows. Their outputs are rows of ``user_reposts`` (reposter), ``home_extras`` and
-``reader_visible`` (reader), and each key's final state, which the stream bootstrapped from this
+the author keys' rows. Their outputs are rows of ``user_reposts`` and, with pull reposters
+(``FEED_PULL_REPOSTERS``), ``home_timeline.pull_reposters`` (reposter), ``home_extras``,
+``reader_visible`` and ``reader_hidden`` (reader), and each key's final state, which the stream bootstrapped from this
 backfill starts from (:data:`~spark_jobs.bootstrap.PER_READER_DIR`).
 
 The messages are assignments versioned by their sender's clock and the steps are pure functions of
@@ -49,7 +50,9 @@ ENTRY_COLUMNS: tuple[tuple[str, str], ...] = (
 #: What a step's key emits (:func:`reposter_outputs`, :func:`reader_outputs`), one ``kind`` per row:
 #: ``state`` (``key``, ``blob`` = its encoded state), ``candidate`` (``key`` = the reader it goes to,
 #: ``blob`` = the pickled :class:`RepostCandidate`), ``row`` (``key`` = the reposter or reader whose
-#: table row it is, the entry columns) or ``visible`` (``key`` = the reader, ``user_id`` one it sees).
+#: table row it is, the entry columns), ``visible`` (``key`` = the reader, ``user_id`` one it sees),
+#: ``hidden`` (``key`` = the reader, ``user_id`` one hidden from it) or ``pull_reposter`` (``key`` =
+#: the pull reposter, ``user_id`` a reader who merges it in).
 STEP_OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("kind", "string"), ("key", "string"), ("blob", "binary"), *ENTRY_COLUMNS, ("user_id", "string"))
 STEP_OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in STEP_OUTPUT_FIELDS)
@@ -73,26 +76,30 @@ def _inserts(deltas: Iterable[Any], what: str) -> Iterable[Any]:
         yield d
 
 
-def reposter_outputs(key: str, messages: Iterable[Any], backfill_ts: int) -> list[tuple]:
+def reposter_outputs(key: str, messages: Iterable[Any], backfill_ts: int,
+                     pull_threshold: int | None = None) -> list[tuple]:
     """One reposter's step over all its messages from an empty state (clock ``backfill_ts - 1``):
-    its state, its candidates to readers, and its rows of ``user_reposts`` (:data:`STEP_OUTPUT_FIELDS`)."""
+    its state, its candidates to readers, its rows of ``user_reposts`` and, a pull reposter at
+    ``pull_threshold`` (None: none is), the readers who merge it in (:data:`STEP_OUTPUT_FIELDS`)."""
     from feed_service.core.per_reader.reposter_step import ReposterState, reposter_step
 
     messages = list(messages)
     done = reposter_step(key, ReposterState(clock=backfill_ts - 1),
                          [m for m in messages if type(m) is AudienceDelta],
                          [m for m in messages if type(m) is RepostEdge],
-                         [m for m in messages if type(m) is RepostedTweet])
+                         [m for m in messages if type(m) is RepostedTweet], pull_threshold=pull_threshold)
     rows = [_state_row(key, encode_reposter_state(replace(done.state, clock=backfill_ts)))]
     rows.extend(("candidate", c.reader, pickle.dumps(c, protocol=5), *_NO_ENTRY, None) for c in done.candidates)
     rows.extend(_entry_row(key, d.entry) for d in _inserts(done.own_timeline, f"reposter {key}"))
+    rows.extend(("pull_reposter", key, None, *_NO_ENTRY, d.reader)
+                for d in _inserts(done.pull_readers, f"reposter {key}"))
     return rows
 
 
 def reader_outputs(key: str, messages: Iterable[Any], backfill_ts: int) -> list[tuple]:
     """One reader's step over all its messages (relations, conditional replies, candidates) from an
-    empty state (clock ``backfill_ts - 1``): its state, its rows of ``home_extras`` and of
-    ``reader_visible`` (:data:`STEP_OUTPUT_FIELDS`)."""
+    empty state (clock ``backfill_ts - 1``): its state, its rows of ``home_extras``,
+    ``reader_visible`` and ``reader_hidden`` (:data:`STEP_OUTPUT_FIELDS`)."""
     from feed_service.core.per_reader.reader_step import ReaderState, reader_step
 
     messages = list(messages)
@@ -103,6 +110,7 @@ def reader_outputs(key: str, messages: Iterable[Any], backfill_ts: int) -> list[
     rows = [_state_row(key, encode_reader_state(replace(done.state, clock=backfill_ts)))]
     rows.extend(_entry_row(key, d.entry) for d in _inserts(done.extras, f"reader {key}"))
     rows.extend(("visible", key, None, *_NO_ENTRY, v.user) for v in _inserts(done.visible, f"reader {key}"))
+    rows.extend(("hidden", key, None, *_NO_ENTRY, h.user) for h in _inserts(done.hidden, f"reader {key}"))
     return rows
 
 
@@ -115,14 +123,16 @@ def output_frame(rows: list[tuple]) -> "pd.DataFrame":
     return pd.DataFrame({name: pd.Series([r[i] for r in rows], dtype=object) for i, name in enumerate(columns)})
 
 
-def _step_fn(step: str, backfill_ts: int):
+def _step_fn(step: str, backfill_ts: int, reposter_threshold: int | None = None):
     """The ``applyInPandas`` function of ``step``: one destination key's messages (``dest``,
     ``message``) -> its outputs."""
-    outputs = reposter_outputs if step == REPOSTER_STAGE else reader_outputs
 
     def fn(pdf: "pd.DataFrame") -> "pd.DataFrame":
         key = str(pdf["dest"].iloc[0])
-        return output_frame(outputs(key, (pickle.loads(bytes(b)) for b in pdf["message"]), backfill_ts))
+        messages = (pickle.loads(bytes(b)) for b in pdf["message"])
+        if step == REPOSTER_STAGE:
+            return output_frame(reposter_outputs(key, messages, backfill_ts, reposter_threshold))
+        return output_frame(reader_outputs(key, messages, backfill_ts))
 
     return fn
 
@@ -152,6 +162,19 @@ class PerReaderFrames(NamedTuple):
 
         return self.readers.where(F.col("kind") == "visible").select(F.col("key").alias("reader_id"), "user_id")
 
+    def hidden_rows(self) -> "DataFrame":
+        """``reader_id, user_id`` of every ``reader_hidden`` row."""
+        from pyspark.sql import functions as F
+
+        return self.readers.where(F.col("kind") == "hidden").select(F.col("key").alias("reader_id"), "user_id")
+
+    def pull_reposter_rows(self) -> "DataFrame":
+        """``reader_id, reposter_id`` of every element of ``home_timeline.pull_reposters``."""
+        from pyspark.sql import functions as F
+
+        return self.reposters.where(F.col("kind") == "pull_reposter").select(
+            F.col("user_id").alias("reader_id"), F.col("key").alias("reposter_id"))
+
     def states(self) -> "DataFrame":
         """:data:`PER_READER_SCHEMA`: every reposter's and reader's final state."""
         from pyspark.sql import functions as F
@@ -169,15 +192,17 @@ class PerReaderFrames(NamedTuple):
         return self.reposters.where(F.col("kind") == "candidate")
 
 
-def per_reader_steps(messages: "DataFrame", backfill_ts: int, keep: Any = lambda df: df) -> PerReaderFrames:
+def per_reader_steps(messages: "DataFrame", backfill_ts: int, keep: Any = lambda df: df,
+                     reposter_threshold: int | None = None) -> PerReaderFrames:
     """The reposter step, then the reader step, over ``messages`` (``step, dest, message``: the
     author keys' messages, :func:`~spark_jobs.backfill.states.messages_of`); ``keep`` persists a
-    step's output (the reader step reads the reposter step's candidates, the writes read both)."""
+    step's output (the reader step reads the reposter step's candidates, the writes read both).
+    ``reposter_threshold``: the reposter step's pull threshold (``Settings.reposter_threshold``)."""
     from pyspark.sql import functions as F
 
     to_reposters = messages.where(F.col("step") == REPOSTER_STAGE).select("dest", "message")
-    reposters = keep(to_reposters.groupBy("dest").applyInPandas(_step_fn(REPOSTER_STAGE, backfill_ts),
-                                                                STEP_OUTPUT_SCHEMA))
+    reposters = keep(to_reposters.groupBy("dest").applyInPandas(
+        _step_fn(REPOSTER_STAGE, backfill_ts, reposter_threshold), STEP_OUTPUT_SCHEMA))
     candidates = reposters.where(F.col("kind") == "candidate").select(F.col("key").alias("dest"),
                                                                       F.col("blob").alias("message"))
     to_readers = messages.where(F.col("step") == READER_STAGE).select("dest", "message").unionByName(candidates)

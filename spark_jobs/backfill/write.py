@@ -1,6 +1,7 @@
 """Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines, pull
 follows, blocks in force, and the per-reader steps' rows (``home_extras``, ``user_reposts``,
-``reader_visible``) to Cassandra.
+``reader_visible``, ``reader_hidden``, ``home_timeline.pull_reposters``; the writer adds the
+indexes by tweet of ``home_extras`` and ``user_reposts``) to Cassandra.
 
 Rows are written in place from the executors (``mapInPandas``) through
 :class:`~feed_service.store.cassandra_writer.CassandraWriter`, as the write rows of
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
 
-from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from spark_jobs.backfill.per_reader import PerReaderFrames
 
 Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks",
-                           "home_extras", "user_reposts", "reader_visible"]
+                           "home_extras", "user_reposts", "reader_visible", "reader_hidden", "pull_reposters"]
 WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
 
 
@@ -119,6 +120,18 @@ def visible_writes(pdf: "pd.DataFrame", ts: int) -> list[VisibleDelta]:
             for reader, user in zip(pdf["reader_id"].tolist(), pdf["user_id"].tolist())]
 
 
+def hidden_writes(pdf: "pd.DataFrame", ts: int) -> list[HiddenDelta]:
+    """Rows of ``reader_hidden`` from the reader step's ``reader_id, user_id``."""
+    return [HiddenDelta("insert", reader, user, ts)
+            for reader, user in zip(pdf["reader_id"].tolist(), pdf["user_id"].tolist())]
+
+
+def pull_reposter_writes(pdf: "pd.DataFrame", ts: int) -> list[PullReposterDelta]:
+    """Elements of ``home_timeline.pull_reposters`` from the reposter step's ``reader_id, reposter_id``."""
+    return [PullReposterDelta("insert", reader, reposter, ts)
+            for reader, reposter in zip(pdf["reader_id"].tolist(), pdf["reposter_id"].tolist())]
+
+
 def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
     if table == "timeline":
         writer.write(timeline=timeline_writes(pdf, ts))
@@ -138,6 +151,10 @@ def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
         writer.write(user_reposts=user_repost_writes(pdf, ts))
     elif table == "reader_visible":
         writer.write(visible=visible_writes(pdf, ts))
+    elif table == "reader_hidden":
+        writer.write(hidden=hidden_writes(pdf, ts))
+    elif table == "pull_reposters":
+        writer.write(pull_reposters=pull_reposter_writes(pdf, ts))
     else:
         raise ValueError(f"unknown table {table!r}")
 
@@ -147,8 +164,8 @@ def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> C
 
     ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`), ``profiles`` (winning
     profiles), ``author_timeline``, ``pull_follows`` (:mod:`~spark_jobs.backfill.join`),
-    ``blocks`` (blocks in force), or ``home_extras``, ``user_reposts``, ``reader_visible`` (the
-    per-reader steps' rows, :mod:`~spark_jobs.backfill.per_reader`). With ``write`` False rows are
+    ``blocks`` (blocks in force), or ``home_extras``, ``user_reposts``, ``reader_visible``,
+    ``reader_hidden``, ``pull_reposters`` (the per-reader steps' rows, :mod:`~spark_jobs.backfill.per_reader`). With ``write`` False rows are
     only counted (``--no-write``).
     """
 
@@ -207,7 +224,9 @@ def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winn
         # The steps' partitions follow their keys: a reader with many extras is one task's, as above.
         tables += [("home_extras", per_reader.extras_rows().repartition(writers)),
                    ("user_reposts", per_reader.user_repost_rows()),
-                   ("reader_visible", per_reader.visible_rows().repartition(writers))]
+                   ("reader_visible", per_reader.visible_rows().repartition(writers)),
+                   ("reader_hidden", per_reader.hidden_rows().repartition(writers)),
+                   ("pull_reposters", per_reader.pull_reposter_rows().repartition(writers))]
     return tables
 
 

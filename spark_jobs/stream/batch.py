@@ -64,7 +64,9 @@ class BatchTimes:
             out["per_reader"] = {"messages": steps.messages, "candidates": steps.candidates,
                                  "reposters": steps.reposters.keys, "readers": steps.readers.keys,
                                  "reposter_ms": round(steps.reposters.seconds * 1000),
-                                 "reader_ms": round(steps.readers.seconds * 1000)}
+                                 "reader_ms": round(steps.readers.seconds * 1000),
+                                 "pull_reposter_rows": steps.reposters.counts.pull_reposters,
+                                 "hidden_rows": steps.readers.counts.hidden}
         return out
 
     def take_completed(self) -> "list[tuple[PartitionReport, int]]":

@@ -9,7 +9,10 @@ feed_service/server/metrics.py).
 ``feed_stream_last_batch_timestamp_seconds``  gauge      when the last batch ended (Unix seconds)
 ``feed_stream_rows_written_total``            counter    Cassandra rows written, by ``table``: home_timeline
                                                          (upserts and deletes), tweets, profiles,
-                                                         author_timeline, pull_follows, blocks
+                                                         author_timeline, pull_follows, blocks, home_extras,
+                                                         user_reposts, reader_visible, pull_reposters
+                                                         (elements of home_timeline.pull_reposters),
+                                                         reader_hidden
 ``feed_stream_dead_letters_total``            counter    dead letters published, by ``reason`` (reason code)
 ``feed_stream_view_changes_published_total``  counter    view-change messages published
 ``feed_stream_trimmed_rows_total``            counter    home-timeline rows deleted by trimming (docs/trimming.md)
@@ -72,7 +75,7 @@ whose Prometheus scrapes the pod sets ``--metrics-host 0.0.0.0`` (k8s/stream-spa
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 #: The ``table`` label values of ``feed_stream_rows_written_total`` (all exported from the start, at 0).
 TABLES = ("home_timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks", "home_extras",
-          "user_reposts", "reader_visible")
+          "user_reposts", "reader_visible", "pull_reposters", "reader_hidden")
 #: How often the consumer lag is refreshed, and how long one watermark request may take.
 LAG_INTERVAL_SECONDS = 5.0
 LAG_TIMEOUT_SECONDS = 5.0
@@ -170,7 +173,8 @@ class StreamMetrics:
                          ("tweets", counts.tweets), ("profiles", counts.profiles),
                          ("author_timeline", counts.author_timeline), ("pull_follows", counts.pull_follows),
                          ("blocks", counts.blocks), ("home_extras", counts.extras_upserts + counts.extras_deletes),
-                         ("user_reposts", counts.user_reposts), ("reader_visible", counts.visible)):
+                         ("user_reposts", counts.user_reposts), ("reader_visible", counts.visible),
+                         ("pull_reposters", counts.pull_reposters), ("reader_hidden", counts.hidden)):
             if n:
                 self._tables[table].inc(n)
         for reason, n in report.dead_letters.items():

@@ -44,8 +44,16 @@ from feed_service.core.per_reader.messages import (
 )
 from feed_service.core.per_reader.reader_step import ReaderState, reader_step
 from feed_service.core.per_reader.reposter_step import ReposterState, reposter_step
+from feed_service.core.per_reader.messages import PullReposterDelta
 from feed_service.core.rows import AuthorTimelineWrite
-from feed_service.core.view_changes import ExtrasChange, UserRepostChange, ViewChange, VisibleChange
+from feed_service.core.view_changes import (
+    ExtrasChange,
+    HiddenChange,
+    PullReposterChange,
+    UserRepostChange,
+    ViewChange,
+    VisibleChange,
+)
 from feed_service.kafka.stream_publisher import publish_view_changes
 from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
@@ -123,7 +131,8 @@ def reposter_partition(settings: Settings, batch_id: int, clock_start: int, item
                        *, outputs: PerReaderOutputs = PerReaderOutputs()) -> Iterator[tuple]:
     """Step every reposter of the partition; yields ``("candidate", reader, RepostCandidate)`` for
     the reader step, then one ``("report", StageReport)``. Writes the reposters' own reposts
-    (``user_reposts``), their view changes, and their states."""
+    (``user_reposts``), the readers who merge in a pull reposter (``home_timeline.pull_reposters``,
+    only with ``settings.pull_reposters``), their view changes, and their states."""
     started = time.perf_counter()
     settings = settings.as_role(STREAM)
     groups = _grouped(items)
@@ -131,6 +140,7 @@ def reposter_partition(settings: Settings, batch_id: int, clock_start: int, item
     stage = state_stage(REPOSTER_STAGE, clock_start)
     stored = states.load(stage, groups, batch_id)
     rows: list[AuthorTimelineWrite] = []
+    pull_readers: list[PullReposterDelta] = []
     changes: list[ViewChange] = []
     to_save: dict[str, tuple[bytes, bytes | None]] = {}
     candidates: list[tuple[str, Message]] = []
@@ -141,14 +151,18 @@ def reposter_partition(settings: Settings, batch_id: int, clock_start: int, item
         state = decode_reposter_state(base) if base is not None else ReposterState(clock=clock_start)
         done = reposter_step(key, state, [m for m in messages if type(m) is AudienceDelta],
                              [m for m in messages if type(m) is RepostEdge],
-                             [m for m in messages if type(m) is RepostedTweet])
+                             [m for m in messages if type(m) is RepostedTweet],
+                             pull_threshold=settings.reposter_threshold)
         to_save[key] = (encode_reposter_state(done.state), base)
         ts = done.state.clock
         for delta in done.own_timeline:
             rows.append(AuthorTimelineWrite(delta.op, delta.entry, ts))
             changes.append(UserRepostChange(delta.op, delta.entry, ts, source))
+        pull_readers.extend(done.pull_readers)
+        changes.extend(PullReposterChange(d.op, d.reader, d.reposter, d.ts, source) for d in done.pull_readers)
         candidates.extend((c.reader, (c, source)) for c in done.candidates)
-    counts = outputs.writer_for(settings).write(user_reposts=rows) if rows else WriteCounts()
+    counts = (outputs.writer_for(settings).write(user_reposts=rows, pull_reposters=pull_readers)
+              if rows or pull_readers else WriteCounts())
     published = outputs.publish_view_changes(settings, changes) if changes and settings.view_changes else 0
     if to_save:
         states.save(stage, to_save, batch_id)
@@ -160,15 +174,15 @@ def reposter_partition(settings: Settings, batch_id: int, clock_start: int, item
 
 def reader_partition(settings: Settings, batch_id: int, clock_start: int, items: Iterable[tuple[str, Message]],
                      *, outputs: PerReaderOutputs = PerReaderOutputs()) -> Iterator[StageReport]:
-    """Step every reader of the partition: write its ``home_extras`` rows and visible set, their
-    view changes, and its state; yields one :class:`StageReport`."""
+    """Step every reader of the partition: write its ``home_extras`` rows, visible and hidden sets,
+    their view changes, and its state; yields one :class:`StageReport`."""
     started = time.perf_counter()
     settings = settings.as_role(STREAM)
     groups = _grouped(items)
     states = outputs.states_for(settings)
     stage = state_stage(READER_STAGE, clock_start)
     stored = states.load(stage, groups, batch_id)
-    extras, visible, changes = [], [], []
+    extras, visible, hidden, changes = [], [], [], []
     to_save: dict[str, tuple[bytes, bytes | None]] = {}
     for key in sorted(groups):
         source = _source(groups[key])
@@ -183,9 +197,12 @@ def reader_partition(settings: Settings, batch_id: int, clock_start: int, items:
         to_save[key] = (encode_reader_state(done.state), base)
         extras.extend(done.extras)
         visible.extend(done.visible)
+        hidden.extend(done.hidden)
         changes.extend(ExtrasChange(d.op, d.entry, d.reader, d.ts, source) for d in done.extras)
         changes.extend(VisibleChange(v.op, v.reader, v.user, v.ts, source) for v in done.visible)
-    counts = outputs.writer_for(settings).write(extras=extras, visible=visible) if extras or visible else WriteCounts()
+        changes.extend(HiddenChange(h.op, h.reader, h.user, h.ts, source) for h in done.hidden)
+    counts = (outputs.writer_for(settings).write(extras=extras, visible=visible, hidden=hidden)
+              if extras or visible or hidden else WriteCounts())
     published = outputs.publish_view_changes(settings, changes) if changes and settings.view_changes else 0
     if to_save:
         states.save(stage, to_save, batch_id)

@@ -26,7 +26,17 @@ import grpc
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import timeline_order
-from feed_service.core.view_changes import AuthorChange, ExtrasChange, PullFollowChange, TimelineChange, VisibleChange
+from feed_service.core.per_reader.pull_reposts import Lookups, TweetKey, key, shows_extras_row, shows_pulled_row
+from feed_service.core.view_changes import (
+    AuthorChange,
+    ExtrasChange,
+    HiddenChange,
+    PullFollowChange,
+    PullReposterChange,
+    TimelineChange,
+    UserRepostChange,
+    VisibleChange,
+)
 from feed_service.errors import PageTokenError
 from feed_service.server.calls import CallPlumbing, RpcFailure, deadline_capped
 from feed_service.server.hydration import EntryHydrator
@@ -169,7 +179,11 @@ class HomeWatch:
                  if remaining is not None else None)
         try:
             state = _WatchState(position)
-            hub.start(sub, await self.reads.pull_authors(store, user_id, self.calls.budget(context), exact=True))
+            budget = self.calls.budget(context)
+            authors = await self.reads.pull_authors(store, user_id, budget, exact=True)
+            reposters = await store.pull_reposters(user_id, timeout=budget)
+            hub.start(sub, authors)
+            hub.start_reposters(sub, reposters)
             if resumed:
                 async for message in self._catch_up(store, user_id, context, state):
                     yield message
@@ -207,16 +221,55 @@ class HomeWatch:
         interleave in any order (the author key's, the pull-follow's and the reader step's). So the
         watch notes which of them holds each tweet it heard of and sends the newest entry held,
         removing the tweet only when none holds it. A pull author's reply to a third user counts
-        only if the reader sees that user (a visible-set change brings or takes those replies)."""
+        only if the reader sees that user (a visible-set change brings or takes those replies).
+
+        A reader who merges pull reposters in has its repost rows decided with lookups
+        (:mod:`.pulled_reposts`): the extras' repost rows ("x") and the pull reposters' ("r") of every
+        tweet a change may concern are decided again from the store, and the one shown, if any, is
+        noted (docs/reposts-and-replies.md, hybrid fan-out)."""
         user_id = sub.user_id
         store = self.calls.store()
         upserts: dict[str, Entry] = {}
         removed: dict[str, None] = {}
+        # tweets whose repost row is decided again, with the rows of each the changes brought, by
+        # source (None: a row read, not brought)
+        redecide: dict[TweetKey, dict[str | None, Entry]] = {}
         undecided = {u for c in items if isinstance(c, AuthorChange)
                      if (u := deciding_user(c.entry, user_id)) is not None and u not in state.sees}
         if undecided:
             await self._learn(store, user_id, undecided, state, budget)
         for change in items:
+            if isinstance(change, PullReposterChange):  # the user starts or stops merging a reposter in
+                for e in await self.reads.reposts_page(store, change.reposter_id, None, self.inbox_cap, budget):
+                    redecide.setdefault(key(e), {}).setdefault(None, e)
+                for held in list(state.held.values()):  # what it brought, gone from the store already
+                    row = held.get("r")
+                    if row is not None and row.reposted_by == change.reposter_id:
+                        redecide.setdefault(key(row), {}).setdefault(None, row)
+                continue
+            if isinstance(change, UserRepostChange):
+                # the hub routes the reposts of the reposters merged in when routed (and, to a starting
+                # watch, all); a row this watch shows may have left with its reposter since
+                e = change.entry
+                held_row = state.held.get(e.tweet_id, {}).get("r")
+                if ((e.reposted_by in sub.reposters or (held_row is not None and held_row.reposted_by == e.reposted_by))
+                        and state.fresh(change)):
+                    redecide.setdefault(key(e), {})["-" if change.op == "delete" else f"r:{e.reposted_by}"] = e
+                continue
+            if isinstance(change, (VisibleChange, HiddenChange)) and sub.reposters:
+                # a reposted tweet of that user, or replying to it, may become direct or hidden
+                for p in sorted(sub.reposters):
+                    for e in await self.reads.reposts_page(store, p, None, self.inbox_cap, budget):
+                        if change.user_id in (e.author_id, e.in_reply_to_author_id):
+                            redecide.setdefault(key(e), {}).setdefault(None, e)
+                if isinstance(change, HiddenChange):
+                    continue
+            elif isinstance(change, HiddenChange):
+                continue
+            if isinstance(change, ExtrasChange) and change.entry.reposted_by is not None and sub.reposters:
+                if state.fresh(change):
+                    redecide.setdefault(key(change.entry), {})["-" if change.op == "delete" else "x"] = change.entry
+                continue
             if isinstance(change, PullFollowChange):  # the user starts or stops merging an author in
                 page = await self.reads.author_page(store, change.author_id, None, self.inbox_cap, budget)
                 if change.op == "insert":
@@ -242,6 +295,8 @@ class HomeWatch:
                     continue  # a reply this reader is not shown: nothing to say
                 op = "delete"  # an edit may have made it one: it leaves
             state.note(upserts, removed, _SOURCES[type(change)], op, entry)
+        if redecide:
+            await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed)
         if not upserts and not removed:
             return None
         position = state.position
@@ -259,6 +314,54 @@ class HomeWatch:
                  or await self.encodings.parts(store, content, budget, delivery))
         self.metrics.watch_messages.inc()
         return parts.frame(self._token_field(user_id, state))
+
+    async def _redecide(self, store: TimelineStore, user_id: str, reposters: list[str],
+                        tweets: dict[TweetKey, dict[str | None, Entry]], state: "_WatchState", budget: float,
+                        upserts: dict[str, Entry], removed: dict[str, None]) -> None:
+        """Decide again which repost row of each of ``tweets`` the reader is shown, from the store,
+        and note it (the extras' row "x" or a pull reposter's "r"; the other's held row leaves).
+        Each tweet comes with the rows of it the changes brought ("x", or "r:" and the reposter;
+        their content is the newest: noted if one is the row shown; "-" a deleted one), or one read
+        (None)."""
+        users = {u for rows in tweets.values() for e in rows.values() for u in (e.author_id, e.in_reply_to_author_id)
+                 if u is not None and u != user_id}
+        facts = await self.reads.repost_facts(store, user_id, reposters,
+                                              Lookups(frozenset(tweets), frozenset(tweets), frozenset(users)), budget)
+        for k, brought in sorted(tweets.items()):
+            # the tweet as it is now: a row an upsert brought (newest version), else one read; a
+            # deleted row's content may be older than the tweet's
+            upserts_of = [e for s, e in brought.items() if s not in (None, "-")]
+            sample = (max(upserts_of, key=lambda e: e.version) if upserts_of
+                      else brought.get(None) or brought["-"])
+            winner: tuple[str, int, str] | None = None  # (source, reposted_at, reposter)
+            pushed = facts.pushed.get(k)
+            if pushed is not None and shows_extras_row(_as_repost(sample, pushed), facts):
+                winner = ("x", *pushed)
+            else:
+                for at, p in facts.pulled.get(k, ()):
+                    if shows_pulled_row(_as_repost(sample, (at, p)), user_id, facts):
+                        winner = ("r", at, p)
+            held = state.held.get(k[1], {})
+            for source in ("x", "r"):
+                row = held.get(source)
+                if row is not None and row.reposted_by is not None and (
+                        winner is None or (source, row.reposted_at, row.reposted_by) != winner):
+                    state.note(upserts, removed, source, "delete", row)
+                    held = state.held.get(k[1], {})
+            if winner is None:
+                continue
+            source, at, p = winner
+            row = held.get(source)
+            mine = brought.get("x" if source == "x" else f"r:{p}")
+            if mine is not None and (mine.reposted_at, mine.reposted_by) == (at, p):
+                state.note(upserts, removed, source, "insert", mine)  # a change's own row: newest content
+            elif row is None or (row.reposted_at, row.reposted_by) != (at, p):
+                cursor = (at, k[1] + "\x00")  # the row at (at, tweet_id) is the newest below this
+                rows = (await store.extras_page(user_id, before=cursor, limit=1, timeout=budget) if source == "x"
+                        else await store.user_reposts_page(p, before=cursor, limit=1, timeout=budget))
+                if not rows or rows[0].tweet_id != k[1] or rows[0].at != at:
+                    continue  # gone since the lookups: its own change follows
+                state.note(upserts, removed, source, "insert", rows[0])
 
     async def _learn(self, store: TimelineStore, user_id: str, users: set[str], state: "_WatchState",
                      budget: float) -> None:
@@ -361,8 +464,13 @@ def _cursor(entry: Entry) -> Cursor:
     return entry.cursor
 
 
-#: The source of each kind of row change (:meth:`_WatchState.note`).
-_SOURCES = {TimelineChange: "i", AuthorChange: "a", ExtrasChange: "x"}
+#: The source of each kind of row change (:meth:`_WatchState.note`): "r" a pull reposter's row.
+_SOURCES = {TimelineChange: "i", AuthorChange: "a", ExtrasChange: "x", UserRepostChange: "r"}
+
+
+def _as_repost(sample: Entry, repost: tuple[int, str]) -> Entry:
+    """``sample``'s tweet as the repost ``(reposted_at, reposter)`` (what the decisions read of it)."""
+    return sample._replace(reposted_at=repost[0], reposted_by=repost[1])
 
 
 def _undecided(rows: list[Entry], reader: str, state: _WatchState) -> set[str]:

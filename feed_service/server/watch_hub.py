@@ -5,7 +5,8 @@ up waits in its subscription instead of being missed; after that it reads nothin
 changes (docs/api.md#watch). A subscription receives the changes of its user's inbox rows and
 ``home_extras`` rows, of the pull authors the user merges in (kept current by the user's pull-follow
 changes), the user's pull-follow changes themselves and the changes of the user's visible set
-(which decide a pull author's replies); a gap in the changes (:meth:`WatchHub.gap`) tells every
+(which decide a pull author's replies); likewise the reposts of the pull reposters the user merges
+in (kept current by its pull-reposter changes) and the changes of its hidden set; a gap in the changes (:meth:`WatchHub.gap`) tells every
 subscription to catch up from Cassandra again.
 
 Until a subscription is started (:meth:`WatchHub.start` names its pull authors) every pull author's
@@ -23,8 +24,11 @@ from typing import Iterable
 from feed_service.core.view_changes import (
     AuthorChange,
     ExtrasChange,
+    HiddenChange,
     PullFollowChange,
+    PullReposterChange,
     TimelineChange,
+    UserRepostChange,
     ViewChange,
     VisibleChange,
 )
@@ -37,11 +41,15 @@ RESYNC = object()
 class Subscription:
     """One watch's queue of changes (and :data:`RESYNC` markers), and the pull authors it follows."""
 
-    __slots__ = ("user_id", "authors", "items", "ready", "early_follows", "early_from", "expired")
+    __slots__ = ("user_id", "authors", "items", "ready", "early_follows", "early_from", "expired", "reposters",
+                 "early_reposters")
 
     def __init__(self, user_id: str) -> None:
         self.user_id = user_id
         self.authors: set[str] = set()
+        #: the pull reposters the user merges in, and their changes that came before it started
+        self.reposters: set[str] = set()
+        self.early_reposters: dict[str, str] | None = {}
         #: pull-follow changes that arrived before the watch read its pull authors (:meth:`WatchHub.start`)
         self.early_follows: dict[str, str] | None = {}
         #: where the hub's log of pull authors' changes stood when it subscribed; None once started
@@ -120,6 +128,7 @@ class WatchHub:
     def __init__(self) -> None:
         self._by_user: dict[str, set[Subscription]] = {}
         self._by_author: dict[str, set[Subscription]] = {}
+        self._by_reposter: dict[str, set[Subscription]] = {}
         self._starting = _Starting()
         #: batches routed so far: what the watchers woken by one batch share is valid for that batch
         self.deliveries = 0
@@ -141,6 +150,9 @@ class WatchHub:
         for author in sub.authors:
             _discard(self._by_author, author, sub)
         sub.authors = set()
+        for reposter in sub.reposters:
+            _discard(self._by_reposter, reposter, sub)
+        sub.reposters = set()
 
     def start(self, sub: Subscription, authors: Iterable[str]) -> None:
         """Set the pull authors ``sub``'s user merges in, as read after subscribing; the pull-follow
@@ -161,6 +173,24 @@ class WatchHub:
         if kept:
             sub.items[:0] = kept
             sub.ready.set()
+
+    def start_reposters(self, sub: Subscription, reposters: Iterable[str]) -> None:
+        """Set the pull reposters ``sub``'s user merges in, as read after subscribing, then the
+        pull-reposter changes that came since (newer than or equal to that read). A starting
+        subscription receives every repost change meanwhile (the watch keeps those of its reposters)."""
+        for reposter in reposters:
+            self._set_reposter(sub, reposter, True)
+        early, sub.early_reposters = sub.early_reposters or {}, None
+        for reposter, op in early.items():
+            self._set_reposter(sub, reposter, op == "insert")
+
+    def _set_reposter(self, sub: Subscription, reposter: str, merged: bool) -> None:
+        if merged and reposter not in sub.reposters:
+            sub.reposters.add(reposter)
+            self._by_reposter.setdefault(reposter, set()).add(sub)
+        elif not merged and reposter in sub.reposters:
+            sub.reposters.discard(reposter)
+            _discard(self._by_reposter, reposter, sub)
 
     def follow(self, sub: Subscription, authors: Iterable[str]) -> None:
         """``sub``'s user merges these pull authors in: their tweets' changes reach it."""
@@ -198,9 +228,24 @@ class WatchHub:
                 subs = by_user.get(change.timeline_id)
                 if subs:
                     self._put(subs, change)
-            elif isinstance(change, VisibleChange):
+            elif isinstance(change, (VisibleChange, HiddenChange)):
                 subs = by_user.get(change.reader_id)
                 if subs:
+                    self._put(subs, change)
+            elif isinstance(change, UserRepostChange):
+                subs = self._by_reposter.get(change.entry.reposted_by)  # type: ignore[arg-type]
+                if starting.count:  # a starting watch may merge this reposter in: it decides
+                    subs = (subs or set()) | {s for s in starting.waiting if s.early_from is not None}
+                if subs:
+                    self._put(subs, change)
+            elif isinstance(change, PullReposterChange):
+                subs = by_user.get(change.timeline_id)
+                if subs:
+                    for sub in list(subs):
+                        if sub.early_reposters is not None:
+                            sub.early_reposters[change.reposter_id] = change.op
+                        else:
+                            self._set_reposter(sub, change.reposter_id, change.op == "insert")
                     self._put(subs, change)
             elif isinstance(change, PullFollowChange):
                 for f in change.follower_ids:

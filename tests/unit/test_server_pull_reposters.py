@@ -5,7 +5,7 @@ Random histories run through ``Materializer(pull_reposters=True)`` at thresholds
 reposters cross between push and pull; its tables (and the readers' pull reposters and hidden sets)
 are loaded into a :class:`MemoryStore`. Home pages read page by page at small sizes, and a watch's
 catch-up from the start, must equal the model's ``TimelineView.entries`` and the batch reference;
-then batch by batch as view changes, through the read cache.
+then batch by batch as view changes, through the read cache and a pushed watch.
 """
 
 from __future__ import annotations
@@ -23,8 +23,12 @@ from feed_service.core.view import Materializer, TimelineView
 from feed_service.core.view_changes import HiddenChange, PullReposterChange
 from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.pull_sources import PullSources
+from feed_service.server.metrics import ServerMetrics
 from feed_service.server.read_cache import ReadCache
+from feed_service.server.service import TimelineServicer
+from feed_service.server.testing import TEST_SECRET
 from feed_service.server.timeline_reads import TimelineReads
+from feed_service.server.watch_hub import WatchHub
 from feed_service.store.memory import MemoryStore
 
 from .test_server_reposts_replies import (
@@ -32,12 +36,16 @@ from .test_server_reposts_replies import (
     CAP,
     USERS,
     LiveFeed,
+    StubContext,
     _snapshot,
     batches_of,
     changes_between,
+    client_view,
+    expected_shown,
     home_pages,
     interleaved,
     load,
+    shown,
 )
 
 
@@ -109,8 +117,22 @@ def test_a_pull_reposters_earlier_repost_hides_the_pushed_entry_and_is_read_past
     assert asyncio.run(home_pages(reads, store, "ann", 2)) == []
 
 
-@pytest.mark.parametrize("seed", range(25))
-def test_the_read_cache_follows_pull_reposters_batch_by_batch(seed: int) -> None:
+def _changes(engine: Materializer, before: dict, old_reposters: dict, old_hidden: dict, ts: int) -> list:
+    """The batch's view changes, the pull reposters' and hidden sets' included."""
+    changes = changes_between(before, _snapshot(engine.view), ts=ts)
+    for u in sorted(old_reposters.keys() | engine.view.pull_reposters.keys()):
+        old, new = old_reposters.get(u, set()), engine.view.pull_reposters.get(u, set())
+        changes += [PullReposterChange("delete", u, p, ts, None) for p in sorted(old - new)]
+        changes += [PullReposterChange("insert", u, p, ts, None) for p in sorted(new - old)]
+    for u in sorted(old_hidden.keys() | engine.view.hidden.keys()):
+        old, new = old_hidden.get(u, set()), engine.view.hidden.get(u, set())
+        changes += [HiddenChange("delete", u, x, ts, None) for x in sorted(old - new)]
+        changes += [HiddenChange("insert", u, x, ts, None) for x in sorted(new - old)]
+    return changes
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_read_cache_and_a_pushed_watch_follow_pull_reposters_batch_by_batch(seed: int) -> None:
     rnd = random.Random(seed)
     _, batches = batches_of(rnd, 120)
     pull_threshold = rnd.choice([1, 2, 3])
@@ -120,29 +142,37 @@ def test_the_read_cache_follows_pull_reposters_batch_by_batch(seed: int) -> None
         store = MemoryStore()
         feed = LiveFeed()
         cache = ReadCache(feed, depth=rnd.choice([2, 3, 41]))  # type: ignore[arg-type]
-        reads = TimelineReads(PullSources(ttl_s=0.0, head=201))
-        reads.attach(feed, cache)  # type: ignore[arg-type]
+        servicer = TimelineServicer(store=lambda: store, secret=TEST_SECRET, metrics=ServerMetrics())
+        hub = WatchHub()
+        servicer.attach_changes(feed, cache, hub)  # type: ignore[arg-type]
+        reads = servicer.reads
+        clients: dict[str, dict] = {u: {} for u in USERS}
+        received: dict[str, list] = {u: [] for u in USERS}
+
+        async def consume(user: str) -> None:
+            from feed_service.server.registration import serialize
+
+            async for message in servicer.watch.stream(store, user, "", StubContext()):
+                received[user].append(serialize(message))
+
+        watches = [asyncio.ensure_future(consume(u)) for u in USERS]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert len(hub) == len(USERS)
         offset = 0
         for i, batch in enumerate(batches):
             before = _snapshot(engine.view)
             old_reposters = {u: set(p) for u, p in engine.view.pull_reposters.items()}
             old_hidden = {u: set(h) for u, h in engine.view.hidden.items()}
             engine.process_batch(batch)
-            load_all(engine.view, store)
-            changes = changes_between(before, _snapshot(engine.view), ts=i + 1)
-            for u in sorted(old_reposters.keys() | engine.view.pull_reposters.keys()):
-                old, new = old_reposters.get(u, set()), engine.view.pull_reposters.get(u, set())
-                changes += [PullReposterChange("delete", u, p, i + 1, None) for p in sorted(old - new)]
-                changes += [PullReposterChange("insert", u, p, i + 1, None) for p in sorted(new - old)]
-            for u in sorted(old_hidden.keys() | engine.view.hidden.keys()):
-                old, new = old_hidden.get(u, set()), engine.view.hidden.get(u, set())
-                changes += [HiddenChange("delete", u, x, i + 1, None) for x in sorted(old - new)]
-                changes += [HiddenChange("insert", u, x, i + 1, None) for x in sorted(new - old)]
+            load_all(engine.view, store)  # the stream writes, then publishes
+            changes = _changes(engine, before, old_reposters, old_hidden, i + 1)
             consumed = [Consumed(0, offset + k, c) for k, c in enumerate(interleaved(rnd, changes))]
             offset += len(consumed)
             feed.position = {0: offset}
             cache.apply(consumed)
-            for _ in range(60):
+            hub.route(consumed)
+            for _ in range(80):
                 await asyncio.sleep(0)
             for user in USERS:
                 expected = engine.view.entries(user)
@@ -152,6 +182,12 @@ def test_the_read_cache_follows_pull_reposters_batch_by_batch(seed: int) -> None
                 cached = reads.cached_home_page(user, None, size + 1)
                 if cached is not None:
                     assert cached[0] == expected[:size + 1]
+                client_view(received[user], clients[user])
+                received[user].clear()
+                assert sorted(shown(e) for e in clients[user].values()) == sorted(
+                    expected_shown(e) for e in expected), (i, user)
         assert cache.hits > 0
+        for w in watches:
+            w.cancel()
 
     asyncio.run(run())

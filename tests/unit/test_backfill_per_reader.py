@@ -30,7 +30,15 @@ from spark_jobs.backfill.per_reader import (
     reposter_outputs,
 )
 from spark_jobs.backfill.states import key_state, state_inbox_rows
-from spark_jobs.backfill.write import author_timeline_writes, extras_writes, timeline_writes, user_repost_writes, visible_writes
+from spark_jobs.backfill.write import (
+    author_timeline_writes,
+    extras_writes,
+    hidden_writes,
+    pull_reposter_writes,
+    timeline_writes,
+    user_repost_writes,
+    visible_writes,
+)
 from spark_jobs.bootstrap import BOOTSTRAP_BATCH_ID
 from spark_jobs.output_rows import OUTPUT_COLUMNS, writes_of
 from spark_jobs.stream.per_reader import run_locally, state_stage
@@ -53,7 +61,8 @@ def _frame(rows: list[tuple], kind: str, key: str) -> pd.DataFrame:
     return frame.rename(columns={"key": key})
 
 
-def backfill(events: list[Event], *, inbox_cap: int, pull_threshold: int) -> tuple[dict[str, bytes], dict]:
+def backfill(events: list[Event], *, inbox_cap: int, pull_threshold: int,
+             pull_reposters: bool = False) -> tuple[dict[str, bytes], dict]:
     """The backfill's stages in this process, its rows written to ``Fakes.store`` at :data:`TS`;
     returns the author states and the per-reader states (``{(step, key): blob}``)."""
     by_key: dict[str, list] = {}
@@ -69,7 +78,8 @@ def backfill(events: list[Event], *, inbox_cap: int, pull_threshold: int) -> tup
         for step, dest, blob in done.messages:
             messages.setdefault((step, dest), []).append(blob)
     reposter_rows = [row for (step, dest), blobs in sorted(messages.items()) if step == REPOSTER_STAGE
-                     for row in reposter_outputs(dest, map(pickle.loads, blobs), TS)]
+                     for row in reposter_outputs(dest, map(pickle.loads, blobs), TS,
+                                                 pull_threshold if pull_reposters else None)]
     to_readers = {dest: list(map(pickle.loads, blobs)) for (step, dest), blobs in messages.items() if step == READER_STAGE}
     for row in reposter_rows:
         if row[0] == "candidate":
@@ -87,21 +97,24 @@ def backfill(events: list[Event], *, inbox_cap: int, pull_threshold: int) -> tup
                 pull_follows=pulls,
                 extras=extras_writes(_frame(reader_rows, "row", "timeline_id"), TS),
                 user_reposts=user_repost_writes(_frame(reposter_rows, "row", "user"), TS),
-                visible=visible_writes(_frame(reader_rows, "visible", "reader_id"), TS))
+                visible=visible_writes(_frame(reader_rows, "visible", "reader_id"), TS),
+                hidden=hidden_writes(_frame(reader_rows, "hidden", "reader_id"), TS),
+                pull_reposters=pull_reposter_writes(
+                    _frame(reposter_rows, "pull_reposter", "reposter_id").rename(columns={"user_id": "reader_id"}), TS))
     per_reader = {(REPOSTER_STAGE, r[1]): r[2] for r in reposter_rows if r[0] == "state"}
     per_reader.update({(READER_STAGE, r[1]): r[2] for r in reader_rows if r[0] == "state"})
     return states, per_reader
 
 
 def stream(batches: list[list[Event]], states: dict[str, bytes], *, inbox_cap: int, pull_threshold: int,
-           clock_start: int, replay: random.Random) -> None:
+           clock_start: int, replay: random.Random, pull_reposters: bool = False) -> None:
     """The stream's operator (``run_key``, the author states seeded with ``states``) and sink (rows
     to ``Fakes.store``, then the per-reader steps), batch by batch; some batches' per-reader steps
     run twice, as a failed micro-batch's would."""
     config = JoinConfig(inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start)
     # as the operator's initial-state handler seeds a new checkpoint
     cores: dict[str, tuple[bytes | None, bytes | None]] = {k: stored_parts(blob) for k, blob in states.items()}
-    settings = Settings()
+    settings = Settings(pull_threshold=pull_threshold, pull_reposters=pull_reposters)
     for batch_id, batch in enumerate(batches):
         groups: dict[str, list[Routed]] = {}
         for event in batch:

@@ -108,11 +108,12 @@ def _events(batch: list[str]) -> list[Event]:
     return out
 
 
-def run_stream(run: Run, *, inbox_cap: int, pull_threshold: int, replay: random.Random | None = None) -> None:
+def run_stream(run: Run, *, inbox_cap: int, pull_threshold: int, replay: random.Random | None = None,
+               pull_reposters: bool = False) -> None:
     """The operator (``run_key`` per join key), then the sink's per-reader steps, batch by batch;
     with ``replay``, some batches' per-reader steps run twice, as a failed micro-batch would."""
     config = JoinConfig(inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=1000)
-    settings = Settings()
+    settings = Settings(pull_threshold=pull_threshold, pull_reposters=pull_reposters)
     cores: dict[str, tuple[bytes | None, bytes | None]] = {}
     for batch_id, batch in enumerate(run.batches):
         groups: dict[str, list[Routed]] = {}

@@ -2,7 +2,10 @@
 ``home_extras``, ``user_reposts`` and ``reader_visible`` rows written in any order, batching and
 duplication end as the newest write of each row, equal to MemoryStore's outcome of the same writes;
 absent fields are stored as '' and 0; the steps' state loads by the batch rule, a replayed batch
-from what it started from; and a keyspace made before the tables gains them."""
+from what it started from; and a keyspace made before the tables gains them. With pull reposters on at a small threshold, the
+stream's per-reader path writes the tables a read of pull reposters needs (``reader_hidden``,
+``home_timeline.pull_reposters``, the indexes ``reposts_by_tweet`` and ``home_extras_reposts``) as
+``Materializer(pull_reposters=True)``'s view has them, and the reader's lookups answer from them."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import AuthorTimelineWrite, Entry
 from feed_service.settings import Settings
 
-NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_state")
+NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_state", "reader_hidden", "reposts_by_tweet",
+              "home_extras_reposts")
 ENTRY_COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
                  " in_reply_to_author_id, reposted_by, reposted_at, reposter_profile_version")
 
@@ -218,4 +222,96 @@ def test_a_keyspace_from_before_the_tables_gains_them(settings: Settings, unique
         assert CassandraStepStates(session, keyspace).load("reader", ["ann"], 2) == {"ann": b"s"}
         _drop(session, keyspace)
     finally:
+        cluster.shutdown()
+
+
+def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializers_tables(settings: Settings,
+                                                                                         unique: str) -> None:
+    """The stream's reposter and reader steps (``run_locally``, batch by batch, some batches twice as
+    a replayed micro-batch would) on the real writer and state table, against the in-memory view."""
+    import asyncio
+    import json
+
+    from feed_service.core.events import event_to_json
+    from feed_service.core.view import Materializer
+    from feed_service.store.cassandra_reader import CassandraReader
+    from feed_service.store.cassandra_writer import CassandraWriter
+    from feed_service.store.per_reader_state import CassandraStepStates
+    from feed_service.store.session import connect
+    from tests.unit.test_backfill_per_reader import _history
+    from tests.unit.test_pull_reposters_storage import view_indexes
+    from tests.unit.test_reposts_replies_properties import Run
+    from tests.unit.test_stream_per_reader import Fakes, _reset, run_stream
+
+    pipeline = _isolated(settings, unique)
+    ks = pipeline.keyspace
+    lines = [json.dumps(event_to_json(e)) for e in _history(2, 600)]
+    cuts = sorted(random.Random(2).sample(range(1, len(lines)), 5))
+    batches = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)])]
+    threshold = 6  # some reposters pull, some push (tests/unit/test_pull_reposters_storage.py)
+    engine = Materializer(inbox_cap=500, pull_threshold=threshold, pull_reposters=True)
+    for batch in batches:
+        engine.process_batch(batch)
+    view = engine.view
+    cluster, session = connect(pipeline)
+    try:
+        _reset()
+        Fakes.store, Fakes.states = CassandraWriter(session, ks), CassandraStepStates(session, ks)  # type: ignore[assignment]
+        run_stream(Run([], batches, 0), inbox_cap=500, pull_threshold=threshold, replay=random.Random(4),
+                   pull_reposters=True)
+
+        def sets(cql: str) -> dict[str, set[str]]:
+            out: dict[str, set[str]] = {}
+            for key, value in session.execute(cql):
+                if value:
+                    out.setdefault(key, set()).update({value} if isinstance(value, str) else value)
+            return out
+
+        pull = sets(f"SELECT DISTINCT timeline_id, pull_reposters FROM {ks}.home_timeline")
+        assert pull == {r: p for r, p in view.pull_reposters.items() if p} and pull
+        assert sets(f"SELECT reader_id, user_id FROM {ks}.reader_hidden") == {
+            r: u for r, u in view.hidden.items() if u} and view.hidden
+        assert sets(f"SELECT reader_id, user_id FROM {ks}.reader_visible") == {r: u for r, u in view.visible.items() if u}
+        extras = {(r.timeline_id, r.tweet_id): (r.at, r.reposted_by or None) for r in session.execute(
+            f"SELECT timeline_id, tweet_id, at, reposted_by FROM {ks}.home_extras")}
+        assert extras == {(reader, e.tweet_id): (e.at, e.reposted_by)
+                          for reader, rows in view.extras.items() for e in rows.values()}
+        reposts = {(r.user_id, r.tweet_id, r.at) for r in session.execute(
+            f"SELECT user_id, tweet_id, at FROM {ks}.user_reposts")}
+        assert reposts == {(p, e.tweet_id, e.at) for p, rows in view.own_reposts.items() for e in rows.values()}
+        indexes = view_indexes(view)
+        stored = {(r.reader_id, r.tweet_id): (r.author_id, r.reposted_at, r.reposted_by) for r in session.execute(
+            f"SELECT reader_id, tweet_id, author_id, reposted_at, reposted_by FROM {ks}.home_extras_reposts")}
+        assert stored == indexes["home_extras_reposts"] and stored
+        stored = {(r.tweet_id, r.reposter_id): (r.author_id, r.reposted_at, r.reposter_id) for r in session.execute(
+            f"SELECT tweet_id, reposter_id, author_id, reposted_at FROM {ks}.reposts_by_tweet")}
+        assert stored == indexes["reposts_by_tweet"] and stored
+
+        # the reader's lookups answer from them, for the reader who merges in the most pull reposters
+        reader_id = max(sorted(pull), key=lambda r: len(pull[r]))
+        tweets = [(e.author_id, e.tweet_id) for rows in view.own_reposts.values() for e in rows.values()]
+        pushed = {(e.author_id, e.tweet_id): (e.reposted_at, e.reposted_by)
+                  for e in view.extras.get(reader_id, {}).values() if e.reposted_by}
+        users = sorted({u for rows in view.hidden.values() for u in rows} | {reader_id})
+
+        async def lookups() -> tuple:
+            reader = CassandraReader(session, ks)
+            return (await reader.reposts_of(tweets, pull[reader_id], timeout=10),
+                    await reader.pushed_reposts(reader_id, [*tweets, *pushed], timeout=10),
+                    await reader.hidden_among(reader_id, users, timeout=10),
+                    await reader.pull_reposters(reader_id, timeout=10),
+                    (await reader.inbox(reader_id, before=None, limit=1, timeout=10)).pull_reposters)
+
+        of, got_pushed, hidden, reposters, with_inbox = asyncio.run(lookups())
+        want: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for p in pull[reader_id]:
+            for e in view.own_reposts.get(p, {}).values():
+                want.setdefault((e.author_id, e.tweet_id), []).append((e.reposted_at, p))  # type: ignore[arg-type]
+        assert of == {k: sorted(v) for k, v in want.items()} and of
+        assert got_pushed == pushed
+        assert hidden == view.hidden.get(reader_id, set())
+        assert reposters == with_inbox == sorted(pull[reader_id])
+        _drop(session, ks)
+    finally:
+        _reset()
         cluster.shutdown()

@@ -5,7 +5,10 @@ must equal the batch reference over the whole history (nothing lost, nothing app
 Both routes: Spark's offline state repartition in place, and a backfill with a new checkpoint
 bootstrapped from it. And the case a stop under traffic leaves behind: a stream killed in the middle
 of a batch, whose pending batch ``--finish-pending`` runs to its commit before repartitioning.
-Each test prints how long its reshard took (docs/streaming.md quotes them).
+The in-place route and the killed stream share one pipeline and one checkpoint (a stream start and
+its catch-up are the slow parts): 2 -> 8 in place, the stream on 8 killed in a batch, 8 -> 4 with
+``--finish-pending``, the stream on 4 continues.
+Each reshard prints how long it took (docs/streaming.md quotes them).
 The backfill route's test takes about 140 s on the 2-core machine (a stream, a backfill, a
 bootstrapped stream), so it runs only with ``FEED_TEST_RESHARD_BACKFILL=1``; backfill -> bootstrapped stream itself
 is covered by test_backfill.py and test_hybrid_fanout.py on every run.
@@ -91,13 +94,16 @@ def _expected(events: list[dict], pipeline: Settings) -> dict[str, list]:
     return timelines
 
 
-def test_reshard_in_place_continues_exactly(settings: Settings, unique: str, tmp_path: Path) -> None:
+def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_killed_in(
+        settings: Settings, unique: str, tmp_path: Path) -> None:
     pipeline = _isolated(settings, unique)
-    first, rest = _halves(unique)
+    first, later = _halves(unique)
+    middle, rest = later[: len(later) // 2], later[len(later) // 2:]
     checkpoint = tmp_path / "ckpt"
     _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log")
     before = inspect_checkpoint(checkpoint)
 
+    # In place, 2 -> 8, on a checkpoint the stream left cleanly.
     seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8")
     print(f"\nreshard via repartition 2 -> 8: {seconds:.1f}s for the command (Spark session included)\n{stderr}")
     after = inspect_checkpoint(checkpoint)
@@ -106,53 +112,43 @@ def test_reshard_in_place_continues_exactly(settings: Settings, unique: str, tmp
     assert {p.name for p in (checkpoint / "join" / "state" / "0").iterdir() if p.name.isdigit()} == \
         {str(n) for n in range(8)}
 
-    # The setting says 8 now too: no warning; the stream reports the checkpoint's 8.
+    # The setting says 8 now too: no warning; the stream reports the checkpoint's 8. It continues on
+    # the moved state and is killed in the middle of a batch (what a stop under traffic leaves).
     log = tmp_path / "run2.log"
-    with running(StreamProcess(replace(pipeline, state_partitions=8), checkpoint, log_file=log)) as stream:
-        publish(pipeline, rest)
-        stream.wait_caught_up()
-        assert read_timelines(pipeline) == _expected(first + rest, pipeline)
-    text = log.read_text(errors="replace")
-    assert "has 8 state partitions" in text and "feedctl reshard" not in text
-    final = inspect_checkpoint(checkpoint)
-    assert final.state_partitions == 8 and final.last_batch > after.last_batch
-
-
-def test_reshard_finishes_a_batch_the_stream_was_killed_in(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
-    first, later = _halves(unique)
-    middle, rest = later[: len(later) // 2], later[len(later) // 2:]
-    checkpoint = tmp_path / "ckpt"
-    publish(pipeline, first)
-    stream = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log",
-                           extra_args=["--state-partitions", "2"]).start()
+    stream = StreamProcess(replace(pipeline, state_partitions=8), checkpoint, log_file=log).start()
     try:
-        stream.wait_caught_up()
-        publish(pipeline, middle)  # the stream takes it in one or more batches: killed in the first
+        # everything before was committed: the stream takes the middle part in one or more batches,
+        # and is killed in the first
+        publish(pipeline, middle)
         pending = _kill_during_a_batch(stream, checkpoint)
     except BaseException:
         stream.stop()
         raise
+    text = log.read_text(errors="replace")
+    assert "has 8 state partitions" in text and "feedctl reshard" not in text
     killed = inspect_checkpoint(checkpoint)
+    assert killed.state_partitions == 8 and killed.last_batch > after.last_batch
     assert killed.last_batch == pending and killed.last_commit == pending - 1, killed
 
-    refused = _feedctl_reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8")
+    refused = _feedctl_reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "4")
     assert refused.returncode == 2 and "add --finish-pending" in refused.stderr, refused.stderr[-4000:]
 
-    seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "8", "--finish-pending")
-    print(f"\nreshard --finish-pending 2 -> 8: {seconds:.1f}s for the command (two Spark sessions)\n{stderr}")
+    seconds, stderr = _reshard(pipeline, "--checkpoint", str(checkpoint), "--partitions", "4", "--finish-pending")
+    print(f"\nreshard --finish-pending 8 -> 4: {seconds:.1f}s for the command (two Spark sessions)\n{stderr}")
     assert f"finished pending batch {pending} and caught up" in stderr
-    after = inspect_checkpoint(checkpoint)
-    assert after.state_partitions == 8 and after.cleanly_committed and after.last_batch > pending
-    # The pending batch re-ran with its logged offsets and the rest of what was there followed.
+    finished = inspect_checkpoint(checkpoint)
+    assert finished.state_partitions == 4 and finished.cleanly_committed and finished.last_batch > pending
+    # The pending batch re-ran with its logged offsets and the rest of what was there followed: the
+    # stream on the state moved in place, then the finishing run, applied the middle part exactly.
     assert read_timelines(pipeline) == _expected(first + middle, pipeline)
 
-    with running(StreamProcess(replace(pipeline, state_partitions=8), checkpoint,
-                               log_file=tmp_path / "run2.log")) as stream:
+    with running(StreamProcess(replace(pipeline, state_partitions=4), checkpoint,
+                               log_file=tmp_path / "run3.log")) as stream:
         publish(pipeline, rest)
         stream.wait_caught_up()
         assert read_timelines(pipeline) == _expected(first + middle + rest, pipeline)
-    assert inspect_checkpoint(checkpoint).state_partitions == 8
+    final = inspect_checkpoint(checkpoint)
+    assert final.state_partitions == 4 and final.last_batch > finished.last_batch
 
 
 @pytest.mark.skipif(os.environ.get("FEED_TEST_RESHARD_BACKFILL") != "1",

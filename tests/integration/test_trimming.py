@@ -187,7 +187,7 @@ def test_background_trims_keep_every_inbox_within_cap_plus_slack(settings: Setti
     events: list[dict[str, Any]] = [{"type": "profile", "user_id": a, "version": 1, "display_name": a} for a in authors]
     events += [{"type": "follow", "op": "follow", "follower_id": r, "followee_id": a, "version": 1}
                for r, followed in readers.items() for a in followed]
-    for n in range(40):
+    for n in range(CAP):  # each author's retained tweets: a reader of 4 holds 80 rows untrimmed
         for i, a in enumerate(authors):
             events.append({"type": "tweet", "op": "upsert", "tweet_id": f"{a}-{n}", "author_id": a, "version": 1,
                            "created_at": WORKLOAD_EPOCH_MS + n * 50 + i, "text": f"{a} #{n}", "profile_version": 1})

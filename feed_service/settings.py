@@ -266,7 +266,7 @@ class Settings:
     """Entries per home timeline, and tweets retained per author key."""
     pull_threshold: int = DEFAULT_PULL_THRESHOLD
     """Active followers from which an author is a pull author (docs/fan-out.md)."""
-    pull_reposters: bool = False
+    pull_reposters: bool = True
     """Whether reposters seen by ``pull_threshold`` readers or more are pull reposters: their reposts
     fan out to nobody and readers merge them in at read (docs/reposts-and-replies.md, hybrid fan-out)."""
     trim_slack: int = DEFAULT_TRIM_SLACK
@@ -383,7 +383,7 @@ class Settings:
                 keyspace=env.get("FEED_KEYSPACE", "feed"),
                 inbox_cap=int(env.get("FEED_INBOX_CAP", str(DEFAULT_INBOX_CAP))),
                 pull_threshold=int(env.get("FEED_PULL_THRESHOLD", str(DEFAULT_PULL_THRESHOLD))),
-                pull_reposters=parse_flag(env.get("FEED_PULL_REPOSTERS", "0"), "FEED_PULL_REPOSTERS"),
+                pull_reposters=parse_flag(env.get("FEED_PULL_REPOSTERS", "1"), "FEED_PULL_REPOSTERS"),
                 trim_slack=int(env.get("FEED_TRIM_SLACK", str(DEFAULT_TRIM_SLACK))),
                 history_horizon_s=int(env.get("FEED_HISTORY_HORIZON_S", str(DEFAULT_HISTORY_HORIZON_S))),
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),

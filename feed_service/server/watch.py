@@ -248,12 +248,10 @@ class HomeWatch:
                         redecide.setdefault(key(row), {}).setdefault(None, row)
                 continue
             if isinstance(change, UserRepostChange):
-                # the hub routes the reposts of the reposters merged in when routed (and, to a starting
-                # watch, all); a row this watch shows may have left with its reposter since
+                # the hub routes the reposts of the reposters merged in when it routes them (and, to a
+                # starting watch, all): decided whether or not the reposter is still merged in now
                 e = change.entry
-                held_row = state.held.get(e.tweet_id, {}).get("r")
-                if ((e.reposted_by in sub.reposters or (held_row is not None and held_row.reposted_by == e.reposted_by))
-                        and state.fresh(change)):
+                if state.fresh(change):
                     redecide.setdefault(key(e), {})["-" if change.op == "delete" else f"r:{e.reposted_by}"] = e
                 continue
             if isinstance(change, (VisibleChange, HiddenChange)) and sub.reposters:
@@ -296,7 +294,8 @@ class HomeWatch:
                 op = "delete"  # an edit may have made it one: it leaves
             state.note(upserts, removed, _SOURCES[type(change)], op, entry)
         if redecide:
-            await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed)
+            await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed,
+                                 sub.authors)
         if not upserts and not removed:
             return None
         position = state.position
@@ -317,7 +316,7 @@ class HomeWatch:
 
     async def _redecide(self, store: TimelineStore, user_id: str, reposters: list[str],
                         tweets: dict[TweetKey, dict[str | None, Entry]], state: "_WatchState", budget: float,
-                        upserts: dict[str, Entry], removed: dict[str, None]) -> None:
+                        upserts: dict[str, Entry], removed: dict[str, None], sub_authors: set[str]) -> None:
         """Decide again which repost row of each of ``tweets`` the reader is shown, from the store,
         and note it (the extras' row "x" or a pull reposter's "r"; the other's held row leaves).
         Each tweet comes with the rows of it the changes brought ("x", or "r:" and the reposter;
@@ -342,13 +341,38 @@ class HomeWatch:
                     if shows_pulled_row(_as_repost(sample, (at, p)), user_id, facts):
                         winner = ("r", at, p)
             held = state.held.get(k[1], {})
+            author, parent = sample.author_id, sample.in_reply_to_author_id
+            shown_direct: Entry | None = None
+            if winner is None and author in facts.sees:  # direct, if the tweet is live: it shows at its own time
+                live = await store.tweet(k[1], timeout=budget)
+                if live is not None and live.author_id == author and (
+                        live.in_reply_to_author_id in (None, author, user_id) or live.in_reply_to_author_id in facts.sees
+                        or (await self.reads.sees(store, user_id, {live.in_reply_to_author_id}, budget))):
+                    shown_direct = live
             for source in ("x", "r"):
                 row = held.get(source)
                 if row is not None and row.reposted_by is not None and (
                         winner is None or (source, row.reposted_at, row.reposted_by) != winner):
-                    state.note(upserts, removed, source, "delete", row)
+                    if shown_direct is not None:
+                        del held[source]  # replaced by the direct entry below
+                        if not held:
+                            del state.held[k[1]]
+                    else:
+                        state.note(upserts, removed, source, "delete", row)
                     held = state.held.get(k[1], {})
+            if shown_direct is not None:
+                # from the source a later change of it will name: a pull author's timeline, the
+                # reader's extras (a reply shown for its parent) or the inbox
+                parent = shown_direct.in_reply_to_author_id
+                source = ("a" if author in sub_authors else
+                          "x" if parent not in (None, author, user_id) else "i")
+                state.note(upserts, removed, source, "insert", shown_direct)
+                continue
             if winner is None:
+                if not held:
+                    # no row of it is shown, whether or not this watch heard of the one the client
+                    # holds (its first page, a catch-up read): it leaves
+                    state.note(upserts, removed, "r", "delete", sample)
                 continue
             source, at, p = winner
             row = held.get(source)

@@ -187,11 +187,14 @@ def test_the_reader_asks_one_partition_per_tweet_and_keeps_the_asked_authors_and
 
 # --- the setting -----------------------------------------------------------------------------------
 
-def test_the_setting_is_off_by_default_and_travels_to_child_processes() -> None:
-    assert Settings().pull_reposters is False and Settings().reposter_threshold is None
-    on = Settings.from_env({"FEED_PULL_REPOSTERS": "1", "FEED_PULL_THRESHOLD": "7"})
+def test_the_setting_is_on_by_default_and_travels_to_child_processes() -> None:
+    assert Settings().pull_reposters is True and Settings().reposter_threshold == Settings().pull_threshold
+    on = Settings.from_env({"FEED_PULL_THRESHOLD": "7"})
     assert on.pull_reposters and on.reposter_threshold == 7
+    off = Settings.from_env({"FEED_PULL_REPOSTERS": "0"})
+    assert not off.pull_reposters and off.reposter_threshold is None
     assert Settings.from_env(on.to_env()).pull_reposters is True
+    assert Settings.from_env(off.to_env()).pull_reposters is False
     with pytest.raises(ConfigError):
         Settings.from_env({"FEED_PULL_REPOSTERS": "maybe"})
     with pytest.raises(ConfigError):

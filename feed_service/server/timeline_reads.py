@@ -87,7 +87,7 @@ class TimelineReads:
 
         users = need.users
         pulled, pushed, sees, hidden = await asyncio.gather(
-            store.reposts_of(need.pulled, reposters, timeout=budget) if need.pulled else nothing({}),
+            store.reposts_of(need.pulled, reposters, timeout=budget) if need.pulled and reposters else nothing({}),
             store.pushed_reposts(reader, need.pushed, timeout=budget) if need.pushed else nothing({}),
             self.sees(store, reader, users, budget) if users else nothing(set()),
             store.hidden_among(reader, users, timeout=budget) if users else nothing(set()))

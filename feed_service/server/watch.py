@@ -230,7 +230,7 @@ class HomeWatch:
         user_id = sub.user_id
         store = self.calls.store()
         upserts: dict[str, Entry] = {}
-        removed: dict[str, None] = {}
+        removed: dict[str, Entry] = {}
         # tweets whose repost row is decided again, with the rows of each the changes brought, by
         # source (None: a row read, not brought)
         redecide: dict[TweetKey, dict[str | None, Entry]] = {}
@@ -293,6 +293,11 @@ class HomeWatch:
                     continue  # a reply this reader is not shown: nothing to say
                 op = "delete"  # an edit may have made it one: it leaves
             state.note(upserts, removed, _SOURCES[type(change)], op, entry)
+        # A tweet no source this watch heard of holds any more may still show from one it never heard
+        # of (the client's first page, a catch-up read): decided again from the store before it leaves.
+        for tid, entry in list(removed.items()):
+            if tid not in state.held:
+                redecide.setdefault(key(entry), {}).setdefault("-", entry)
         if redecide:
             await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed,
                                  sub.authors)
@@ -316,7 +321,7 @@ class HomeWatch:
 
     async def _redecide(self, store: TimelineStore, user_id: str, reposters: list[str],
                         tweets: dict[TweetKey, dict[str | None, Entry]], state: "_WatchState", budget: float,
-                        upserts: dict[str, Entry], removed: dict[str, None], sub_authors: set[str]) -> None:
+                        upserts: dict[str, Entry], removed: dict[str, Entry], sub_authors: set[str]) -> None:
         """Decide again which repost row of each of ``tweets`` the reader is shown, from the store,
         and note it (the extras' row "x" or a pull reposter's "r"; the other's held row leaves).
         Each tweet comes with the rows of it the changes brought ("x", or "r:" and the reposter;
@@ -449,7 +454,7 @@ class _WatchState:
         held = self.held.get(tweet_id)
         return held is not None and source in held
 
-    def note(self, upserts: dict[str, Entry], removed: dict[str, None], source: str, op: str, entry: Entry) -> None:
+    def note(self, upserts: dict[str, Entry], removed: dict[str, Entry], source: str, op: str, entry: Entry) -> None:
         """Fold one change of ``source``'s row of a tweet into a message: the newest row any source
         still holds is sent, or the tweet is removed if none does."""
         tid = entry.tweet_id
@@ -501,11 +506,11 @@ def _undecided(rows: list[Entry], reader: str, state: _WatchState) -> set[str]:
     return {u for e in rows if (u := deciding_user(e, reader)) is not None and u not in state.sees}
 
 
-def _note(upserts: dict[str, Entry], removed: dict[str, None], op: str, entry: Entry) -> None:
+def _note(upserts: dict[str, Entry], removed: dict[str, Entry], op: str, entry: Entry) -> None:
     """Fold one change of ``entry`` into a message's upserts and removals (the last change wins)."""
     if op == "delete":
         upserts.pop(entry.tweet_id, None)
-        removed[entry.tweet_id] = None
+        removed[entry.tweet_id] = entry
     else:
         removed.pop(entry.tweet_id, None)
         upserts[entry.tweet_id] = entry

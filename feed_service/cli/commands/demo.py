@@ -136,15 +136,17 @@ def _read_user_timeline(address: str, token: str, author_id: str, page_size: int
         return list(reply.entries)
 
 
-def _print_entries(entries: list[Any], pull: set[str]) -> None:
+def _print_entries(entries: list[Any], pull: set[str], pull_reposters: frozenset[str] = frozenset()) -> None:
     for entry in entries:
         at = entry.reposted_at_ms if entry.reposted_by else entry.created_at_ms
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at / 1000))
         name = entry.author_display_name or entry.author_id
-        mark = "*" if entry.author_id in pull else " "
+        mark = "*" if entry.author_id in pull and not entry.reposted_by else " "
         print(f"    {when} {mark} {name:<24} {entry.text[:68]}")
         if entry.reposted_by:
-            print(f"    {'':21}   \u21bb reposted by {entry.reposted_by_display_name or entry.reposted_by}")
+            by = entry.reposted_by_display_name or entry.reposted_by
+            merged = " * (a pull reposter: merged in at read time)" if entry.reposted_by in pull_reposters else ""
+            print(f"    {'':21}   \u21bb reposted by {by}{merged}")
         if entry.in_reply_to_author_id:
             print(f"    {'':21}   \u21b3 in reply to {entry.in_reply_to_author_id} ({entry.in_reply_to_tweet_id})")
 
@@ -269,17 +271,29 @@ def run(args: argparse.Namespace) -> int:
                                 trim_slack=settings.trim_slack - default_margin(settings.trim_slack))
         below_cap = ([u for u in expected if u in exact and len(expected[u]) < DEFAULT_INBOX_CAP]
                      or [u for u in expected if len(expected[u]) < DEFAULT_INBOX_CAP] or list(expected))
+        seers: dict[str, int] = {}
+        for sees in tables.visible().values():
+            for user in sees:
+                seers[user] = seers.get(user, 0) + 1
+        pull_reposters = (frozenset(u for u, n in seers.items() if n >= settings.pull_threshold)
+                          if settings.pull_reposters else frozenset())
         merged = [u for u in below_cap if any(e["author_id"] in pull for e in expected[u])] or below_cap
+        # prefer a timeline that shows a pull reposter's repost too (merged in at read time)
+        merged = [u for u in merged if any(e.get("reposted_by") in pull_reposters for e in expected[u])] or merged
         user_id = max(merged, key=lambda u: (len(expected[u]), u))
         token = auth.mint(secret.encode(), subject=user_id, role="user")
         first, full = _read_timeline(address, token, user_id, args.page_size)
         say(f"6/6 home timeline of {user_id} through gRPC GetHomeTimeline ({len(full)} entries, newest first;"
             f" * = a pull author's tweet, merged in at read time):")
-        _print_entries(first, pull)
+        _print_entries(first, pull, pull_reposters)
         served = _served(full)
         want = _wanted(expected[user_id])
         shown_reposts = sum(1 for e in full if e.reposted_by)
         shown_replies = sum(1 for e in full if e.in_reply_to_author_id)
+        if pull_reposters:
+            say(f"    {len(pull_reposters)} pull reposters (seen by >= {settings.pull_threshold} readers): their reposts"
+                f" reach no reader's extras; {sum(1 for e in full if e.reposted_by in pull_reposters)} of"
+                f" {user_id}'s entries are theirs, decided at read with the pushed ones")
         say(f"    of them {shown_reposts} brought by a repost (\u21bb: one entry per tweet, at its earliest"
             f" reposter {user_id} follows) and {shown_replies} replies (\u21b3: shown as {user_id} follows both"
             " sides, or the reply is to them)")

@@ -42,28 +42,29 @@ Further = Callable[[int, Cursor, int], Awaitable[list[Entry]]]
 """``(source index, cursor, limit)`` -> the source's next rows beyond ``cursor``, in the slice's order."""
 
 
-async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, sees: Sees,
-                       further: Further) -> list[list[Entry]]:
-    """Each pull author's slice (newest first for a page, oldest first for a watch's catch-up) cut to
-    the first ``limit`` rows ``reader`` is shown. A slice shorter than ``limit`` is its timeline's end;
-    where hidden replies leave fewer than ``limit`` rows of a full slice, ``further`` reads on past
-    its last row (twice as many rows each time). ``sees`` is asked once per round for every user not
-    decided yet."""
-    known: dict[str, bool] = {}
+Decide = Callable[[Sequence[list[Entry]]], Awaitable[Callable[[int, Entry], bool]]]
+"""Given one round's rows (by source index), what is shown: ``(source index, row) -> shown``."""
+
+
+async def read_past(slices: Sequence[list[Entry]], limit: int, decide: Decide, further: Further) -> list[list[Entry]]:
+    """Each slice (newest first for a page, oldest first for a watch's catch-up) cut to its first
+    ``limit`` rows that ``decide`` shows. A slice shorter than ``limit`` is its source's end; where
+    rows not shown leave fewer than ``limit`` of a full slice, ``further`` reads on past its last row
+    (twice as many rows each time, up to :data:`MAX_FURTHER`), and the new rows are decided in the
+    next round. ``decide`` is called once per round with that round's rows (an empty list for a
+    source with none), so it can look up what they need in one go."""
     out: list[list[Entry]] = [[] for _ in slices]
     pending = [(i, rows, limit) for i, rows in enumerate(slices)]
     while pending:
-        undecided = {u for _, rows, _ in pending for e in rows
-                     if (u := deciding_user(e, reader)) is not None and u not in known}
-        if undecided:
-            seen = await sees(undecided)
-            known.update((u, u in seen) for u in undecided)
+        by_source: list[list[Entry]] = [[] for _ in slices]
+        for i, rows, _ in pending:
+            by_source[i] = rows
+        shows = await decide(by_source)
         more: list[tuple[int, Cursor, int]] = []
         for i, rows, asked in pending:
             kept = out[i]
             for e in rows:
-                u = deciding_user(e, reader)
-                if u is None or known[u]:
+                if shows(i, e):
                     kept.append(e)
                     if len(kept) >= limit:
                         break
@@ -74,6 +75,27 @@ async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, s
         read = await asyncio.gather(*(further(i, cursor, n) for i, cursor, n in more))
         pending = [(i, rows, n) for (i, _, n), rows in zip(more, read)]
     return out
+
+
+async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, sees: Sees,
+                       further: Further) -> list[list[Entry]]:
+    """Each pull author's slice cut to the first ``limit`` rows ``reader`` is shown
+    (:func:`read_past`); ``sees`` is asked once per round for every user not decided yet."""
+    known: dict[str, bool] = {}
+
+    async def decide(rounds: Sequence[list[Entry]]) -> Callable[[int, Entry], bool]:
+        undecided = {u for rows in rounds for e in rows
+                     if (u := deciding_user(e, reader)) is not None and u not in known}
+        if undecided:
+            seen = await sees(undecided)
+            known.update((u, u in seen) for u in undecided)
+
+        def shows(_: int, e: Entry) -> bool:
+            u = deciding_user(e, reader)
+            return u is None or known[u]
+        return shows
+
+    return await read_past(slices, limit, decide, further)
 
 
 def first_shown(rows: Sequence[Entry], reader: str, known: dict[str, bool] | None, limit: int) -> list[Entry] | None:

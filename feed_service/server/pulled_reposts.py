@@ -12,7 +12,6 @@ pull author's replies.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Awaitable, Callable, Sequence
 
 from feed_service.core.per_reader.pull_reposts import (
@@ -23,7 +22,7 @@ from feed_service.core.per_reader.pull_reposts import (
     shows_pulled_row,
 )
 from feed_service.core.rows import Cursor, Entry
-from feed_service.server.pull_replies import MAX_FURTHER
+from feed_service.server.pull_replies import read_past
 
 Facts = Callable[[Lookups], Awaitable[RepostFacts]]
 """The facts a read looks up for some rows (:func:`~feed_service.core.per_reader.pull_reposts.lookups`)."""
@@ -37,29 +36,12 @@ NO_FACTS = RepostFacts({}, {}, frozenset(), frozenset())
 async def decided_slices(reader: str, extras: list[Entry], reposted: Sequence[list[Entry]], limit: int,
                          facts: Facts, further: Further) -> tuple[list[Entry], list[list[Entry]]]:
     """The extras slice and each pull reposter's slice (newest first for a page, oldest first for a
-    watch's catch-up) cut to the first ``limit`` rows ``reader`` is shown. A slice shorter than
-    ``limit`` is its table's end; where rows not shown leave fewer than ``limit`` of a full slice,
-    ``further`` reads on past its last row."""
-    slices = [extras, *reposted]
-    out: list[list[Entry]] = [[] for _ in slices]
-    pending = [(i, rows, limit) for i, rows in enumerate(slices)]
-    while pending:
-        extras_rows = [e for i, rows, _ in pending if i == 0 for e in rows]
-        pulled_rows = [e for i, rows, _ in pending if i > 0 for e in rows]
-        need = lookups(reader, extras_rows, pulled_rows)
+    watch's catch-up) cut to the first ``limit`` rows ``reader`` is shown, reading on past the rows
+    it is not (:func:`~feed_service.server.pull_replies.read_past`)."""
+    async def decide(rounds: Sequence[list[Entry]]) -> Callable[[int, Entry], bool]:
+        need = lookups(reader, rounds[0], [e for rows in rounds[1:] for e in rows])
         known = await facts(need) if need.pulled or need.pushed or need.users else NO_FACTS
-        more: list[tuple[int, Cursor, int]] = []
-        for i, rows, asked in pending:
-            kept = out[i]
-            for e in rows:
-                if shows_extras_row(e, known) if i == 0 else shows_pulled_row(e, reader, known):
-                    kept.append(e)
-                    if len(kept) >= limit:
-                        break
-            if len(kept) < limit and rows and len(rows) >= asked:
-                more.append((i, rows[-1].cursor, min(max(2 * asked, limit), MAX_FURTHER)))
-        if not more:
-            break
-        read = await asyncio.gather(*(further(i, cursor, n) for i, cursor, n in more))
-        pending = [(i, rows, n) for (i, _, n), rows in zip(more, read)]
+        return lambda i, e: shows_extras_row(e, known) if i == 0 else shows_pulled_row(e, reader, known)
+
+    out = await read_past([extras, *reposted], limit, decide, further)
     return out[0], out[1:]

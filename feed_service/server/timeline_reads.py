@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Awaitable, Collection
+from typing import Awaitable, Callable, Collection
 
 from feed_service.core.per_reader.pull_reposts import Lookups, RepostFacts
 from feed_service.core.rows import Cursor, Entry
@@ -93,6 +93,19 @@ class TimelineReads:
             store.hidden_among(reader, users, timeout=budget) if users else nothing(set()))
         return RepostFacts(pulled, pushed, sees, hidden)
 
+    async def _with_pull_reposts(
+            self, store: TimelineStore, user_id: str, reposters: list[str], extras: list[Entry], limit: int,
+            budget: float, *, first: Callable[[str], Awaitable[list[Entry]]],
+            extras_next: Callable[[Cursor, int], Awaitable[list[Entry]]],
+            reposts_next: Callable[[str, Cursor, int], Awaitable[list[Entry]]]) -> tuple[list[Entry], list[list[Entry]]]:
+        """The extras slice and the pull reposters' slices (``first`` of each), cut to the rows the
+        reader is shown (:mod:`.pulled_reposts`), reading on with ``extras_next``/``reposts_next``."""
+        reposted = list(await asyncio.gather(*(first(p) for p in reposters)))
+        return await decided_slices(
+            user_id, extras, reposted, limit,
+            lambda need: self.repost_facts(store, user_id, reposters, need, budget),
+            lambda i, cursor, n: extras_next(cursor, n) if i == 0 else reposts_next(reposters[i - 1], cursor, n))
+
     def cached_home_page(self, user_id: str, before: Cursor | None,
                          limit: int) -> tuple[list[Entry], Sources, int] | None:
         """:meth:`home_page` when the read cache holds every source: the rows, the pull authors'
@@ -153,14 +166,11 @@ class TimelineReads:
         if reposters is None:
             reposters = await self.pull_reposters(store, user_id, budget)
         if reposters:
-            reposted = list(await asyncio.gather(*(self.reposts_page(store, p, before, limit, budget)
-                                                   for p in reposters)))
-            extras, reposted = await decided_slices(
-                user_id, extras, reposted, limit,
-                lambda need: self.repost_facts(store, user_id, reposters, need, budget),
-                lambda i, cursor, n: (store.extras_page(user_id, before=cursor, limit=n, timeout=budget) if i == 0
-                                      else store.user_reposts_page(reposters[i - 1], before=cursor, limit=n,
-                                                                   timeout=budget)))
+            extras, reposted = await self._with_pull_reposts(
+                store, user_id, reposters, extras, limit, budget,
+                first=lambda p: self.reposts_page(store, p, before, limit, budget),
+                extras_next=lambda cursor, n: store.extras_page(user_id, before=cursor, limit=n, timeout=budget),
+                reposts_next=lambda p, cursor, n: store.user_reposts_page(p, before=cursor, limit=n, timeout=budget))
         sources = [got.inbox.entries, *(rows for rows in (extras, *pulled, *reposted) if rows)]
         return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
 
@@ -206,12 +216,9 @@ class TimelineReads:
                      else await store.pull_reposters(user_id, timeout=budget))
         reposted: list[list[Entry]] = []
         if reposters:
-            reposted = list(await asyncio.gather(*(store.user_reposts_newer(p, after=after, limit=limit, timeout=budget)
-                                                   for p in reposters)))
-            extras, reposted = await decided_slices(
-                user_id, extras, reposted, limit,
-                lambda need: self.repost_facts(store, user_id, reposters, need, budget),
-                lambda i, cursor, n: (store.extras_newer(user_id, after=cursor, limit=n, timeout=budget) if i == 0
-                                      else store.user_reposts_newer(reposters[i - 1], after=cursor, limit=n,
-                                                                    timeout=budget)))
+            extras, reposted = await self._with_pull_reposts(
+                store, user_id, reposters, extras, limit, budget,
+                first=lambda p: store.user_reposts_newer(p, after=after, limit=limit, timeout=budget),
+                extras_next=lambda cursor, n: store.extras_newer(user_id, after=cursor, limit=n, timeout=budget),
+                reposts_next=lambda p, cursor, n: store.user_reposts_newer(p, after=cursor, limit=n, timeout=budget))
         return merge_oldest([own, extras, *pulled, *reposted], limit)

@@ -8,6 +8,8 @@
         --only floor,floor-tls,floor-mtls,hit,hit-tls,hit-mtls,hit-limited,connect,connect-tls,connect-mtls
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 3 \
         --only hit,hit-rr,uncached,uncached-rr                                   # reposts and replies vs plain
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 2 \
+        --only hit,hit-pr,uncached,uncached-pr                                   # a pull reposter merged in vs plain
     .venv/bin/python bench/bench_read_cost.py --populate-only [--repopulate]         # only the data set
 
 Runs against the developer stack (``feedctl stack up``; settings from the environment) in a keyspace
@@ -20,8 +22,15 @@ schema (``--repopulate`` forces a new one): ``--users`` users without pull autho
 ``--rr-users`` users with an empty inbox and ``--entries`` rows in ``home_extras`` (``r*``: newest
 first alternately a repost entry, a push tweet reposted by another push author, and a push author's
 reply to another's tweet, as the reader step writes them; every page of theirs is all reposts and
-replies, half each; no user_reposts or reader_visible rows: a home page of theirs reads none);
-every other inbox ``--entries`` entries of ``--authors`` push authors, every pull author 60 entries
+replies, half each; no user_reposts or reader_visible rows: a home page of theirs reads none),
+``--pr-users`` users with an empty inbox who merge in the pull reposter ``prstar`` (``p*``: its
+``PullReposterDelta`` in ``home_timeline.pull_reposters``, and the ``reader_visible`` row of
+``prstar``; nothing in ``home_extras``, no ``reader_visible`` or ``reader_hidden`` row of any author),
+``prstar`` with ``--entries`` rows in ``user_reposts`` (reposts of push tweets of distinct push
+authors, after every push tweet and reply; ``reposts_by_tweet`` written by the writer from them):
+no p* reader sees the reposted tweets' authors, so every row is shown and every page of theirs is 20
+of ``prstar``'s rows, each decided at read with the lookups (docs/reposts-and-replies.md, "Pull
+reposters"); every other inbox ``--entries`` entries of ``--authors`` push authors, every pull author 60 entries
 in ``author_timeline``, two profile versions per author (reposters' too, so hydration names them;
 in whatever columns the tree's schema and writer have: the marker holds a digest of the schema,
 and a changed schema repopulates).
@@ -55,6 +64,16 @@ Rows of the table:
   against a plain page, whose target is ``>= 0.8x`` the plain page's QPS. ``rr/page`` counts the
   reposts and replies per page (they must be all 20); a line per round gives each rr row's QPS and
   server CPU per call over its plain row's of the same round, with both runs' load.
+- ``hit-pr``, ``miss-pr``, ``uncached-pr``: the same on the ``p*`` users (``--pr-users``, default
+  ``--users``): a page of a reader who merges a pull reposter in, all 20 rows ``prstar``'s reposts,
+  each decided with up to four concurrent lookups (``reposts_by_tweet``, ``home_extras_reposts``,
+  ``reader_visible``, ``reader_hidden``; the read cache holds the inbox head, ``prstar``'s reposts and
+  the reader's memberships, but such a reader has no encoded-page memo: ``ReadCache.home_rows``
+  declines it and the other lookups go to Cassandra). ``pr/page`` counts the entries per page
+  reposted by ``prstar`` (they must be all 20); a line per round gives each pr row's QPS and server
+  CPU per call over its plain row's of the same round, as for rr. ``hit-pr`` reads each user three
+  times before the settle, not twice: the third read keeps the reader's memberships of its page's
+  authors (``reader_visible``) in the filled head, so that its ``cache hit`` is ~100 % too.
 
 Also printed: client CPU, Cassandra CPU (the local stack's JVM) per call, QPS, p50/p99 latency,
 calls counted, errors and ``/proc/loadavg``'s 1-minute figure before and after each run.
@@ -141,19 +160,25 @@ VARIANT_PATHS = ("floor-tls", "floor-mtls", "hit-tls", "hit-mtls", "hit-limited"
 #: ``hit``, ``miss``, ``uncached`` on ``r*`` users, whose first pages are all reposts and replies
 #: (``home_extras``), for the issue's target: such a page is read at >= 0.8x the QPS of a plain page
 RR_PATHS = ("hit-rr", "miss-rr", "uncached-rr")
-PATHS = DEFAULT_PATHS + VARIANT_PATHS + RR_PATHS
+#: ``hit``, ``miss``, ``uncached`` on ``p*`` users, who merge the pull reposter ``prstar`` in: every
+#: row of their first pages is one of its reposts, decided at read with the lookups
+PR_PATHS = ("hit-pr", "miss-pr", "uncached-pr")
+PATHS = DEFAULT_PATHS + VARIANT_PATHS + RR_PATHS + PR_PATHS
 #: the QPS ratio the rr rows must reach against their plain rows
 RR_TARGET = 0.8
 PAGE_SIZE = 20
 #: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
 TOPIC_SUFFIX = ".bench.readcost"
 #: bumped when the layout of the data set changes (the marker row then no longer matches)
-DATA_LAYOUT = 2
+DATA_LAYOUT = 3
 BASE_MS = 1_700_000_000_000
 PULL_TWEETS = 60
 STAR = "star"
 PULL_PREFIX = "pa"
 RR_PREFIX = "r"
+PR_PREFIX = "p"
+#: the pull reposter the p* users merge in
+PR_STAR = "prstar"
 #: replies per push author in the pool the r* users' replies are drawn from
 REPLIES_PER_AUTHOR = 10
 #: streams per watch client process, and per channel
@@ -196,7 +221,8 @@ def data_params(args: argparse.Namespace) -> dict:
 
     schema = hashlib.sha256("\n".join(schema_statements(args.keyspace)).encode()).hexdigest()[:16]
     return {"layout": DATA_LAYOUT, "users": args.users, "pull_users": args.pull_users,
-            "rr_users": args.rr_users, "pull_follows": args.pull_follows, "pull_authors": args.pull_authors,
+            "rr_users": args.rr_users, "pr_users": args.pr_users, "pull_follows": args.pull_follows,
+            "pull_authors": args.pull_authors,
             "watch_users": max(args.watch_users, *args.watchers), "entries": args.entries, "authors": args.authors,
             "tweets_per_author": args.tweets_per_author, "schema": schema}
 
@@ -217,7 +243,7 @@ def read_meta(settings: Settings) -> dict | None:
 def populate(settings: Settings, params: dict) -> dict:
     """A fresh keyspace with the project's schema and the data set of ``params``, written through
     ``CassandraWriter`` (the rows the stream would write), then the marker row."""
-    from feed_service.core.per_reader.messages import ExtrasDelta
+    from feed_service.core.per_reader.messages import ExtrasDelta, PullReposterDelta, VisibleDelta
     from feed_service.core.rows import (AuthorTimelineWrite, Entry, ProfileRow, ProfileWrite, PullFollowWrite,
                                         TimelineWrite, TweetWrite)
     from bench_grpc import write_retrying
@@ -244,31 +270,40 @@ def populate(settings: Settings, params: dict) -> dict:
         pull_ids = [f"{PULL_PREFIX}{j}" for j in range(params["pull_authors"])] + [STAR]
         pulled = [Entry(f"{p}-{i}", p, BASE_MS + rng.randrange(10**9), 1, f"tweet {i} of {p}: {text}", 1 + i % 2)
                   for p in pull_ids for i in range(PULL_TWEETS)]
-        authors = [f"a{a}" for a in range(params["authors"])] + pull_ids
+        authors = [f"a{a}" for a in range(params["authors"])] + pull_ids + [PR_STAR]
         replies = reply_pool(rng, push, params["authors"],
                              max(REPLIES_PER_AUTHOR, -(-params["entries"] // params["authors"])), text)
         write(profiles=[ProfileWrite(ProfileRow(a, v, f"Author {a} v{v}", f"https://img/{a}/{v}.png", None), 1)
                         for a in authors for v in (1, 2)],
               tweets=[TweetWrite(e.tweet_id, e.author_id, e, 1) for e in push + pulled + replies],
-              author_timeline=[AuthorTimelineWrite("insert", e, 1) for e in pulled])
+              author_timeline=[AuthorTimelineWrite("insert", e, 1) for e in pulled],
+              # with its index by tweet (reposts_by_tweet), written by the writer from the same rows
+              user_reposts=[AuthorTimelineWrite("insert", e, 1)
+                            for e in pr_reposts(random.Random(43), push, params["authors"], params["entries"])])
         users = ([(f"u{i}", ()) for i in range(params["users"])]
                  + [(f"h{i}", tuple(rng.sample(pull_ids[:-1], params["pull_follows"])))
                     for i in range(params["pull_users"])]
                  + [(f"w{i}", (STAR,)) for i in range(params["watch_users"])]
-                 + [(f"{RR_PREFIX}{i}", None) for i in range(params["rr_users"])])
+                 + [(f"{RR_PREFIX}{i}", None) for i in range(params["rr_users"])]
+                 + [(f"{PR_PREFIX}{i}", PR_STAR) for i in range(params["pr_users"])])
         chunk: list[TimelineWrite] = []
         follows: list[PullFollowWrite] = []
         extras: list[ExtrasDelta] = []
+        merged: list[PullReposterDelta] = []
+        visible: list[VisibleDelta] = []
         for n, (user, followed) in enumerate(users, 1):
             if followed is None:  # an r* user: per-reader entries only, nothing in its inbox
                 extras += [ExtrasDelta("insert", user, e, 1)
                            for e in rr_entries(rng, push, replies, params["authors"], params["entries"])]
+            elif followed == PR_STAR:  # a p* user: merges prstar in (whom it sees), nothing in its inbox
+                merged.append(PullReposterDelta("insert", user, PR_STAR, 1))
+                visible.append(VisibleDelta("insert", user, PR_STAR, 1))
             else:
                 chunk += [TimelineWrite("insert", user, e, 1) for e in rng.sample(push, params["entries"])]
                 follows += [PullFollowWrite("insert", user, p, 1) for p in followed]
-            if len(chunk) + len(extras) >= 20_000 or n == len(users):
-                write(timeline=chunk, pull_follows=follows, extras=extras)
-                chunk, follows, extras = [], [], []
+            if len(chunk) + len(extras) + len(merged) >= 20_000 or n == len(users):
+                write(timeline=chunk, pull_follows=follows, extras=extras, pull_reposters=merged, visible=visible)
+                chunk, follows, extras, merged, visible = [], [], [], [], []
             if n % 10_000 == 0:
                 print(f"  {n:,} of {len(users):,} users written ({time.monotonic() - started:.0f}s)", flush=True)
         meta = {**params, "populate_s": round(time.monotonic() - started, 1)}
@@ -315,6 +350,21 @@ def rr_entries(rng: random.Random, push: list, replies: list, authors: int, n: i
     return out + mine
 
 
+def pr_reposts(rng: random.Random, push: list, authors: int, n: int) -> list:
+    """``prstar``'s ``user_reposts``: ``n`` reposts of push tweets, of distinct push authors while
+    there are enough (so each page's lookups ask about 20 authors), 1 s apart, after every push tweet
+    and reply (``reply_pool``)."""
+    by_author: dict[str, list] = {}
+    for e in push:
+        by_author.setdefault(e.author_id, []).append(e)
+    picks = [rng.choice(by_author[f"a{a}"]) for a in rng.sample(range(authors), min(n, authors))]
+    chosen = set(picks)
+    picks += rng.sample([e for e in push if e not in chosen], n - len(picks))
+    start = BASE_MS + 3 * 10**9
+    return [tweet._replace(reposted_by=PR_STAR, reposted_at=start + 1000 * k, reposter_profile_version=1 + k % 2)
+            for k, tweet in enumerate(picks)]
+
+
 def dataset(settings: Settings, args: argparse.Namespace) -> dict:
     """The data set of ``args`` (reused when its marker matches) and the bench's change topic."""
     from feed_service.kafka.topics import ensure_topics
@@ -327,7 +377,8 @@ def dataset(settings: Settings, args: argparse.Namespace) -> dict:
     if meta is None or stale:
         why = "--repopulate" if args.repopulate else ("options or schema changed" if stale else "none yet")
         print(f"populating {settings.keyspace} ({why}): {params['users']:,} + {params['pull_users']:,} +"
-              f" {params['watch_users']:,} + {params['rr_users']:,} users x {params['entries']} entries", flush=True)
+              f" {params['watch_users']:,} + {params['rr_users']:,} + {params['pr_users']:,} users x"
+              f" {params['entries']} entries", flush=True)
         meta = populate(settings, params)
         print(f"populated in {meta['populate_s']}s", flush=True)
     ensure_topics(settings, [settings.topics["timeline_changes"]])
@@ -598,7 +649,7 @@ def load_client(conn: Any, spec: dict) -> None:
                     return await pb_grpc.TimelineServiceStub(own).GetHomeTimeline(request, metadata=md)
             latencies: list[float] = []
             errors: dict[str, int] = {}
-            shape = {"entries": 0, "pulled": 0, "rr": 0, "unnamed": 0}
+            shape = {"entries": 0, "pulled": 0, "rr": 0, "pr": 0, "unnamed": 0}
 
             async def run(pick: Callable[[], str | None], seconds: float, measured: bool) -> None:
                 stop_at = time.perf_counter() + seconds
@@ -621,17 +672,20 @@ def load_client(conn: Any, spec: dict) -> None:
                                     shape["pulled"] += 1
                                 if e.reposted_by or e.in_reply_to_tweet_id:
                                     shape["rr"] += 1
+                                    if e.reposted_by == PR_STAR:
+                                        shape["pr"] += 1
                                     if e.reposted_by and not e.reposted_by_display_name:
                                         shape["unnamed"] += 1
 
                 await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
 
-            if spec["prefill"]:  # every user read twice (the cache fills on a second read), then the fills settle
+            # every user read twice (the cache fills on a second read), then the fills settle (and, for
+            # a third pass, once more: what that pass keeps in the heads must find them usable)
+            for n in range(spec["prefill"]):
                 todo = iter(users)
                 await run(lambda: next(todo, None), 3600, False)
-                todo = iter(users)
-                await run(lambda: next(todo, None), 3600, False)
-                await asyncio.sleep(spec["settle_s"])
+                if n:
+                    await asyncio.sleep(spec["settle_s"])
             await run(next_user, spec["warmup_s"], False)
             conn.send(("warm", None))
             if conn.recv() != "go":  # nothing in flight: blocking the loop here costs nothing
@@ -653,6 +707,7 @@ def load_client(conn: Any, spec: dict) -> None:
                 "entries_per_page": shape["entries"] / len(latencies) if latencies else 0.0,
                 "pulled_per_page": shape["pulled"] / len(latencies) if latencies else 0.0,
                 "rr_per_page": shape["rr"] / len(latencies) if latencies else 0.0,
+                "pr_per_page": shape["pr"] / len(latencies) if latencies else 0.0,
                 "unnamed_reposters": shape["unnamed"],
                 "wrapped": spec["mode"] == "sequential" and next(order) > len(users)}
 
@@ -710,7 +765,8 @@ def measure_reads(server: Any, spec: dict) -> dict:
             "cache_lookups_per_call": (hits + misses) / ok if ok and m1 else None,
             "profile_misses_per_call": profile_misses / ok if ok and m1 else None,
             "entries_per_page": client["entries_per_page"], "pulled_per_page": client["pulled_per_page"],
-            "rr_per_page": client["rr_per_page"], "unnamed_reposters": client["unnamed_reposters"],
+            "rr_per_page": client["rr_per_page"], "pr_per_page": client["pr_per_page"],
+            "unnamed_reposters": client["unnamed_reposters"],
             "users_wrapped": client["wrapped"], "load": [load0, load1]}
 
 
@@ -719,8 +775,10 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
     """One read path on a fresh server of its own."""
     rng = random.Random(1000 * rnd + PATHS.index(path))
     base, _, variant = path.partition("-")
-    # the rr rows: the same plans on the r* users (a first page all reposts and replies)
+    # the rr rows: the same plans on the r* users (a first page all reposts and replies); the pr rows:
+    # on the p* users (a first page all prstar's reposts, merged in and decided at read)
     u = ([f"{RR_PREFIX}{i}" for i in range(meta["rr_users"])] if variant == "rr"
+         else [f"{PR_PREFIX}{i}" for i in range(meta["pr_users"])] if variant == "pr"
          else [f"u{i}" for i in range(meta["users"])])
     feed_on = {"FEED_CHANGE_FEED": "1"}
     tls = transport(workdir, variant)
@@ -741,7 +799,10 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
     server = (FloorServer(workdir, name, tls).ready() if base in ("floor", "connect")
               else real_server(settings, workdir, name, {**env, **args.server_env}, tls))
     try:
-        spec = {"port": server.port, "token": token, "users": users, "mode": mode, "prefill": prefill,
+        # passes over the users before the warm-up: the head fills on a second read; a p* reader's
+        # memberships of its page's authors (``sees``) are kept in that head by the read after it
+        passes = (3 if variant == "pr" else 2) if prefill else 0
+        spec = {"port": server.port, "token": token, "users": users, "mode": mode, "prefill": passes,
                 "settle_s": args.settle, "warmup_s": args.warmup, "seconds": args.seconds,
                 "concurrency": args.concurrency, "seed": rnd, "tls": tls.client_files if tls else None,
                 "connect": base == "connect"}
@@ -1020,7 +1081,7 @@ def print_reads(rows: list[dict]) -> None:
     rounds = len({r["round"] for r in rows}) > 1
     print(f"\n{'path':<15} {'server us/call':>14} {'x floor':>7} {'client us/call':>14} {'cass us/call':>12}"
           f" {'QPS':>7} {'p50 ms':>7} {'p99 ms':>7} {'calls':>7} {'cache hit':>9} {'pull/page':>9} {'rr/page':>7}"
-          f"  load 1m")
+          f" {'pr/page':>7}  load 1m")
     for r in rows:
         variant = r["path"].partition("-")[2]
         floor = floors.get((r["round"], variant if variant in ("tls", "mtls") else ""), floors.get((r["round"], "")))
@@ -1031,7 +1092,7 @@ def print_reads(rows: list[dict]) -> None:
         print(f"{name:<15} {_num(r['server_us']):>14} {_num(r['server_us'] / floor if floor else None, 2):>7}"
               f" {_num(r['client_us']):>14} {_num(r['cassandra_us']):>12} {_num(r['qps']):>7}"
               f" {_num(r['p50_ms'], 2):>7} {_num(r['p99_ms'], 2):>7} {r['ok']:>7} {hit:>9}"
-              f" {_num(r['pulled_per_page'], 1):>9} {_num(r['rr_per_page'], 1):>7}"
+              f" {_num(r['pulled_per_page'], 1):>9} {_num(r['rr_per_page'], 1):>7} {_num(r['pr_per_page'], 1):>7}"
               f"  {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
     for r in rows:
         notes = []
@@ -1039,12 +1100,15 @@ def print_reads(rows: list[dict]) -> None:
             notes.append(f"errors {r['errors']}")
         if r["path"].partition("-")[0] in ("hit", "hit10") and (r["cache_hit_ratio"] or 0) < 0.99:
             notes.append("NOT a hit run: cache hit ratio below 99 %")
-        if r["path"] in ("miss", "miss-rr") and (r["cache_hit_ratio"] or 0) > 0.01:
+        if r["path"] in ("miss", "miss-rr", "miss-pr") and (r["cache_hit_ratio"] or 0) > 0.01:
             notes.append("not all misses")
-        if r["path"] in ("miss", "miss-rr") and r["users_wrapped"]:
-            notes.append("the users wrapped around: raise " + ("--rr-users" if r["path"] == "miss-rr" else "--users"))
+        if r["path"] in ("miss", "miss-rr", "miss-pr") and r["users_wrapped"]:
+            notes.append("the users wrapped around: raise " + {"miss-rr": "--rr-users", "miss-pr": "--pr-users"}
+                         .get(r["path"], "--users"))
         if r["path"] in RR_PATHS and r["rr_per_page"] < PAGE_SIZE:
             notes.append(f"only {r['rr_per_page']:.1f} reposts and replies per page, not {PAGE_SIZE}")
+        if r["path"] in PR_PATHS and r["pr_per_page"] < PAGE_SIZE:
+            notes.append(f"only {r['pr_per_page']:.1f} reposts of {PR_STAR} per page, not {PAGE_SIZE}")
         if r.get("unnamed_reposters"):
             notes.append(f"{r['unnamed_reposters']:,} repost entries without the reposter's name")
         if r["path"] == "hit10" and not r["pulled_per_page"]:
@@ -1061,7 +1125,7 @@ def print_variants(rows: list[dict]) -> None:
     """Each variant's row (``hit-tls`` ...) against its path's plaintext row of the same round."""
     plain = {(r["round"], r["path"]): r for r in rows if "-" not in r["path"]}
     pairs = [(r, plain.get((r["round"], r["path"].partition("-")[0]))) for r in rows
-             if "-" in r["path"] and r["path"] not in RR_PATHS]  # the rr rows: print_rr
+             if "-" in r["path"] and r["path"] not in RR_PATHS + PR_PATHS]  # the rr and pr rows: print_rr
     pairs = [(r, p) for r, p in pairs if p and p["server_us"] and p["qps"]]
     if not pairs:
         return
@@ -1077,20 +1141,23 @@ def print_variants(rows: list[dict]) -> None:
 
 def print_rr(rows: list[dict]) -> None:
     """Per round, each rr row against its plain row (QPS and server CPU per call, rr over plain):
-    the issue's target is a QPS ratio of at least :data:`RR_TARGET`. Only pairs run in the same
-    round compare: the load moves between rounds."""
+    the issue's target is a QPS ratio of at least :data:`RR_TARGET`; then each pr row against its
+    plain row the same way (no target). Only pairs run in the same round compare: the load moves
+    between rounds."""
     by = {(r["round"], r["path"]): r for r in rows}
-    for rnd in sorted({r["round"] for r in rows}):
-        parts = []
-        for path in RR_PATHS:
-            r, p = by.get((rnd, path)), by.get((rnd, path.partition("-")[0]))
-            if not r or not p or not p["qps"] or not p["server_us"]:
-                continue
-            parts.append(f"{path}/{p['path']} QPS {_num(r['qps'] / p['qps'], 2)}x,"
-                         f" server us/call {_num(r['server_us'] / p['server_us'], 2)}x (load 1m"
-                         f" {r['load'][0]:.2f} -> {r['load'][1]:.2f}, {p['load'][0]:.2f} -> {p['load'][1]:.2f})")
-        if parts:
-            print(f"\nreposts and replies vs plain #{rnd} (target QPS >= {RR_TARGET}x): " + "; ".join(parts))
+    for paths, title in ((RR_PATHS, f"reposts and replies vs plain #{{}} (target QPS >= {RR_TARGET}x)"),
+                         (PR_PATHS, f"a pull reposter merged in ({PR_STAR}) vs plain #{{}}")):
+        for rnd in sorted({r["round"] for r in rows}):
+            parts = []
+            for path in paths:
+                r, p = by.get((rnd, path)), by.get((rnd, path.partition("-")[0]))
+                if not r or not p or not p["qps"] or not p["server_us"]:
+                    continue
+                parts.append(f"{path}/{p['path']} QPS {_num(r['qps'] / p['qps'], 2)}x,"
+                             f" server us/call {_num(r['server_us'] / p['server_us'], 2)}x (load 1m"
+                             f" {r['load'][0]:.2f} -> {r['load'][1]:.2f}, {p['load'][0]:.2f} -> {p['load'][1]:.2f})")
+            if parts:
+                print(f"\n{title.format(rnd)}: " + "; ".join(parts))
 
 
 def print_watch(rows: list[dict]) -> None:
@@ -1155,6 +1222,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--rr-users", type=int, help="users whose pages are all reposts and replies (home_extras),"
                    " nothing in their inbox (r*); default: as many as --users, so each rr row reads as many"
                    " users as its plain row")
+    g.add_argument("--pr-users", type=int, help="users with an empty inbox who merge in the pull reposter"
+                   f" {PR_STAR} (p*), all of whose first pages are its reposts; default: as many as --users")
     g.add_argument("--watch-users", type=int, default=5_000, help="users following the pull author star (w*),"
                    " at least max(--watchers)")
     g.add_argument("--entries", type=int, default=45, help="inbox entries per user")
@@ -1179,6 +1248,8 @@ def main(argv: list[str] | None = None) -> int:
     args.watchers = sorted({int(k) for k in args.watchers.split(",")})
     if args.rr_users is None:
         args.rr_users = args.users
+    if args.pr_users is None:
+        args.pr_users = args.users
     args.server_env = dict(kv.split("=", 1) for kv in args.server_env)
     if args.hit_users * 2 + 1 > 20_000:
         print("note: --hit-users x 2 cache keys exceed the default read cache (20,000 keys)", flush=True)

@@ -74,6 +74,8 @@ Rows of the table:
   CPU per call over its plain row's of the same round, as for rr. ``hit-pr`` reads each user three
   times before the settle, not twice: the third read keeps the reader's memberships of its page's
   authors (``reader_visible``) in the filled head, so that its ``cache hit`` is ~100 % too.
+  ``miss-pr``'s ``cache hit`` is ~50 %: each call misses its reader's head and hits ``prstar``'s
+  reposts, one head shared by every ``p*`` reader (cached from its second read on).
 
 Also printed: client CPU, Cassandra CPU (the local stack's JVM) per call, QPS, p50/p99 latency,
 calls counted, errors and ``/proc/loadavg``'s 1-minute figure before and after each run.
@@ -1100,8 +1102,10 @@ def print_reads(rows: list[dict]) -> None:
             notes.append(f"errors {r['errors']}")
         if r["path"].partition("-")[0] in ("hit", "hit10") and (r["cache_hit_ratio"] or 0) < 0.99:
             notes.append("NOT a hit run: cache hit ratio below 99 %")
-        if r["path"] in ("miss", "miss-rr", "miss-pr") and (r["cache_hit_ratio"] or 0) > 0.01:
-            notes.append("not all misses")
+        # miss-pr: the reader's own head misses, prstar's reposts (one head shared by every p* reader) hit
+        if r["path"] in ("miss", "miss-rr", "miss-pr") and (r["cache_hit_ratio"] or 0) > (
+                0.51 if r["path"] == "miss-pr" else 0.01):
+            notes.append("not all misses" + (" of the readers' own heads" if r["path"] == "miss-pr" else ""))
         if r["path"] in ("miss", "miss-rr", "miss-pr") and r["users_wrapped"]:
             notes.append("the users wrapped around: raise " + {"miss-rr": "--rr-users", "miss-pr": "--pr-users"}
                          .get(r["path"], "--users"))

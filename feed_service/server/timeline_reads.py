@@ -102,7 +102,7 @@ class TimelineReads:
         reader is shown (:mod:`.pulled_reposts`), reading on with ``extras_next``/``reposts_next``."""
         reposted = list(await asyncio.gather(*(first(p) for p in reposters)))
         return await decided_slices(
-            user_id, extras, reposted, limit,
+            user_id, extras, reposters, reposted, limit,
             lambda need: self.repost_facts(store, user_id, reposters, need, budget),
             lambda i, cursor, n: extras_next(cursor, n) if i == 0 else reposts_next(reposters[i - 1], cursor, n))
 

@@ -56,14 +56,20 @@ def key(entry: Entry) -> TweetKey:
     return entry.author_id, entry.tweet_id
 
 
-def lookups(reader: str, extras_rows: Iterable[Entry], pulled_rows: Iterable[Entry]) -> Lookups:
+def lookups(reader: str, extras_rows: Iterable[Entry], pulled_rows: Iterable[Entry],
+            reposters: Collection[str] = ()) -> Lookups:
     """The facts that decide ``extras_rows`` (the reader's ``home_extras`` rows) and ``pulled_rows``
-    (rows of the pull reposters it merges in) when the reader merges some pull reposter in."""
+    (rows of the pull reposters it merges in, ``reposters``) when the reader merges some pull
+    reposter in. A pull row's tweet is looked up among the pull reposters' reposts only when another
+    of ``reposters`` could have reposted it earlier: its own reposter's repost of it is the row itself
+    (one edge per reposter and tweet), so a reader merging one pull reposter in asks for none."""
     pulled = {key(e) for e in extras_rows if e.reposted_by is not None}
     pushed: set[TweetKey] = set()
     users: set[str] = set()
+    several = len(reposters) > 1
     for e in pulled_rows:
-        pulled.add(key(e))
+        if several or (reposters and e.reposted_by not in reposters):
+            pulled.add(key(e))
         pushed.add(key(e))
         users.add(e.author_id)
         parent = e.in_reply_to_author_id

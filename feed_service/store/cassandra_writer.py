@@ -102,14 +102,15 @@ def index_changes(rows: Iterable[tuple[str, tuple[str, str], Entry, int]]) -> li
     entry's row changes, what the table's rows of that key hold after the call, at its newest
     change's timestamp: the last upsert of a repost entry at that timestamp whose row is not deleted
     at it too (a delete wins a tie in the table), else a delete (the tweet's row is gone, or is no
-    repost entry any more)."""
+    repost entry any more). Keys whose changes are all inserts or deletes of replies write nothing."""
     by_key: dict[tuple[str, str], list[tuple[str, Entry, int]]] = {}
     for op, key, e, ts in rows:
         by_key.setdefault(key, []).append((op, e, ts))
     out: list[IndexChange] = []
     for key, changes in by_key.items():
-        if not any(e.reposted_by for _, e, _ in changes):
-            continue  # replies only: no index row was ever written for them
+        if all(op != "update" and not e.reposted_by for op, e, _ in changes):
+            continue  # replies inserted or deleted only: no index row was ever written for them
+        # (an update to a reply may replace a repost entry at the same position: the index row goes)
         newest = max(ts for _, _, ts in changes)
         gone = {(e.at, e.tweet_id) for op, e, ts in changes if ts == newest and op == "delete"}
         kept = [e for op, e, ts in changes if ts == newest and op != "delete" and (e.at, e.tweet_id) not in gone]

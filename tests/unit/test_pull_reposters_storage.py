@@ -58,6 +58,8 @@ def test_the_index_follows_the_newest_change_and_a_delete_wins_a_tie_of_one_row(
         IndexChange(("ann", "t1"), None, 4)]
     # replies only: nothing to index, nothing to delete
     assert extras_index([ExtrasDelta("insert", "ann", reply, 4), ExtrasDelta("delete", "bea", reply, 5)]) == []
+    # a repost entry at the tweet's own time that becomes a reply is an update of one row: its index row goes
+    assert extras_index([ExtrasDelta("update", "ann", reply, 6)]) == [IndexChange(("ann", "t1"), None, 6)]
     # an older change after a newer one in the call, and an upsert and a delete of one row at one timestamp
     assert extras_index([ExtrasDelta("insert", "ann", repost, 9), ExtrasDelta("delete", "ann", repost, 8)]) == [
         IndexChange(("ann", "t1"), repost, 9)]

@@ -80,8 +80,10 @@ class TimelineReads:
         return store.user_reposts_page(user_id, before=before, limit=limit, timeout=budget)
 
     async def repost_facts(self, store: TimelineStore, reader: str, reposters: list[str], need: Lookups,
-                           budget: float) -> RepostFacts:
-        """The facts that decide a reader's repost rows (:mod:`.pulled_reposts`), looked up together."""
+                           budget: float, *, exact: bool = False) -> RepostFacts:
+        """The facts that decide a reader's repost rows (:mod:`.pulled_reposts`), looked up together;
+        ``exact``: the visible set from the store, not the read cache's memberships (which follow the
+        change topic's partitions, each at its own pace: a pushed watch decides by the store's rows)."""
         async def nothing(value):  # type: ignore[no-untyped-def]
             return value
 
@@ -89,7 +91,8 @@ class TimelineReads:
         pulled, pushed, sees, hidden = await asyncio.gather(
             store.reposts_of(need.pulled, reposters, timeout=budget) if need.pulled and reposters else nothing({}),
             store.pushed_reposts(reader, need.pushed, timeout=budget) if need.pushed else nothing({}),
-            self.sees(store, reader, users, budget) if users else nothing(set()),
+            (store.visible_among(reader, users, timeout=budget) if exact else self.sees(store, reader, users, budget))
+            if users else nothing(set()),
             store.hidden_among(reader, users, timeout=budget) if users else nothing(set()))
         return RepostFacts(pulled, pushed, sees, hidden)
 

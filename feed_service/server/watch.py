@@ -293,11 +293,6 @@ class HomeWatch:
                     continue  # a reply this reader is not shown: nothing to say
                 op = "delete"  # an edit may have made it one: it leaves
             state.note(upserts, removed, _SOURCES[type(change)], op, entry)
-        # A tweet no source this watch heard of holds any more may still show from one it never heard
-        # of (the client's first page, a catch-up read): decided again from the store before it leaves.
-        for tid, entry in list(removed.items()):
-            if tid not in state.held:
-                redecide.setdefault(key(entry), {}).setdefault("-", entry)
         if redecide:
             await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed,
                                  sub.authors)
@@ -330,7 +325,8 @@ class HomeWatch:
         users = {u for rows in tweets.values() for e in rows.values() for u in (e.author_id, e.in_reply_to_author_id)
                  if u is not None and u != user_id}
         facts = await self.reads.repost_facts(store, user_id, reposters,
-                                              Lookups(frozenset(tweets), frozenset(tweets), frozenset(users)), budget)
+                                              Lookups(frozenset(tweets), frozenset(tweets), frozenset(users)), budget,
+                                              exact=True)
         for k, brought in sorted(tweets.items()):
             # the tweet as it is now: a row an upsert brought (newest version), else one read; a
             # deleted row's content may be older than the tweet's
@@ -352,7 +348,7 @@ class HomeWatch:
                 live = await store.tweet(k[1], timeout=budget)
                 if live is not None and live.author_id == author and (
                         live.in_reply_to_author_id in (None, author, user_id) or live.in_reply_to_author_id in facts.sees
-                        or (await self.reads.sees(store, user_id, {live.in_reply_to_author_id}, budget))):
+                        or (await store.visible_among(user_id, {live.in_reply_to_author_id}, timeout=budget))):
                     shown_direct = live
             for source in ("x", "r"):
                 row = held.get(source)

@@ -45,8 +45,10 @@ from feed_service.core.rows import Entry
 from feed_service.core.view_changes import (
     AuthorChange,
     BlockRowChange,
+    HiddenChange,
     ProfileChange,
     PullFollowChange,
+    PullReposterChange,
     TimelineChange,
     VisibleChange,
     decode,
@@ -471,9 +473,11 @@ def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Set
     assert stored[("eve", "bob-t0")].text == "bob #0, edited" and ("eve", "bob-t2") not in stored
     assert all(e.author_id != "star" for e in stored.values())  # a pull author: merged in at read time
     # Every kind but the tweets table's rows, each caused by a record that was published (no repost
-    # or reply here: no extras or user-repost rows; the follows change who each reader sees).
+    # or reply here: no extras or user-repost rows; the follows change who each reader sees, the
+    # block hides, and star's followers merge it in as a pull reposter too).
     kinds = {type(c) for c in changes}
-    assert kinds == {TimelineChange, AuthorChange, PullFollowChange, ProfileChange, BlockRowChange, VisibleChange}
+    assert kinds == {TimelineChange, AuthorChange, PullFollowChange, ProfileChange, BlockRowChange, VisibleChange,
+                     HiddenChange, PullReposterChange}
     assert [(c.op, c.blocker_id, c.blocked_id) for c in changes if isinstance(c, BlockRowChange)] == [
         ("insert", "bob", "ann")]
     assert {(c.user_id, c.version) for c in changes if isinstance(c, ProfileChange)} == {("bob", 1), ("bob", 2)}

@@ -293,6 +293,11 @@ class HomeWatch:
                     continue  # a reply this reader is not shown: nothing to say
                 op = "delete"  # an edit may have made it one: it leaves
             state.note(upserts, removed, _SOURCES[type(change)], op, entry)
+        for tid, entry in removed.items():
+            # no source this watch heard of holds it any more: the client may still show it from one
+            # it never heard of (its first page, a catch-up read), so it is decided from the store
+            if tid not in state.held:
+                redecide.setdefault(key(entry), {}).setdefault("-", entry)
         if redecide:
             await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed,
                                  sub.authors)
@@ -322,17 +327,14 @@ class HomeWatch:
         Each tweet comes with the rows of it the changes brought ("x", or "r:" and the reposter;
         their content is the newest: noted if one is the row shown; "-" a deleted one), or one read
         (None)."""
-        users = {u for rows in tweets.values() for e in rows.values() for u in (e.author_id, e.in_reply_to_author_id)
-                 if u is not None and u != user_id}
+        samples = {k: await _as_now(store, k, brought, budget) for k, brought in tweets.items()}
+        users = {u for k, rows in tweets.items() for e in (samples[k], *rows.values())
+                 for u in (e.author_id, e.in_reply_to_author_id) if u is not None and u != user_id}
         facts = await self.reads.repost_facts(store, user_id, reposters,
                                               Lookups(frozenset(tweets), frozenset(tweets), frozenset(users)), budget,
                                               exact=True)
         for k, brought in sorted(tweets.items()):
-            # the tweet as it is now: a row an upsert brought (newest version), else one read; a
-            # deleted row's content may be older than the tweet's
-            upserts_of = [e for s, e in brought.items() if s not in (None, "-")]
-            sample = (max(upserts_of, key=lambda e: e.version) if upserts_of
-                      else brought.get(None) or brought["-"])
+            sample = samples[k]
             winner: tuple[str, int, str] | None = None  # (source, reposted_at, reposter)
             pushed = facts.pushed.get(k)
             if pushed is not None and shows_extras_row(_as_repost(sample, pushed), facts):
@@ -342,14 +344,11 @@ class HomeWatch:
                     if shows_pulled_row(_as_repost(sample, (at, p)), user_id, facts):
                         winner = ("r", at, p)
             held = state.held.get(k[1], {})
-            author, parent = sample.author_id, sample.in_reply_to_author_id
-            shown_direct: Entry | None = None
-            if winner is None and author in facts.sees:  # direct, if the tweet is live: it shows at its own time
-                live = await store.tweet(k[1], timeout=budget)
-                if live is not None and live.author_id == author and (
-                        live.in_reply_to_author_id in (None, author, user_id) or live.in_reply_to_author_id in facts.sees
-                        or (await store.visible_among(user_id, {live.in_reply_to_author_id}, timeout=budget))):
-                    shown_direct = live
+            shown_direct: tuple[str, Entry] | None = None
+            if winner is None:  # direct, if one of the reader's sources holds it: it shows at its own time
+                shown_direct = next(((s, e) for s, e in held.items() if e.reposted_by is None), None)
+                if shown_direct is None:
+                    shown_direct = await self._direct_row(store, user_id, sample, sub_authors, state, budget)
             for source in ("x", "r"):
                 row = held.get(source)
                 if row is not None and row.reposted_by is not None and (
@@ -362,12 +361,7 @@ class HomeWatch:
                         state.note(upserts, removed, source, "delete", row)
                     held = state.held.get(k[1], {})
             if shown_direct is not None:
-                # from the source a later change of it will name: a pull author's timeline, the
-                # reader's extras (a reply shown for its parent) or the inbox
-                parent = shown_direct.in_reply_to_author_id
-                source = ("a" if author in sub_authors else
-                          "x" if parent not in (None, author, user_id) else "i")
-                state.note(upserts, removed, source, "insert", shown_direct)
+                state.note(upserts, removed, shown_direct[0], "insert", shown_direct[1])
                 continue
             if winner is None:
                 if not held:
@@ -387,6 +381,30 @@ class HomeWatch:
                 if not rows or rows[0].tweet_id != k[1] or rows[0].at != at:
                     continue  # gone since the lookups: its own change follows
                 state.note(upserts, removed, source, "insert", rows[0])
+
+    async def _direct_row(self, store: TimelineStore, user_id: str, sample: Entry, sub_authors: set[str],
+                          state: "_WatchState", budget: float) -> tuple[str, Entry] | None:
+        """The tweet's direct row in the reader's sources as stored now, with its source: the pull
+        author's timeline ("a", if the reply rule shows it), the inbox ("i") or the reader's extras ("x",
+        a reply shown for its parent). Decided from the rows, not from the visible set: each source
+        writes its rows before it publishes their changes while the visible set is written by a
+        later stage, so a row read here is one whose removal this watch will still hear of, and a row
+        not here one whose arrival it will (docs/api.md#watch)."""
+        tid, cursor = sample.tweet_id, (sample.created_at, sample.tweet_id + "\x00")
+        if sample.author_id in sub_authors:
+            rows = await store.author_page(sample.author_id, before=cursor, limit=1, timeout=budget)
+            if rows and rows[0].tweet_id == tid:
+                await self._learn(store, user_id, _undecided(rows, user_id, state), state, budget)
+                if state.shows(rows[0], user_id):
+                    return "a", rows[0]
+            return None
+        rows = await store.page(user_id, before=cursor, limit=1, timeout=budget)
+        if rows and rows[0].tweet_id == tid:
+            return "i", rows[0]
+        rows = await store.extras_page(user_id, before=cursor, limit=1, timeout=budget)
+        if rows and rows[0].tweet_id == tid and rows[0].reposted_by is None:
+            return "x", rows[0]
+        return None
 
     async def _learn(self, store: TimelineStore, user_id: str, users: set[str], state: "_WatchState",
                      budget: float) -> None:
@@ -491,6 +509,18 @@ def _cursor(entry: Entry) -> Cursor:
 
 #: The source of each kind of row change (:meth:`_WatchState.note`): "r" a pull reposter's row.
 _SOURCES = {TimelineChange: "i", AuthorChange: "a", ExtrasChange: "x", UserRepostChange: "r"}
+
+
+async def _as_now(store: TimelineStore, k: TweetKey, brought: dict[str | None, Entry], budget: float) -> Entry:
+    """The tweet ``k`` as it is now: a row an upsert brought (the newest version), else one read, else
+    the stored tweet (a deleted row's content may be older than the tweet's: an edit moves a row)."""
+    upserts_of = [e for s, e in brought.items() if s not in (None, "-")]
+    if upserts_of:
+        return max(upserts_of, key=lambda e: e.version)
+    if None in brought:
+        return brought[None]
+    live = await store.tweet(k[1], timeout=budget)
+    return live if live is not None and live.author_id == k[0] else brought["-"]
 
 
 def _as_repost(sample: Entry, repost: tuple[int, str]) -> Entry:

@@ -234,6 +234,7 @@ class HomeWatch:
         # tweets whose repost row is decided again, with the rows of each the changes brought, by
         # source (None: a row read, not brought)
         redecide: dict[TweetKey, dict[str | None, Entry]] = {}
+        unmerged: set[str] = set()  # tweets a membership change took from a pull author's rows
         undecided = {u for c in items if isinstance(c, AuthorChange)
                      if (u := deciding_user(c.entry, user_id)) is not None and u not in state.sees}
         if undecided:
@@ -276,6 +277,7 @@ class HomeWatch:
                     shown = change.op == "insert" and state.shows(entry, user_id)
                     if shown or change.op == "delete":
                         state.note(upserts, removed, "a", "insert" if shown else "delete", entry)
+                        unmerged.add(entry.tweet_id)
                 continue
             if isinstance(change, VisibleChange):  # the pull authors' replies to that user come or go
                 state.sees[change.user_id] = change.op == "insert"
@@ -284,6 +286,7 @@ class HomeWatch:
                     for entry in page:
                         if deciding_user(entry, user_id) == change.user_id:
                             state.note(upserts, removed, "a", change.op, entry)
+                            unmerged.add(entry.tweet_id)
                 continue
             if not state.fresh(change):
                 continue
@@ -294,9 +297,12 @@ class HomeWatch:
                 op = "delete"  # an edit may have made it one: it leaves
             state.note(upserts, removed, _SOURCES[type(change)], op, entry)
         for tid, entry in removed.items():
-            # no source this watch heard of holds it any more: the client may still show it from one
-            # it never heard of (its first page, a catch-up read), so it is decided from the store
-            if tid not in state.held:
+            # a pull author's rows that leave with its membership (no longer merged in, or a reply
+            # whose parent's author is no longer seen) while no source this watch heard of holds
+            # them: the client may still show them from one it never heard of (its first page, a
+            # catch-up read), which no change will name, so they are decided from the store. A
+            # row's own delete is not: a source it moves to publishes its own change
+            if tid in unmerged and tid not in state.held:
                 redecide.setdefault(key(entry), {}).setdefault("-", entry)
         if redecide:
             await self._redecide(store, user_id, sorted(sub.reposters), redecide, state, budget, upserts, removed,

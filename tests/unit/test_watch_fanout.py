@@ -135,8 +135,8 @@ def entry(n: int, author: str = "bob", version: int = 1, created_at: int | None 
 class Reference:
     """What one pushed watch sends, as a protobuf message per drained batch: the semantics of
     docs/api.md#watch, written out plainly (dedup by write timestamp, the catch-up read's versions,
-    new above the position, changed at or below it, removed unless the store still holds a row of
-    it; a pull follow brings the author's page).
+    new above the position, changed at or below it, removed; a pull follow brings the author's page,
+    an unfollow removes it unless the store holds a row of it in another source).
     One source per tweet: test_server_reposts_replies.py has tweets held by two at once."""
 
     def __init__(self, user: str, position: Cursor | None, store: MemoryStore, tokens: PageTokenCodec) -> None:
@@ -147,6 +147,7 @@ class Reference:
     def message(self, items: Iterable[object]) -> pb.WatchHomeTimelineResponse | None:
         upserts: dict[str, Entry] = {}
         removed: dict[str, None] = {}
+        unmerged: set[str] = set()
 
         def note(op: str, e: Entry) -> None:
             if op == "delete":
@@ -162,6 +163,7 @@ class Reference:
                               key=lambda e: e.cursor, reverse=True)
                 for e in page:
                     note("insert" if change.op == "insert" else "delete", e)
+                    unmerged.add(e.tweet_id)
                 continue
             e = change.entry
             last = self.seen.get(e.tweet_id)
@@ -173,7 +175,7 @@ class Reference:
             elif self.read.get(e.tweet_id) == e.version:
                 continue
             note(change.op, e)
-        for tid in list(removed):  # a removal is checked against the store: a source still holds it
+        for tid in [t for t in removed if t in unmerged]:  # the store may hold it in another source
             stored = self.stored_row(tid)
             if stored is not None:
                 note("insert", stored)

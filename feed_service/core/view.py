@@ -90,7 +90,9 @@ class TimelineView:
     ``trim_slack`` (None: never) models the store's trimming (docs/trimming.md): after a step, an
     inbox holding more than ``inbox_cap + trim_slack`` rows keeps its newest ``inbox_cap``. As in
     Cassandra, a later delete of a trimmed row does nothing and an update re-creates it; strict mode
-    remembers the trimmed rows so that it tolerates exactly those.
+    remembers the trimmed rows so that it tolerates exactly those. A trimmed inbox that removals
+    leave short of ``inbox_cap`` rows is refilled from the author timelines at the end of the batch
+    (:meth:`refill`), so trimming never changes what a read returns.
     """
 
     def __init__(self, *, inbox_cap: int = DEFAULT_INBOX_CAP, strict: bool = True,
@@ -102,6 +104,13 @@ class TimelineView:
         """timeline -> rows cut by a trim and not written since (kept in strict mode only)."""
         self.trims = 0
         self.trimmed_rows = 0
+        self.cut: dict[str, RowKey] = {}
+        """timeline -> its cut line: rows at or above it are exactly the definition's, rows below it
+        may be missing (a trim cut them; docs/trimming.md#refill)."""
+        self.shrunk: set[str] = set()
+        """trimmed timelines that lost rows since the last :meth:`refill`."""
+        self.refills = 0
+        self.refilled_rows = 0
         self.timelines: dict[str, dict[RowKey, Entry]] = {}
         self.tweets: dict[tuple[str, str], Entry | None] = {}
         """(author_id, tweet_id) -> latest content, None once deleted."""
@@ -142,6 +151,8 @@ class TimelineView:
                         if strict and not _untrim(trimmed, uid, row):  # a trimmed row: the delete is a no-op
                             raise ViewContractError(f"delete of missing row {row} in timeline {uid!r}")
                         continue
+                    if uid in self.cut:
+                        self.shrunk.add(uid)
                     if not rows:
                         del timelines[uid]
             else:
@@ -247,8 +258,62 @@ class TimelineView:
             del rows[row]
         if self.strict:
             self.trimmed.setdefault(uid, set()).update(cut)
+        oldest_kept = min(rows)
+        self.cut[uid] = max(oldest_kept, self.cut.get(uid, oldest_kept))
         self.trims += 1
         self.trimmed_rows += len(cut)
+
+    def inbox_authors(self, uid: str) -> list[str]:
+        """The push authors ``uid`` sees: every author it sees but those it merges in at read, each
+        of which writes ``uid``'s inbox rows of its tweets (docs/trimming.md#refill)."""
+        pull = self.pull_follows.get(uid, set())
+        return sorted(a for a in self.visible.get(uid, ()) if a not in pull)
+
+    def refill(self) -> int:
+        """Refill each trimmed inbox whose rows at or above its cut line fell below ``inbox_cap``.
+
+        The cut line is the oldest row a trim kept: rows at or above it are exactly the definition's
+        (a trim keeps the newest ``inbox_cap``, and every later write and delete is applied), rows
+        below it may be missing. So when removals leave fewer than ``inbox_cap`` rows at or above
+        it, each push author the reader sees writes again its newest ``n`` inbox rows below the line
+        (``n`` the shortfall): its retained tweets that are no reply, a self-reply or a reply to the
+        reader (docs/trimming.md#refill). The line then moves down to the highest ``n``-th of those
+        rows among the authors that had more than ``n``, or goes when none had. Returns the rows
+        written."""
+        written = 0
+        for uid in sorted(self.shrunk):
+            cut = self.cut.get(uid)
+            if cut is None:
+                continue
+            rows = self.timelines.setdefault(uid, {})
+            need = self.inbox_cap - sum(1 for row in rows if row >= cut)
+            if need <= 0:
+                if not rows:
+                    del self.timelines[uid]
+                continue
+            lowest: RowKey | None = None  # the new cut line
+            for author in self.inbox_authors(uid):
+                mine = sorted((row for row, e in self.author_timelines.get(author, {}).items()
+                               if row < cut and e.in_reply_to_author_id in (None, author, uid)), reverse=True)
+                for row in mine[:need]:
+                    if row not in rows:
+                        rows[row] = self.author_timelines[author][row]
+                        _untrim(self.trimmed, uid, row)
+                        written += 1
+                if len(mine) > need:
+                    lowest = mine[need - 1] if lowest is None else max(lowest, mine[need - 1])
+            if lowest is None:
+                del self.cut[uid]
+                self.trimmed.pop(uid, None)
+            else:
+                self.cut[uid] = lowest
+            if not rows:
+                del self.timelines[uid]
+            self._trim(uid)  # the authors may have sent more than the shortfall together
+            self.refills += 1
+        self.shrunk.clear()
+        self.refilled_rows += written
+        return written
 
     def display_name(self, author_id: str, profile_version: int) -> str | None:
         """The author's display name at exactly ``profile_version``, or None while unknown."""
@@ -425,6 +490,7 @@ class Materializer:
                 report.rejections.append(Rejection(first_position + i, BEYOND_HORIZON, beyond_horizon_reason(
                     key_times[j], result.state.watermark, self.retention)))  # type: ignore[index]
         self.per_reader(sides)
+        self.view.refill()
         report.accepted -= len(late)
         report.rejections.sort(key=lambda r: r.position)
         report.keys = len(groups)
@@ -455,6 +521,7 @@ class Materializer:
         self.view.apply(result)
         if sides is None:
             self.per_reader([side])
+            self.view.refill()
         else:
             sides.append(side)
         return result

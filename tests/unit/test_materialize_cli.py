@@ -94,16 +94,15 @@ def test_pull_threshold_changes_nothing_in_the_output(tmp_path) -> None:
 
 
 def test_trim_slack_option_trims_like_the_stream(tmp_path: Path) -> None:
-    # Cap 1, slack 0: bob's t1 is trimmed when dan's t2 arrives; after t2 is deleted the trimmed view
-    # stays short (the rule allows it: docs/trimming.md), a roomier one shows t1 again.
+    # Cap 1, slack 0: bob's t1 is trimmed when dan's t2 arrives; after t2 is deleted the trimmed
+    # inbox is refilled from bob's author timeline (docs/trimming.md#refill): both show t1 again.
     lines = [LINES[0], LINES[1], LINES[0].replace("bob", "dan"), LINES[4].replace("bob", "dan"),
              '{"type":"tweet","op":"delete","tweet_id":"t2","author_id":"dan","version":2}']
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(lines))
     trimmed = json.loads(run_cli(path, "--batch-size", "1", "--inbox-cap", "1", "--trim-slack", "0").stdout)
     roomy = json.loads(run_cli(path, "--batch-size", "1", "--inbox-cap", "1", "--trim-slack", "5").stdout)
-    assert trimmed["timelines"] == {}
-    assert roomy["timelines"] == reference_timelines(lines, inbox_cap=1)
+    assert trimmed["timelines"] == roomy["timelines"] == reference_timelines(lines, inbox_cap=1) != {}
     bad = run_cli(path, "--trim-slack", "-1")
     assert bad.returncode == 2 and "trim slack must be an integer >= 0" in bad.stderr
 
@@ -123,3 +122,24 @@ def test_reposts_and_filtered_replies_print_as_the_reference_has_them(tmp_path: 
     entries = [e for timeline in timelines.values() for e in timeline]
     assert any("reposted_by" in e and "reposted_at" in e for e in entries)
     assert any("in_reply_to_author_id" in e for e in entries)
+
+
+def test_trimmed_timelines_equal_the_reference_exactly_after_removals(tmp_path: Path) -> None:
+    # A workload history with deletes, unfollows, blocks and mutes, at a small cap so that inboxes
+    # are trimmed and then lose rows: refilled, they equal the definition at any slack, batching
+    # and order (docs/trimming.md#refill). Before the refill some timelines came out short.
+    import random
+
+    from feed_service.workload.generator import generate
+
+    events = [json.dumps(e) for e in generate(users=60, events=4_000, seed=5, mean_following=12)]
+    expected = reference_timelines(events, inbox_cap=40)
+    shuffled = events[:]
+    random.Random(1).shuffle(shuffled)
+    for lines, args in ((events, ("--trim-slack", "0")), (events, ("--trim-slack", "7", "--batch-size", "333")),
+                        (shuffled, ("--trim-slack", "3", "--batch-size", "500"))):
+        path = tmp_path / "events.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        proc = run_cli(path, "--inbox-cap", "40", *args)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["timelines"] == expected, args

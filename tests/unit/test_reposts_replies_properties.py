@@ -122,9 +122,9 @@ def runs(draw: st.DrawFn, *, growing: bool = False) -> Run:
 
 
 def materialize(run: Run, *, inbox_cap: int, pull_threshold: int, encode_states: bool,
-                pull_reposters: bool = False) -> Materializer:
+                pull_reposters: bool = False, trim_slack: int | None = None) -> Materializer:
     engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=encode_states,
-                          pull_reposters=pull_reposters)
+                          pull_reposters=pull_reposters, trim_slack=trim_slack)
     for batch in run.batches:
         engine.process_batch(batch)
     return engine
@@ -157,6 +157,20 @@ def test_at_the_cap_without_removals_the_three_steps_equal_the_reference(run: Ru
     engine = materialize(run, inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=False,
                          pull_reposters=pull_threshold == 1)
     assert engine.view.snapshot() == reference_timelines(run.history, inbox_cap=inbox_cap)
+
+
+@SETTINGS
+@given(run=runs(), inbox_cap=st.integers(1, 3), trim_slack=st.integers(0, 2),
+       pull_threshold=st.sampled_from([1, 2, 1000]), encode_states=st.booleans())
+def test_trimmed_inboxes_refilled_after_removals_read_as_untrimmed_ones(
+        run: Run, inbox_cap: int, trim_slack: int, pull_threshold: int, encode_states: bool) -> None:
+    # Unreposts, edits changing a reply's parent, unfollows of parents' authors, blocks and mutes
+    # take rows out of trimmed inboxes; the refill from the author timelines keeps every read exact.
+    def run_with(slack: int | None) -> Materializer:
+        return materialize(run, inbox_cap=inbox_cap, pull_threshold=pull_threshold, encode_states=encode_states,
+                           pull_reposters=pull_threshold < 1000, trim_slack=slack)
+
+    assert run_with(trim_slack).view.snapshot() == run_with(None).view.snapshot()
 
 
 @SETTINGS

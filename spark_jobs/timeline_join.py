@@ -33,6 +33,7 @@ from feed_service.core.events import (
     FollowChange,
     MuteChange,
     ProfileVersion,
+    RefillRequest,
     RepostChange,
     TweetDelete,
     TweetUpsert,
@@ -91,6 +92,9 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
             events.append(RepostChange(r.reposter_id, r.tweet_id, r.author_id, int(r.version), r.op,
                                        None if created_at is None else int(created_at),
                                        None if profile_version is None else int(profile_version)))
+        elif r.type == "refill":
+            events.append(RefillRequest(r.reader_id, r.author_id, int(r.below_created_at), r.below_tweet_id,
+                                        int(r.need)))
         else:
             events.append(ProfileVersion(r.user_id, int(r.version), r.display_name, none(r.avatar_url),
                                          none(r.bio)))

@@ -28,6 +28,7 @@ from feed_service.core.event_types import (
     MuteChange,
     ProfileVersion,
     RejectCode,
+    RefillRequest,
     RepostChange,
     TweetDelete,
     TweetUpsert,
@@ -127,6 +128,9 @@ class EventKind:
     edge: EdgeShape | None = None
     together: tuple[Together, ...] = ()
     """Groups of optional fields that go together (a reply's ``in_reply_to_*``)."""
+    internal: bool = False
+    """Whether the stream writes it for itself (a refill request): not a changelog of a table, so the
+    backfill never reads its topic and producers never write it."""
     keyed_by_type: bool = False
     """Whether the record key starts with ``type``: kinds sharing a topic keep their entities apart."""
     title: str = ""
@@ -272,6 +276,21 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                     "winning repost's created_at is the repost time, its profile_version the reposter's profile "
                     "shown with it. An unrepost carries neither (they are ignored if present).",
     ),
+    EventKind(
+        type="refill", cls=RefillRequest,
+        fields=(FieldSpec("reader_id", "id", "The reader whose inbox is refilled.", since=2),
+                FieldSpec("author_id", "id", "The push author asked to write the rows again."),
+                FieldSpec("below_created_at", "natural", "The inbox's cut line: rows strictly below "
+                          "(below_created_at, below_tweet_id) are written again.", since=2),
+                FieldSpec("below_tweet_id", "id", "The cut line's tweet id.", since=2),
+                FieldSpec("need", "natural", "How many rows at most: the inbox's shortfall below the cap.",
+                          since=2)),
+        join_keys=("author_id",), topic_role="refills", record_key=("reader_id", "author_id"), internal=True,
+        title="refill request (internal)",
+        description="Written by the stream itself, never by producers: asks an author key to write a "
+                    "trimmed inbox's rows again below its cut line after removals (docs/trimming.md#refill). "
+                    "It changes no table, so the view is the same with or without it.",
+    ),
 )
 """Every kind, in declaration order: the order fields are checked in, and (with ``FieldSpec.since``)
 of the stream's event columns (changing it changes them)."""
@@ -306,7 +325,11 @@ ENVELOPE_COLUMNS: tuple[tuple[str, str], ...] = _envelope_columns()
 order of ``FieldSpec.since``, then of first declaration."""
 
 TOPIC_ROLES: tuple[str, ...] = tuple(dict.fromkeys(kind.topic_role for kind in EVENT_KINDS))
-"""The changelog topics' roles (``schemas/topics.json``), in registry order: what the stream reads."""
+"""The roles of the topics the stream reads (``schemas/topics.json``), in registry order."""
+
+CHANGELOG_ROLES: tuple[str, ...] = tuple(dict.fromkeys(kind.topic_role for kind in EVENT_KINDS if not kind.internal))
+"""The changelog topics' roles: the tables' changes, what the backfill reads and producers write
+(``TOPIC_ROLES`` less the stream's own internal topics)."""
 
 
 def kind_of(event: Event) -> EventKind:

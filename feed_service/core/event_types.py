@@ -157,5 +157,22 @@ class RepostChange:
         return self.op == "repost"
 
 
-Event: TypeAlias = TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange | RepostChange
+@dataclass(frozen=True, slots=True)
+class RefillRequest:
+    """The stream's own request to ``author_id``'s key: write ``reader_id``'s inbox rows again, the
+    newest ``need`` of them below the inbox's cut line ``(below_created_at, below_tweet_id)``.
+
+    Not a change of any table: it changes nothing in the definition, so any number of them in any
+    order leave the view as it is, only making a trimmed inbox whole again (docs/trimming.md#refill).
+    """
+
+    reader_id: str
+    author_id: str
+    below_created_at: int
+    below_tweet_id: str
+    need: int
+
+
+Event: TypeAlias = (TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange | RepostChange
+                    | RefillRequest)
 """Any valid change event."""

@@ -37,6 +37,7 @@ from feed_service.core.events import (
     Profile,
     ProfileVersion,
     RawEvent,
+    RefillRequest,
     RepostChange,
     TweetContent,
     TweetDelete,
@@ -106,15 +107,20 @@ class FinalTables:
 
 
 def _events(events: Iterable[Event | RawEvent]) -> Iterable[Event]:
+    """The valid changes of the tables; refill requests change no table (docs/trimming.md#refill)."""
     for raw in events:
         if isinstance(raw, (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange,
                             RepostChange)):
             yield raw
             continue
+        if isinstance(raw, RefillRequest):
+            continue
         try:
-            yield parse_event(raw)
+            ev = parse_event(raw)
         except InvalidEvent:
             continue
+        if not isinstance(ev, RefillRequest):
+            yield ev
 
 
 def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:

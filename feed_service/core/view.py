@@ -21,6 +21,7 @@ from feed_service.core.events import (
     MuteChange,
     ProfileVersion,
     RawEvent,
+    RefillRequest,
     RepostChange,
     TweetDelete,
     TweetUpsert,
@@ -51,7 +52,8 @@ RowKey = tuple[int, str, str]
 be; an edit that moves created_at is therefore a delete and an insert, never an update."""
 
 
-_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange, RepostChange)
+_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange, RepostChange,
+                RefillRequest)
 
 
 sort_key = timeline_order
@@ -91,8 +93,9 @@ class TimelineView:
     inbox holding more than ``inbox_cap + trim_slack`` rows keeps its newest ``inbox_cap``. As in
     Cassandra, a later delete of a trimmed row does nothing and an update re-creates it; strict mode
     remembers the trimmed rows so that it tolerates exactly those. A trimmed inbox that removals
-    leave short of ``inbox_cap`` rows is refilled from the author timelines at the end of the batch
-    (:meth:`refill`), so trimming never changes what a read returns.
+    leave short of ``inbox_cap`` rows at or above its cut line asks its push authors to write its
+    rows again (:meth:`refill_requests`; :class:`Materializer` runs them after each batch), so
+    trimming never changes what a read returns.
     """
 
     def __init__(self, *, inbox_cap: int = DEFAULT_INBOX_CAP, strict: bool = True,
@@ -105,12 +108,14 @@ class TimelineView:
         self.trims = 0
         self.trimmed_rows = 0
         self.cut: dict[str, RowKey] = {}
-        """timeline -> its cut line: rows at or above it are exactly the definition's, rows below it
-        may be missing (a trim cut them; docs/trimming.md#refill)."""
+        """timeline -> its cut line, the highest oldest row a trim kept: rows at or above it are exactly
+        the definition's, rows below it may be missing (docs/trimming.md#refill)."""
         self.shrunk: set[str] = set()
         """trimmed timelines that lost rows since the last :meth:`refill`."""
         self.refills = 0
+        """Refills asked for: a short inbox after a batch."""
         self.refilled_rows = 0
+        """Rows the refills' answers wrote (present ones again included)."""
         self.timelines: dict[str, dict[RowKey, Entry]] = {}
         self.tweets: dict[tuple[str, str], Entry | None] = {}
         """(author_id, tweet_id) -> latest content, None once deleted."""
@@ -269,51 +274,22 @@ class TimelineView:
         pull = self.pull_follows.get(uid, set())
         return sorted(a for a in self.visible.get(uid, ()) if a not in pull)
 
-    def refill(self) -> int:
-        """Refill each trimmed inbox whose rows at or above its cut line fell below ``inbox_cap``.
-
-        The cut line is the oldest row a trim kept: rows at or above it are exactly the definition's
-        (a trim keeps the newest ``inbox_cap``, and every later write and delete is applied), rows
-        below it may be missing. So when removals leave fewer than ``inbox_cap`` rows at or above
-        it, each push author the reader sees writes again its newest ``n`` inbox rows below the line
-        (``n`` the shortfall): its retained tweets that are no reply, a self-reply or a reply to the
-        reader (docs/trimming.md#refill). The line then moves down to the highest ``n``-th of those
-        rows among the authors that had more than ``n``, or goes when none had. Returns the rows
-        written."""
-        written = 0
+    def refill_requests(self) -> list[RefillRequest]:
+        """The refill requests of the trimmed inboxes that lost rows since the last call and hold
+        fewer than ``inbox_cap`` rows at or above their cut line: one per push author the reader
+        sees, for the shortfall below the line (docs/trimming.md#refill), as the stream's driver
+        makes them after a batch."""
+        out: list[RefillRequest] = []
         for uid in sorted(self.shrunk):
             cut = self.cut.get(uid)
             if cut is None:
                 continue
-            rows = self.timelines.setdefault(uid, {})
-            need = self.inbox_cap - sum(1 for row in rows if row >= cut)
-            if need <= 0:
-                if not rows:
-                    del self.timelines[uid]
-                continue
-            lowest: RowKey | None = None  # the new cut line
-            for author in self.inbox_authors(uid):
-                mine = sorted((row for row, e in self.author_timelines.get(author, {}).items()
-                               if row < cut and e.in_reply_to_author_id in (None, author, uid)), reverse=True)
-                for row in mine[:need]:
-                    if row not in rows:
-                        rows[row] = self.author_timelines[author][row]
-                        _untrim(self.trimmed, uid, row)
-                        written += 1
-                if len(mine) > need:
-                    lowest = mine[need - 1] if lowest is None else max(lowest, mine[need - 1])
-            if lowest is None:
-                del self.cut[uid]
-                self.trimmed.pop(uid, None)
-            else:
-                self.cut[uid] = lowest
-            if not rows:
-                del self.timelines[uid]
-            self._trim(uid)  # the authors may have sent more than the shortfall together
-            self.refills += 1
+            need = self.inbox_cap - sum(1 for row in self.timelines.get(uid, ()) if row >= cut)
+            if need > 0:
+                self.refills += 1
+                out += [RefillRequest(uid, author, cut[0], cut[1], need) for author in self.inbox_authors(uid)]
         self.shrunk.clear()
-        self.refilled_rows += written
-        return written
+        return out
 
     def display_name(self, author_id: str, profile_version: int) -> str | None:
         """The author's display name at exactly ``profile_version``, or None while unknown."""
@@ -490,7 +466,7 @@ class Materializer:
                 report.rejections.append(Rejection(first_position + i, BEYOND_HORIZON, beyond_horizon_reason(
                     key_times[j], result.state.watermark, self.retention)))  # type: ignore[index]
         self.per_reader(sides)
-        self.view.refill()
+        self.refill()
         report.accepted -= len(late)
         report.rejections.sort(key=lambda r: r.position)
         report.keys = len(groups)
@@ -521,10 +497,24 @@ class Materializer:
         self.view.apply(result)
         if sides is None:
             self.per_reader([side])
-            self.view.refill()
+            self.refill()
         else:
             sides.append(side)
         return result
+
+    def refill(self) -> None:
+        """Answer the view's refill requests through the author keys, as the stream does in a later
+        batch (docs/trimming.md#refill): their rows are written at the authors' clocks."""
+        requests = self.view.refill_requests()
+        if not requests:
+            return
+        groups: dict[str, list[Event]] = {}
+        for r in requests:
+            groups.setdefault(r.author_id, []).append(r)
+        sides: list[SideResult] = []
+        for key in sorted(groups):
+            self.view.refilled_rows += self.step_key(key, groups[key], sides=sides).delta_count
+        self.per_reader(sides)
 
     def per_reader(self, sides: Sequence[SideResult]) -> None:
         """Run the reposter and reader steps of one batch on the author keys' messages, and apply

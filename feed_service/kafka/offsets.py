@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from feed_service.core.event_kinds import TOPIC_ROLES
+from feed_service.core.event_kinds import CHANGELOG_ROLES, TOPIC_ROLES
 from feed_service.errors import PipelineError
 from feed_service.kafka.client_config import client_config
 from feed_service.security.roles import STREAM
@@ -18,9 +18,15 @@ Offsets = dict[str, dict[str, int]]
 """Spark's JSON offsets shape: topic -> partition (as a string) -> offset."""
 
 SOURCE_ROLES: tuple[str, ...] = TOPIC_ROLES
-"""The changelog topics the view is computed from: the topic roles of the registry of event kinds
-(tweets, follows, profiles, blocks_mutes, reposts). A role added there reaches a stream restarted on
-an existing checkpoint from the topic's beginning (docs/streaming.md, "Blocks and mutes")."""
+"""The topics the stream reads: the topic roles of the registry of event kinds, the changelogs
+(tweets, follows, profiles, blocks_mutes, reposts) and the stream's own refill requests. A role
+added there reaches a stream restarted on an existing checkpoint from the topic's beginning
+(docs/streaming.md, "Blocks and mutes")."""
+
+CHANGELOG_SOURCE_ROLES: tuple[str, ...] = CHANGELOG_ROLES
+"""The changelog topics the view is computed from: what the backfill reads (the refill requests
+change nothing in the view; a backfill's snapshot still records their end, where the stream
+continues)."""
 
 
 def watermarks(settings: Settings, roles: Iterable[str] = SOURCE_ROLES, *,

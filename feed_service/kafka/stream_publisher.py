@@ -1,5 +1,6 @@
-"""What the stream's executors publish: dead letters (rejected input, with its reason and source
-coordinates) and the view's own changes on ``timeline_changes`` (docs/view-changes.md).
+"""What the stream publishes: dead letters (rejected input, with its reason and source
+coordinates) and the view's own changes on ``timeline_changes`` (docs/view-changes.md) from the
+executors, refill requests to its own ``refills`` topic from the driver (docs/trimming.md#refill).
 
 Both are published from Spark executors in the middle of a micro-batch, so both follow one rule.
 Each Python worker keeps one idempotent producer per cluster (acks=all, lz4, a few ms of linger),
@@ -17,11 +18,14 @@ write order) and valued by their compact JSON.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Iterator, Sequence
 
+from feed_service.core.events import RefillRequest, event_to_json
 from feed_service.core.view_changes import ViewChange, encode, message_key, split
 from feed_service.errors import DeliveryFailed
 from feed_service.kafka.client_config import client_config
+from feed_service.kafka.keys import record_key
 from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 
@@ -57,6 +61,15 @@ def publish_view_changes(settings: Settings, changes: Iterable[ViewChange], *, t
     """Publish ``changes`` (split into messages) to the ``timeline_changes`` topic; returns the
     number of messages, every one acknowledged, else :class:`DeliveryFailed`."""
     return _publish(settings, "timeline_changes", "view changes", _view_change_messages(changes), timeout)
+
+
+def publish_refill_requests(settings: Settings, requests: Iterable[RefillRequest], *, timeout: float = 60.0) -> int:
+    """Publish refill requests (docs/trimming.md#refill) to the stream's own ``refills`` topic, keyed
+    and encoded as any event envelope; returns their number, every one acknowledged, else
+    :class:`DeliveryFailed`."""
+    return _publish(settings, "refills", "refill requests",
+                    ((record_key(r).encode(), json.dumps(event_to_json(r), separators=(",", ":")).encode())
+                     for r in requests), timeout)
 
 
 def _view_change_messages(changes: Iterable[ViewChange]) -> Iterator[tuple[bytes, bytes]]:

@@ -30,6 +30,9 @@ ROLES = (ADMIN, PRODUCER, STREAM, SERVER, BACKFILL)
 #: Topic roles of ``schemas/topics.json`` that carry source changelogs (producers write them): the
 #: topic roles of the registry of event kinds (this layer cannot import it; a unit test holds them equal).
 CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
+#: Topic roles the stream writes for itself and reads back (the registry's internal kinds: refill
+#: requests, docs/trimming.md#refill).
+STREAM_INTERNAL_TOPICS = ("refills",)
 #: Topic roles only the stream writes.
 STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
 
@@ -116,7 +119,9 @@ def kafka_acls(topic_names: Mapping[str, str]) -> list[KafkaAcl]:
     allow(PRODUCER, topics(CHANGELOG_TOPICS), "write", "describe")
     allow(STREAM, topics(CHANGELOG_TOPICS), "read", "describe")
     allow(STREAM, topics(STREAM_OUTPUT_TOPICS), "write", "describe")
+    allow(STREAM, topics(STREAM_INTERNAL_TOPICS), "read", "write", "describe")
     allow(BACKFILL, topics(CHANGELOG_TOPICS), "read", "describe")
+    allow(BACKFILL, topics(STREAM_INTERNAL_TOPICS), "describe")  # its snapshot records where the stream continues
     allow(BACKFILL, topics(("dead_letter",)), "write", "describe")  # the backfill's --dead-letters (Spark's sink)
     allow(SERVER, topics(("timeline_changes",)), "read", "describe")
     for role, prefixes in CONSUMER_GROUP_PREFIXES.items():

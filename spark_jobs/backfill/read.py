@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from feed_service.kafka.client_config import spark_kafka_options
+from feed_service.kafka.offsets import CHANGELOG_SOURCE_ROLES
 from feed_service.security.roles import BACKFILL
 from feed_service.settings import Settings
 from spark_jobs.backfill.snapshot import Snapshot
@@ -22,14 +23,17 @@ if TYPE_CHECKING:
 
 
 def read_snapshot(spark: "SparkSession", settings: Settings, snapshot: Snapshot) -> "DataFrame":
-    """The Kafka records of the snapshot: every assigned partition from earliest to its end offset."""
-    assign = {topic: [int(p) for p in parts] for topic, parts in snapshot.end.items()}
+    """The Kafka records of the snapshot's changelog topics: every partition from earliest to its end
+    offset (the stream's refill requests change nothing in the view: not read)."""
+    changelogs = {settings.topic(role) for role in CHANGELOG_SOURCE_ROLES}
+    end = {topic: parts for topic, parts in snapshot.end.items() if topic in changelogs}
+    assign = {topic: [int(p) for p in parts] for topic, parts in end.items()}
     return (
         spark.read.format("kafka")
         .options(**spark_kafka_options(settings, BACKFILL))  # TLS and the backfill's login on a secured cluster
         .option("assign", json.dumps(assign))
         .option("startingOffsets", "earliest")
-        .option("endingOffsets", json.dumps(snapshot.end))
+        .option("endingOffsets", json.dumps(end))
         # Compacted topics have offset gaps by design; they are not data loss.
         .option("failOnDataLoss", "false")
         .load()

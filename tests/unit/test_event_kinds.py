@@ -16,6 +16,7 @@ from feed_service.core.event_kinds import (
     EVENT_KINDS,
     OPTIONAL_RULES,
     TOPIC_ROLES,
+    CHANGELOG_ROLES,
     TYPES,
 )
 from feed_service.core.event_types import RejectCode
@@ -137,18 +138,23 @@ def test_envelope_columns_hold_every_field_once_in_registry_order() -> None:
                          "follower_id", "followee_id", "user_id", "display_name", "avatar_url", "bio",
                          "blocker_id", "blocked_id", "muter_id", "muted_id",
                          # replies and reposts (registry revision 1)
-                         "in_reply_to_tweet_id", "in_reply_to_author_id", "reposter_id"]
+                         "in_reply_to_tweet_id", "in_reply_to_author_id", "reposter_id",
+                         # refill requests (registry revision 2)
+                         "reader_id", "below_created_at", "below_tweet_id", "need"]
 
 
 def test_the_changelog_topics_are_the_registry_s_topic_roles() -> None:
     """The stream subscribes to them, provisioning creates them, the producer and stream roles get them."""
-    from feed_service.kafka.offsets import SOURCE_ROLES
-    from feed_service.security.roles import CHANGELOG_TOPICS
+    from feed_service.kafka.offsets import CHANGELOG_SOURCE_ROLES, SOURCE_ROLES
+    from feed_service.security.roles import CHANGELOG_TOPICS, STREAM_INTERNAL_TOPICS
 
-    assert SOURCE_ROLES == TOPIC_ROLES == CHANGELOG_TOPICS
+    assert SOURCE_ROLES == TOPIC_ROLES == (*CHANGELOG_TOPICS, *STREAM_INTERNAL_TOPICS)
+    assert CHANGELOG_SOURCE_ROLES == CHANGELOG_ROLES == CHANGELOG_TOPICS
     declared = resources.read_json(resources.TOPICS)["topics"]
-    for role in TOPIC_ROLES:
+    for role in CHANGELOG_ROLES:
         assert declared[role]["config"]["cleanup.policy"] == "compact", role
+    for role in STREAM_INTERNAL_TOPICS:  # requests, not a table's changes: nothing to compact
+        assert declared[role]["config"]["cleanup.policy"] == "delete", role
     assert declared["reposts"]["name"] == "feed.reposts.v1" and declared["reposts"]["key"].startswith("repost|")
 
 

@@ -16,6 +16,7 @@ from feed_service.core.events import (
     MuteChange,
     Profile,
     ProfileVersion,
+    RefillRequest,
     RepostChange,
     TweetContent,
     TweetDelete,
@@ -48,6 +49,9 @@ class Batch(NamedTuple):
     hides: dict[tuple[str, int], Edge]
     """(reader, kind) -> (version, hiding) of the winning block or mute, ``kind`` an index of
     :data:`~feed_service.core.state.HideEdges`."""
+    refills: dict[str, set[tuple[int, str, int]]]
+    """reader -> the (below_created_at, below_tweet_id, need) of its refill requests (all of them:
+    answering each is idempotent)."""
 
 
 def foreign(event: Event, key: str) -> NoReturn:
@@ -71,6 +75,7 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
     edges: dict[str, Edge] = {}
     profs: dict[int, Profile] = {}
     hides: dict[tuple[str, int], Edge] = {}
+    refills: dict[str, set[tuple[int, str, int]]] = {}
     for ev in changes:
         cls = type(ev)
         if cls is TweetUpsert:
@@ -117,13 +122,17 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
             prev_h = hides.get((reader, kind))
             if prev_h is None or hide_rank(*h) > hide_rank(*prev_h):
                 hides[(reader, kind)] = h
+        elif cls is RefillRequest:
+            if ev.author_id != key:
+                foreign(ev, key)
+            refills.setdefault(ev.reader_id, set()).add((ev.below_created_at, ev.below_tweet_id, ev.need))
         elif cls is RepostChange:
             # Not joined by this engine yet: reposts are kept by their compacted topic and meet the
             # view once the reader-keyed steps exist (docs/reposts-and-replies.md, "Building it").
             continue
         else:
             raise TypeError(f"step: not an event: {ev!r}")
-    return _new(Batch, (ups, dels, edges, profs, hides))
+    return _new(Batch, (ups, dels, edges, profs, hides, refills))
 
 
 def key_of(changes: Sequence[Event]) -> str:

@@ -11,6 +11,7 @@ from feed_service.core.events import (
     FollowChange,
     MuteChange,
     Profile,
+    RefillRequest,
     TweetContent,
     TweetDelete,
     TweetUpsert,
@@ -23,6 +24,7 @@ from feed_service.core.join.forget import History, forget
 from feed_service.core.join.hides import apply_hides, unchanged_hides
 from feed_service.core.join.horizon import timely
 from feed_service.core.join.profiles import apply_profiles
+from feed_service.core.join.refill import refill_deltas
 from feed_service.core.join.tweets import apply_tweets
 from feed_service.core.retention import NO_WATERMARK, Retention
 from feed_service.core.rows import AuthorTimelineDelta, BlockDelta, ProfileRow, PullFollowDelta, TimelineDelta, TweetChange
@@ -83,8 +85,9 @@ def needs_edges(state: AuthorState | None, changes: Sequence[Event], *, pull_thr
     """
     if state is None:
         return False  # a new key's edges are empty
-    if any(type(ev) is FollowChange or type(ev) is BlockChange or type(ev) is MuteChange for ev in changes):
-        return True
+    if any(type(ev) is FollowChange or type(ev) is BlockChange or type(ev) is MuteChange or type(ev) is RefillRequest
+           for ev in changes):
+        return True  # a refill answers the inbox holders, who are read from the edges
     if (len(state.active) >= pull_threshold) != state.pull:
         return True
     return not state.pull and any(type(ev) is TweetUpsert or type(ev) is TweetDelete for ev in changes)
@@ -157,6 +160,9 @@ def step(
     history stamped > 2 horizons back           none         forgotten from the state, no output
     stale or duplicate change                   0            nothing
     profile version                             none         profile row only
+    refill request of reader u (internal)       none         update of the newest ``need`` retained t
+                                                             below its line shown in u's inbox -> (u,)
+                                                             if u is a holder after (docs/trimming.md)
     ==========================================  ===========  ==========================================
 
     Whenever the author's own block of a user changes side, a ``blocks`` row is written too. A step
@@ -190,14 +196,18 @@ def step(
     pull = len(follows.active.after) >= pull_threshold
     fanout = fan_out(state, follows, hides, pull, bool(batch.follows or batch.hides))
     out = outputs(key, tweets, fanout.inbox)
-    emitted = bool(out.deltas or out.tweets or profile_rows or out.author_timeline or fanout.pull_follows
+    deltas = out.deltas
+    if batch.refills:  # a trimmed inbox's rows written again (docs/trimming.md#refill)
+        touched_ids = {*tweets.changed, *tweets.removed, *tweets.evicted}
+        deltas = [*deltas, *refill_deltas(key, batch.refills, tweets.after, fanout.inbox, touched_ids)]
+    emitted = bool(deltas or out.tweets or profile_rows or out.author_timeline or fanout.pull_follows
                    or hides.blocks)
     history = _new(History, (tweets.cold, tweets.deleted, follows.followers, follows.dead_at, hides.hides, hides.dead_at))
     if retention.enabled and watermark != NO_WATERMARK:
         history = forget(retention.forget_floor(watermark), watermark, history, edges_loaded=state.edges_loaded)
     new_state = _successor(state, history, state.clock + 1 if emitted else state.clock, tweets.after,
                            follows.active.after, profiles, pull, watermark, fanout.seen)
-    return StepResult(new_state, new_state.clock, tuple(out.deltas), tuple(out.tweets), tuple(profile_rows),
+    return StepResult(new_state, new_state.clock, tuple(deltas), tuple(out.tweets), tuple(profile_rows),
                       tuple(out.author_timeline), tuple(fanout.pull_follows), late, tuple(hides.blocks))
 
 

@@ -1,0 +1,53 @@
+"""Refill: an author key writes a reader's inbox rows again below the inbox's cut line.
+
+A trimmed inbox that removals left short is refilled by its push authors (docs/trimming.md#refill):
+each answers a :class:`~feed_service.core.events.RefillRequest` with the newest ``need`` of its
+retained tweets below the line that the reader's inbox holds (no reply, a self-reply or a reply to
+that reader), as ``update`` rows to that one reader: the engine's model is that every holder holds
+every retained tweet, so these rows are written again, at this key's clock, which beats the
+tombstones the trims left (each at the row's write time, at most this clock) and loses to any later
+change of this key. Only a reader who is an inbox holder after the batch gets them; a new holder
+gets every retained tweet anyway, and a tweet the batch touched is written by its own delta.
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Mapping
+
+from feed_service.core.events import TweetContent
+from feed_service.core.join.deltas import _delta, _entry, _newest_first
+from feed_service.core.join.readers import Audience
+from feed_service.core.rows import TimelineDelta
+
+
+def refill_deltas(key: str, requests: Mapping[str, set[tuple[int, str, int]]], retained: Mapping[str, TweetContent],
+                  inbox: Audience, touched: Collection[str]) -> list[TimelineDelta]:
+    """The ``update`` rows answering ``requests`` (reader -> its (below_created_at, below_tweet_id,
+    need) requests), from the ``retained`` tweets after the batch, to readers among ``inbox.after``
+    (not ``inbox.added``), leaving out the ``touched`` tweets."""
+    holders = set(inbox.after).difference(inbox.added)
+    out: list[TimelineDelta] = []
+    for reader in sorted(requests):
+        if reader not in holders:
+            continue
+        rows: dict[str, TweetContent] = {}
+        for below_at, below_tid, need in sorted(requests[reader]):
+            taken = 0
+            for tid, c in _newest_first(retained):
+                if taken >= need:
+                    break
+                if (c[1], tid) >= (below_at, below_tid) or not _shown_in_inbox(key, c, reader):
+                    continue
+                taken += 1
+                if tid not in touched:
+                    rows[tid] = c
+        audience = (reader,)
+        out.extend(_delta("update", _entry(tid, key, c), audience)
+                   for tid, c in sorted(rows.items(), key=lambda item: (item[1][1], item[0]), reverse=True))
+    return out
+
+
+def _shown_in_inbox(key: str, c: TweetContent, reader: str) -> bool:
+    """Whether ``reader``'s inbox holds this tweet of ``key``: no reply, a self-reply or a reply to it."""
+    parent = c[5] if len(c) > 4 else None
+    return parent is None or parent == key or parent == reader

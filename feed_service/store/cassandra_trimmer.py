@@ -5,7 +5,11 @@ timeline it reads the partition's clustering keys with the newest write time of 
 cells (at most the caller's upper bound of its live rows, when known: such a read stops before the
 tombstones earlier trims left at the old end), and when the partition holds more than the limit
 (``inbox_cap + trim_slack``, or the stream's lower background threshold) it deletes the rows beyond
-the ``inbox_cap`` newest, each ``USING TIMESTAMP`` = that row's observed write time.
+the ``inbox_cap`` newest, each ``USING TIMESTAMP`` = that row's observed write time. With the
+deletes it raises the partition's *cut line* (static ``cut_created_at``, ``cut_tweet_id``) to the
+oldest row it kept, unless the line is already higher: rows at or above the line are exact, rows
+below it may be missing, which is what the stream's refill check reads
+(:mod:`feed_service.store.cassandra_refill`, docs/trimming.md#refill).
 
 Why that timestamp (docs/trimming.md): every row is owned by one author key whose logical clock only
 increases (docs/idempotent-writes.md). A later legitimate insert or update of the row by its key
@@ -13,7 +17,9 @@ carries a strictly greater timestamp and wins over the trim's tombstone; a repla
 the row at the same timestamp loses (a tombstone wins a tie), which is right since the row was
 beyond the cap. A wall-clock timestamp would instead hide later writes of keys whose clocks are
 behind the wall clock, and a single range tombstone cannot carry the different clocks of the rows
-it covers.
+it covers. The cut line is no row of any author key: it is written at the wall clock, so of two
+trims the later one's line stands (it only rises, and one timeline is never trimmed by two threads
+at once).
 
 Statements are prepared once and run with bounded concurrency (as in
 :mod:`feed_service.store.cassandra_writer`); driver faults are translated as the reader does
@@ -22,6 +28,7 @@ Statements are prepared once and run with bounded concurrency (as in
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from feed_service.errors import StoreError, WriteFailed
@@ -48,6 +55,10 @@ one ``INSERT ... USING TIMESTAMP`` (:mod:`feed_service.store.cassandra_writer`),
 share one write time, and ``version`` is never null. One column instead of four halves what a trim
 scan transfers and decodes (the trim pass runs on the driver, whose CPU it takes)."""
 
+_FIRST_WRITETIME = 4
+"""Where a scanned row's write times start: after its key and the partition's cut line (static, so
+on every row, and on the one row of a partition holding only statics)."""
+
 
 class CassandraTrimmer:
     """Trims home timelines to ``inbox_cap`` rows once they hold more than ``inbox_cap + trim_slack``."""
@@ -72,12 +83,17 @@ class CassandraTrimmer:
         self.concurrency = concurrency
         self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
         writetimes = ", ".join(f"WRITETIME({c})" for c in _WRITETIME_COLUMNS)
-        scan = f"SELECT created_at, tweet_id, {writetimes} FROM {keyspace}.home_timeline WHERE timeline_id = ?"
+        scan = (f"SELECT created_at, tweet_id, cut_created_at, cut_tweet_id, {writetimes}"
+                f" FROM {keyspace}.home_timeline WHERE timeline_id = ?")
         self._scan = session.prepare(scan)
         self._scan_bounded = session.prepare(scan + " LIMIT ?")
         self._delete = session.prepare(
             f"DELETE FROM {keyspace}.home_timeline USING TIMESTAMP ? WHERE timeline_id = ? AND created_at = ?"
             " AND tweet_id = ?"
+        )
+        self._set_line = session.prepare(
+            f"UPDATE {keyspace}.home_timeline USING TIMESTAMP ? SET cut_created_at = ?, cut_tweet_id = ?"
+            " WHERE timeline_id = ?"
         )
 
     @classmethod
@@ -95,7 +111,8 @@ class CassandraTrimmer:
     def trim(self, timeline_ids: Iterable[str], *, bounds: Mapping[str, int | None] | None = None,
              limit: int | None = None) -> TrimResult:
         """Trim every timeline of ``timeline_ids`` that holds more than ``limit`` rows (default cap +
-        slack; the stream's background trims pass a lower one) to its newest ``inbox_cap``.
+        slack; the stream's background trims pass a lower one) to its newest ``inbox_cap``, and raise
+        its cut line to the oldest row kept (never lower it: below a higher line rows may be missing).
 
         ``bounds`` (timeline -> an upper bound of its live rows, None: unknown) bounds each read to
         that many rows: Cassandra stops a ``LIMIT`` read once it has that many live rows, before the
@@ -118,20 +135,24 @@ class CassandraTrimmer:
             deletes: list[tuple[Any, Any]] = []
             for tid, result in zip(chunk, scans):
                 try:
-                    # later pages, if any, are fetched here; a partition holding only its static
-                    # pull_authors reads as one row without a clustering key
-                    keys = [r for r in result if r[0] is not None]
+                    # later pages, if any, are fetched here; a partition holding only its statics
+                    # reads as one row without a clustering key
+                    rows_read = list(result)
                 except Exception as exc:
                     raise translate_driver_error(exc) from exc
+                keys = [r for r in rows_read if r[0] is not None]
                 if len(keys) <= limit:
                     kept[tid] = len(keys)
                     continue
                 keys.sort(key=lambda r: (r[0], r[1]), reverse=True)  # clustering order, to be sure
                 beyond = keys[self.inbox_cap :]
-                cut = [(r[0], r[1], max(t for t in r[2:] if t is not None)) for r in beyond
-                       if any(t is not None for t in r[2:])]
+                cut = [(r[0], r[1], max(t for t in r[_FIRST_WRITETIME:] if t is not None)) for r in beyond
+                       if any(t is not None for t in r[_FIRST_WRITETIME:])]
                 kept[tid] = len(keys) - len(cut)
-                deletes += self._delete_batches(tid, cut)
+                oldest_kept = (keys[self.inbox_cap - 1][0], keys[self.inbox_cap - 1][1])
+                line = _line_of(rows_read[0])
+                raised = oldest_kept if line is None or oldest_kept > line else None
+                deletes += self._delete_batches(tid, cut, raised)
                 timelines += 1
                 rows += len(cut)
             self._run(deletes, reading=False)
@@ -142,14 +163,21 @@ class CassandraTrimmer:
             return self._scan, (timeline_id,)
         return self._scan_bounded, (timeline_id, max(1, bound))
 
-    def _delete_batches(self, timeline_id: str, cut: Sequence[tuple[int, str, int]]) -> list[tuple[Any, Any]]:
+    def _delete_batches(self, timeline_id: str, cut: Sequence[tuple[int, str, int]],
+                        line: tuple[int, str] | None) -> list[tuple[Any, Any]]:
+        """The deletes of ``cut`` and, with the last of them (one partition, one mutation), the new
+        cut line ``line`` if it rises (None: it stays)."""
         from cassandra.query import BatchStatement, BatchType
 
+        statements: list[tuple[Any, tuple[Any, ...]]] = [
+            (self._delete, (ts, timeline_id, created_at, tweet_id)) for created_at, tweet_id, ts in cut]
+        if line is not None:
+            statements.append((self._set_line, (int(time.time() * 1_000_000), line[0], line[1], timeline_id)))
         out: list[tuple[Any, Any]] = []
-        for i in range(0, len(cut), DELETES_PER_BATCH):
+        for i in range(0, len(statements), DELETES_PER_BATCH):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for created_at, tweet_id, ts in cut[i : i + DELETES_PER_BATCH]:
-                batch.add(self._delete, (ts, timeline_id, created_at, tweet_id))
+            for statement, params in statements[i : i + DELETES_PER_BATCH]:
+                batch.add(statement, params)
             out.append((batch, None))
         return out
 
@@ -171,3 +199,9 @@ class CassandraTrimmer:
                 raise first
             raise WriteFailed(f"{len(failures)} of {len(statements)} trim deletes failed; first: {failures[0]!r}")
         return [r.result_or_exc for r in results]
+
+
+def _line_of(row: tuple[Any, ...]) -> tuple[int, str] | None:
+    """The cut line a scanned row carries (the partition's statics), None when it has none."""
+    created_at, tweet_id = row[2], row[3]
+    return None if created_at is None or tweet_id is None else (created_at, tweet_id)

@@ -200,6 +200,20 @@ class TrimResult:
     """Rows deleted."""
 
 
+class ShortInbox(NamedTuple):
+    """A trimmed inbox that removals left with fewer than ``inbox_cap`` rows at or above its cut line:
+    what a refill needs to ask its push authors for (docs/trimming.md#refill)."""
+
+    timeline_id: str
+    below: tuple[int, str]
+    """The cut line ``(created_at, tweet_id)``: rows strictly below it are refilled."""
+    need: int
+    """``inbox_cap`` less the rows at or above the line (> 0)."""
+    push_authors: tuple[str, ...]
+    """Sorted: the users the reader sees (``reader_visible``) less its pull authors, whose rows the
+    inbox does not hold."""
+
+
 class TimelineTrimmer(Protocol):
     """Bounds stored home timelines: a timeline holding more than ``limit`` rows (default ``inbox_cap
     + trim_slack``) keeps its newest ``inbox_cap``; ``bounds`` (upper bounds of live rows, None:

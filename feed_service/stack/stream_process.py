@@ -96,14 +96,18 @@ class StreamProcess:
         raise StreamNotReady(f"no batch {batch_id} within {timeout}s; progress {self.progress()}")
 
     def wait_caught_up(self, timeout: float = 300) -> dict[str, Any]:
-        """Until the query's last batch ended at the topics' current end offsets."""
-        target = high_watermarks(self.settings)
+        """Until the query's last batch ended at the topics' end offsets, read after that batch's
+        progress: the stream writes refill requests to a topic it reads (docs/trimming.md#refill), so
+        the end it must reach can move while it runs."""
         deadline = time.monotonic() + timeout
+        target: Offsets = {}
         while time.monotonic() < deadline:
             self._check_alive()
             p = self.progress()
-            if p and p["timeline-join"]["end_offsets"] == target:
-                return p
+            if p:
+                target = high_watermarks(self.settings)
+                if p["timeline-join"]["end_offsets"] == target:
+                    return p
             time.sleep(0.5)
         raise StreamNotReady(f"stream not caught up within {timeout}s: want {target}, progress {self.progress()}")
 

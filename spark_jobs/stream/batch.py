@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_jobs.stream.sink import PartitionReport
+    from spark_jobs.stream.refill import StreamRefill
     from spark_jobs.stream.trimming import StreamTrimming
 
 #: ``(spark context, settings, batch id, clock start, messages)`` -> what the per-reader steps did.
@@ -82,7 +83,7 @@ class BatchTimes:
 def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
                   write_seconds: Any = None, times: BatchTimes | None = None, *,
                   partition_writer: PartitionWriter | None = None, clock_start: int = 0,
-                  per_reader: "PerReaderRunner | None" = None) -> Any:
+                  per_reader: "PerReaderRunner | None" = None, refill: "StreamRefill | None" = None) -> Any:
     """The foreachBatch function: the executors write the rows and each partition hands back its
     :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
     written, dead letters, view changes); the driver then trims the timelines that may be over the
@@ -92,7 +93,9 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
     here so that the command line does not load the Cassandra and Kafka clients). Once every
     partition's rows are written, the batch's messages to the per-reader steps run through
     ``per_reader`` (default: :func:`spark_jobs.stream.per_reader.run_per_reader`), with
-    ``clock_start`` as the first clock of a key new to those steps."""
+    ``clock_start`` as the first clock of a key new to those steps. After the trims, ``refill`` checks
+    the inboxes the batch deleted rows from and asks for the short ones to be refilled
+    (docs/trimming.md#refill)."""
     from spark_jobs.stream.per_reader import run_per_reader
     from spark_jobs.stream.sink import merge_reports, write_partition
 
@@ -120,6 +123,8 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
             if trimmed_seen[0] is None:
                 trimmed_seen[0] = trimming.trimmed_rows
             trimming.after_batch(report.upserts)
+        if refill is not None and trimming is not None:  # only trimmed inboxes are ever short
+            refill.after_batch(report.deletes)
         if times is not None:
             times.batch_id, times.job, times.trim = batch_id, (joined - started) * 1000, (time.perf_counter() - joined) * 1000
             background = getattr(trimming, "in_background", None)

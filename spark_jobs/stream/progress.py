@@ -29,6 +29,9 @@ def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -
     record["sink"] = stream.times.record()
     if stream.trimming is not None:
         record["trimming"] = stream.trimming.record()
+    refill = getattr(stream, "refill", None)
+    if refill is not None:
+        record["refill"] = refill.record()
     if stats is not None:
         record["state_stats"] = stats.latest()
     return record

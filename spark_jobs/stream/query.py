@@ -15,6 +15,7 @@ from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.stream.batch import BatchTimes, foreach_batch
 from spark_jobs.stream.options import StreamOptions, trigger_of
 from spark_jobs.stream.pinned import clock_start_for, operator_for, state_buckets_for
+from spark_jobs.stream.refill import StreamRefill
 from spark_jobs.stream.trimming import StreamTrimming
 from spark_jobs.stateful_join import join_timelines
 from spark_jobs.timeline_join import JoinConfig
@@ -61,6 +62,8 @@ class RunningStream:
     """Where the last batch's sink time went."""
     state_buckets: int = 0
     """The checkpoint's state layout: buckets of join keys, 0 for one state per key (docs/state-buckets.md)."""
+    refill: "StreamRefill | None" = None
+    """The refill of trimmed inboxes left short (its counters: ``refill.record()``; docs/trimming.md#refill)."""
 
     def stop(self) -> None:
         try:
@@ -72,6 +75,11 @@ class RunningStream:
                 self.trimming.close()
             except Exception:  # noqa: BLE001 - closing the trimmer's session is best effort
                 log.exception("closing the trimmer")
+        if self.refill is not None:
+            try:
+                self.refill.close()
+            except Exception:  # noqa: BLE001 - closing the refill check's session is best effort
+                log.exception("closing the refill check")
 
 
 def start_stream(
@@ -104,14 +112,15 @@ def start_stream(
     write_seconds = spark.sparkContext.accumulator(0.0)
     times = BatchTimes()
     trimming = StreamTrimming(settings)  # per start: a restarted query trims what it writes first
+    refill = StreamRefill(settings)
     join_query = (
         outputs.writeStream.queryName("timeline-join")
         .outputMode("append")
         .option("checkpointLocation", str(options.checkpoint / "join"))
         .trigger(**trigger_of(options))
         .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times,
-                                    clock_start=config.clock_start))
+                                    clock_start=config.clock_start, refill=refill))
         .start()
     )
     return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times,
-                         state_buckets=buckets)
+                         state_buckets=buckets, refill=refill)

@@ -68,6 +68,8 @@ class PartitionReport:
     messages: list[tuple[str, str, Any]] = field(default_factory=list)
     """The batch's messages to the per-reader steps, (step, destination key, message): the driver
     runs those steps once every partition's rows are written (spark_jobs/stream/per_reader.py)."""
+    deletes: dict[str, int] = field(default_factory=dict)
+    """Home-timeline rows deleted per timeline (the refill check's input: docs/trimming.md#refill)."""
 
 
 def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
@@ -84,7 +86,8 @@ def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
                            sum((r.counts for r in reports), WriteCounts()),
                            merge_counts(r.dead_letters for r in reports),
                            sum(r.changes_published for r in reports),
-                           [m for r in reports for m in r.messages])
+                           [m for r in reports for m in r.messages],
+                           merge_counts(r.deletes for r in reports))
 
 
 def reason_code(dl_value: str | None) -> str:
@@ -126,6 +129,7 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
     writer = outputs.writer_for(settings)
     total = WriteCounts()
     upserts: dict[str, int] = {}
+    deletes: dict[str, int] = {}
     letters: dict[str, int] = {}
     published = 0
     spent = 0.0
@@ -138,9 +142,9 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
                                      profiles=writes.profiles, author_timeline=writes.author_timeline,
                                      pull_follows=writes.pull_follows, blocks=writes.blocks)
         for w in writes.timeline:
-            if w.op != "delete":
-                for tid in w.timeline_ids:
-                    upserts[tid] = upserts.get(tid, 0) + 1
+            counts = deletes if w.op == "delete" else upserts
+            for tid in w.timeline_ids:
+                counts[tid] = counts.get(tid, 0) + 1
         if writes.dead_letters:
             outputs.publish_dead_letters(settings, writes.dead_letters)
             for _, value in writes.dead_letters:
@@ -155,4 +159,4 @@ def write_partition(settings: Settings, rows: Iterator[Any], counter: Any | None
         counter.add(total.timeline_upserts + total.timeline_deletes)
     if write_seconds is not None:
         write_seconds.add(spent)
-    return PartitionReport(upserts, total, letters, published, messages)
+    return PartitionReport(upserts, total, letters, published, messages, deletes)

@@ -108,7 +108,7 @@ def _prolific(prefix: str, reader: str, authors: range, tweets: int, *, start: i
 
 
 def _deletes(events: list[dict[str, Any]], author: str, newest: int) -> list[dict[str, Any]]:
-    """Deletes of ``author``'s ``newest`` tweets: room at the top that trimmed rows cannot refill."""
+    """Deletes of ``author``'s ``newest`` tweets: room at the top that only a refill fills again."""
     own = sorted((e for e in events if e["type"] == "tweet" and e["author_id"] == author),
                  key=lambda e: e["created_at"])[-newest:]
     return [{"type": "tweet", "op": "delete", "tweet_id": e["tweet_id"], "author_id": author, "version": 2}
@@ -140,11 +140,16 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, uniq
     # A new process knows no bounds: each timeline is trimmed at its first write, and stays bounded.
     second = _prolific(prefix, reader, range(5), 300, start=300) + _prolific(prefix, other, range(5, 7), 300,
                                                                              start=300)
-    second += _deletes(first + second, f"{prefix}prolific5", 30)  # other's: room that trims may not refill
-    events = first + second
+    # other's newest entries go once they are trimmed in: room that only the refill fills again
+    deletes = _deletes(first + second, f"{prefix}prolific5", 30)
+    events = first + second + deletes
     with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as stream:
         publish(pipeline, second)
         stream.wait_caught_up()
+        publish(pipeline, deletes)
+        stream.wait_caught_up()  # the refill requests' topic included
+        refills = (stream.progress() or {}).get("refill") or {}
+    assert refills.get("refill_short_timelines", 0) > 0 and refills.get("refill_requests", 0) > 0, refills
     assert len(reference_timelines(events, inbox_cap=None)[reader]) == 3000  # entries reader received
     assert _count(pipeline, reader) <= CAP + SLACK and _count(pipeline, other) <= CAP + SLACK
     assert _over_the_bound(pipeline) == {}
@@ -155,9 +160,9 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, uniq
     # background trims cut above cap + slack - margin: the stream's exact set is that slack's
     assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK - default_margin(SLACK)) == []
     expected = reference_timelines(events, inbox_cap=CAP)
-    # No removal ever touched reader's authors, so its timeline is exact (the rule's exact set is
-    # conservative: it sees the removals elsewhere in the history). other's may be short.
-    assert read[reader] == expected[reader]
+    # Every timeline is exact: other's lost 30 of its newest entries after trims, and its push
+    # authors wrote the rows below its cut line again (docs/trimming.md#refill).
+    assert read == expected and len(read[other]) == CAP
 
     # The engine bounds the other two tables: an author timeline holds its newest live tweets (at most
     # the cap), pull follows the active followers of pull authors who see them.

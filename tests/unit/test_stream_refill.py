@@ -1,0 +1,64 @@
+"""The refill of trimmed inboxes (docs/trimming.md#refill): the author key's answer to a request, and
+the driver's check and requests (with a stand-in store: the real check is
+tests/integration/test_refill_check.py, the whole path tests/integration/test_trimming.py)."""
+
+from __future__ import annotations
+
+from feed_service.core.events import FollowChange, RefillRequest, TweetUpsert
+from feed_service.core.join import step
+from feed_service.settings import Settings
+from feed_service.store.ports import ShortInbox
+from spark_jobs.stream.refill import StreamRefill
+from spark_jobs.stream.sink import PartitionReport, merge_reports
+
+
+def _tweets(n: int, parent: str | None = None) -> list[TweetUpsert]:
+    return [TweetUpsert(f"t{i}", "bob", 1, 100 + i, f"#{i}", 1, *((f"p{i}", parent) if parent else (None, None)))
+            for i in range(n)]
+
+
+def test_an_author_answers_with_its_newest_rows_below_the_line_at_a_new_clock() -> None:
+    first = step(None, [FollowChange("ann", "bob", 1, "follow"), FollowChange("cat", "bob", 1, "follow"),
+                        *_tweets(6), *[TweetUpsert(f"r{i}", "bob", 1, 90 + i, "re", 1, "x", "dan") for i in range(3)]])
+    answer = step(first.state, [RefillRequest("ann", "bob", 104, "t4", 3)])
+    assert answer.ts == first.ts + 1  # above every write the trims' tombstones carry
+    assert [(d.op, d.entry.tweet_id, d.timeline_ids) for d in answer.deltas] == [
+        ("update", "t3", ("ann",)), ("update", "t2", ("ann",)), ("update", "t1", ("ann",))]
+    # replies to a third user are not ann's inbox rows; a reader who does not follow gets nothing
+    nothing = step(first.state, [RefillRequest("eve", "bob", 104, "t4", 3)])
+    assert nothing.deltas == () and nothing.ts == first.ts
+
+
+def test_duplicate_and_overlapping_requests_write_each_row_once() -> None:
+    first = step(None, [FollowChange("ann", "bob", 1, "follow"), *_tweets(6)])
+    answer = step(first.state, [RefillRequest("ann", "bob", 104, "t4", 2), RefillRequest("ann", "bob", 104, "t4", 2),
+                                RefillRequest("ann", "bob", 103, "t3", 3)])
+    assert [d.entry.tweet_id for d in answer.deltas] == ["t3", "t2", "t1", "t0"]
+
+
+class FakeCheck:
+    def __init__(self, shorts: list[ShortInbox]) -> None:
+        self.shorts, self.asked = shorts, []
+
+    def short_inboxes(self, timeline_ids):
+        ids = list(timeline_ids)
+        self.asked.append(ids)
+        return [s for s in self.shorts if s.timeline_id in ids]
+
+
+def test_the_driver_asks_each_push_author_of_a_short_inbox_it_deleted_rows_from() -> None:
+    check = FakeCheck([ShortInbox("ann", (10, "t9"), 2, ("bob", "cat")), ShortInbox("zed", (5, "t1"), 1, ("bob",))])
+    published: list = []
+    refill = StreamRefill(Settings(), check_factory=lambda: check,
+                          publish=lambda settings, requests: published.extend(requests) or len(requests))
+    assert refill.after_batch({}) == 0 and check.asked == []  # nothing deleted: no read
+    assert refill.after_batch({"ann": 3, "bob": 0, "cat": 1}) == 2
+    assert check.asked == [["ann", "cat"]]
+    assert published == [RefillRequest("ann", "bob", 10, "t9", 2), RefillRequest("ann", "cat", 10, "t9", 2)]
+    record = refill.record()
+    assert (record["refill_checked_timelines"], record["refill_short_timelines"], record["refill_requests"]) == (2, 1, 2)
+
+
+def test_partition_reports_count_deleted_rows_per_timeline() -> None:
+    merged = merge_reports([PartitionReport({"ann": 1}, deletes={"ann": 2}), PartitionReport(deletes={"ann": 1, "cat": 4})])
+    assert merged.deletes == {"ann": 3, "cat": 4} and merged.upserts == {"ann": 1}

@@ -39,16 +39,35 @@ EVENT_COLUMNS: tuple[tuple[str, str], ...] = ENVELOPE_COLUMNS
 
 
 def _kind(field: str) -> "Column":
-    """The JSON type of ``field``: NULL when absent, 'VOID' for JSON null, 'BIGINT', 'STRING', ..."""
+    """The JSON type of ``field``: NULL when absent, 'VOID' for JSON null, 'BIGINT', 'STRING', ...
+    (a column of :func:`_field_views`)."""
     from pyspark.sql import functions as F
 
-    return F.expr(f"schema_of_variant(variant_get(v, '$.{field}'))")
+    return F.col(f"_kind_{field}")
 
 
 def _string(field: str) -> "Column":
+    """``field`` as a string, NULL when it is not one (a column of :func:`_field_views`)."""
     from pyspark.sql import functions as F
 
-    return F.expr(f"try_variant_get(v, '$.{field}', 'string')")
+    return F.col(f"_str_{field}")
+
+
+def _field_views(fields: list[str]) -> list["Column"]:
+    """Each field's JSON type and string value, computed once per record in their own projection.
+
+    The checks refer to them dozens of times; written inline, every reference is a copy of the
+    variant lookup, and the stream's planner (which copies the plan's expressions per rule) ran out of
+    the driver's heap once the registry grew past six event types. As columns referenced more than
+    once they stay one expression each (the optimizer does not inline a costly expression into
+    several uses)."""
+    from pyspark.sql import functions as F
+
+    views = []
+    for field in fields:
+        views.append(F.expr(f"schema_of_variant(variant_get(v, '$.{field}'))").alias(f"_kind_{field}"))
+        views.append(F.expr(f"try_variant_get(v, '$.{field}', 'string')").alias(f"_str_{field}"))
+    return views
 
 
 def _field_fault(field: str, kind: str) -> "Column":
@@ -127,6 +146,8 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
     ).withColumn("wrapped", F.expr("try_parse_json(concat('[', raw, ',\"', sentinel, '\"]'))")).withColumn(
         "v", F.when(F.expr("try_variant_get(wrapped, '$[1]', 'string') = sentinel AND variant_get(wrapped, '$[2]')"
                            " IS NULL"), F.expr("variant_get(wrapped, '$[0]')")))
+    fields = list(dict.fromkeys(["type", "op", *(name for name, _ in EVENT_COLUMNS)]))
+    parsed = parsed.select("*", *_field_views(fields))
 
     type_kind, op_kind = _kind("type"), _kind("op")
     type_s, op_s = _string("type"), _string("op")

@@ -8,8 +8,8 @@ refusals against the same tables. Least privilege per role (docs/security.md):
 |---|---|---|
 | ``admin`` | super user: topics, configs, ACLs | the keyspace's owner: schema, roles, grants |
 | ``producer`` | write the changelog topics | none |
-| ``stream`` | read the changelogs; write the dead-letter and view-change topics | read and write the keyspace |
-| ``server`` | read the view-change topic | read the view's tables (not the steps' state) |
+| ``stream`` | read the changelogs and the read activity; write the dead-letter and view-change topics | read and write the keyspace |
+| ``server`` | read the view-change topic; write the read activity | read the view's tables (not the steps' state) |
 | ``backfill`` | read the changelogs; write the dead-letter topic (``--dead-letters``) | read and write the keyspace |
 """
 
@@ -35,6 +35,9 @@ CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
 STREAM_INTERNAL_TOPICS = ("refills",)
 #: Topic roles only the stream writes.
 STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
+#: Topic roles the read service writes and the stream's driver reads: which readers read their home
+#: timeline, and when (docs/activity.md#read-activity).
+READ_ACTIVITY_TOPICS = ("reads",)
 
 #: Tables of the keyspace the read service reads: the view and its dimensions. Granted table by
 #: table, so a table added to schemas/cql/feed.cql is readable by the server only once it is named
@@ -43,16 +46,19 @@ SERVER_TABLES = ("home_timeline", "home_extras", "tweets", "profiles", "author_t
                  "pull_follows", "reader_visible", "blocks", "reader_hidden", "reposts_by_tweet",
                  "home_extras_reposts")
 #: Tables only the writers use: the per-reader steps' state, nothing the read service needs, and
-#: the follow graph and hidden relations of every user in one place.
-STATE_TABLES = ("per_reader_state",)
+#: the follow graph and hidden relations of every user in one place; the driver's record of each
+#: reader's last read (docs/activity.md), which the server reports through Kafka, never reads.
+STATE_TABLES = ("per_reader_state", "reader_activity")
 
 #: Consumer-group name prefixes each role's readers use: Spark's Kafka source and batch relation name
 #: their groups ``spark-kafka-source-<uuid>-…`` / ``spark-kafka-relation-<uuid>`` (executors add
 #: ``-executor``; Spark 4.2's KafkaSourceProvider); the read service's view-change consumer and the
-#: watermark probe use fixed names. None of them commits offsets (Spark assigns partitions and keeps
-#: offsets in its checkpoint), so ``read`` on these groups is all a group could ever need.
+#: watermark probe use fixed names; the driver's read-activity consumer names its group after its
+#: topic (``Settings.read_activity_group``). Spark's groups commit no offsets (Spark assigns
+#: partitions and keeps offsets in its checkpoint); the read-activity consumer commits its own, for
+#: which ``read`` on the group is what Kafka asks too, so ``read`` is all a group could ever need.
 CONSUMER_GROUP_PREFIXES: Mapping[str, tuple[str, ...]] = {
-    STREAM: ("spark-kafka-source-", "spark-kafka-relation-", "feed-watermarks"),
+    STREAM: ("spark-kafka-source-", "spark-kafka-relation-", "feed-watermarks", "feed-read-activity"),
     BACKFILL: ("spark-kafka-relation-", "feed-watermarks"),
     SERVER: ("feed-read-service", "feed-watermarks"),
 }
@@ -105,6 +111,9 @@ def kafka_acls(topic_names: Mapping[str, str]) -> list[KafkaAcl]:
     [('feed.tweets.v1', 'describe'), ('feed.tweets.v1', 'write')]
     >>> sorted((a.name, a.operation) for a in acls if a.principal == "User:feed-server" and a.resource_type == "topic")
     [('feed.timeline-changes.v1', 'describe'), ('feed.timeline-changes.v1', 'read')]
+    >>> reads = kafka_acls({"reads": "feed.reads.v1"})
+    >>> sorted((a.principal, a.operation) for a in reads if a.resource_type == "topic")
+    [('User:feed-server', 'describe'), ('User:feed-server', 'write'), ('User:feed-stream', 'describe'), ('User:feed-stream', 'read')]
     """
     def topics(roles: Iterable[str]) -> list[str]:
         return [topic_names[r] for r in roles if r in topic_names]
@@ -124,6 +133,8 @@ def kafka_acls(topic_names: Mapping[str, str]) -> list[KafkaAcl]:
     allow(BACKFILL, topics(STREAM_INTERNAL_TOPICS), "describe")  # its snapshot records where the stream continues
     allow(BACKFILL, topics(("dead_letter",)), "write", "describe")  # the backfill's --dead-letters (Spark's sink)
     allow(SERVER, topics(("timeline_changes",)), "read", "describe")
+    allow(SERVER, topics(READ_ACTIVITY_TOPICS), "write", "describe")  # its reports of who reads
+    allow(STREAM, topics(READ_ACTIVITY_TOPICS), "read", "describe")  # the driver's ReadActivityConsumer
     for role, prefixes in CONSUMER_GROUP_PREFIXES.items():
         for prefix in prefixes:
             plan.append(KafkaAcl(f"User:{kafka_user(role)}", "group", prefix, "prefixed", "read"))

@@ -29,6 +29,12 @@ Environment variables (defaults: the local stack of ``feedctl stack up``):
   to the ``timeline_changes`` topic once its Cassandra writes succeeded (docs/view-changes.md); 0: it
   publishes nothing (e.g. a benchmark comparing the stream without it). Also ``true``/``false``,
   ``yes``/``no``, ``on``/``off``
+- ``FEED_INACTIVE_AFTER_S``  seconds without a home-timeline read (GetHomeTimeline or a Watch) after
+  which a reader is inactive and its inbox is no longer kept (default 2592000 = 30 days; 0: nobody is
+  ever inactive, every inbox kept; docs/activity.md). With it > 0 the read service reports reads to
+  the ``reads`` topic and the stream's driver consumes them
+- ``FEED_READ_REPORT_INTERVAL_S``  at most one report per reader and read-service process in this
+  many seconds (default 3600); less than ``FEED_INACTIVE_AFTER_S`` when that is > 0
 
 Replication and consistency (docs/cluster.md; the defaults suit the single-node local stack):
 
@@ -72,6 +78,14 @@ from feed_service.security.roles import check_role
 DEFAULT_TRIM_SLACK = 200
 """Rows above the cap a stored timeline may reach before it is trimmed (docs/trimming.md: a trim reads
 cap + slack keys, so each insert pays (cap + slack) / slack key reads; 200 = 5 per insert, 25 % space)."""
+
+DEFAULT_INACTIVE_AFTER_S = 30 * 24 * 3600
+"""A reader idle this long is inactive (docs/activity.md#read-activity: a weekly or monthly reader
+never flips, while the accounts that never read, most of what inboxes cost, stop costing writes)."""
+
+DEFAULT_READ_REPORT_INTERVAL_S = 3600
+"""One read report per reader and process at most this often (docs/activity.md#read-activity: the
+topic's volume is at most the distinct readers per interval, and an hour is nothing against 30 days)."""
 
 DEFAULT_STATE_PARTITIONS = 2
 """State partitions of a new stream checkpoint (docs/streaming.md has the measurement behind it)."""
@@ -191,6 +205,22 @@ def check_history_horizon(value: int) -> int:
     return value
 
 
+def check_read_activity(inactive_after_s: int, report_interval_s: int) -> None:
+    """The inactivity horizon (an integer >= 0; 0: nobody is ever inactive) and the report interval
+    (an integer >= 1, below the horizon when it is on: a reader who reads more often than the horizon
+    must be reported within it, docs/activity.md#read-activity)."""
+    if type(inactive_after_s) is not int or inactive_after_s < 0:
+        raise ConfigError("FEED_INACTIVE_AFTER_S must be an integer number of seconds >= 0 (0: nobody is ever "
+                          f"inactive), got {inactive_after_s!r}")
+    if type(report_interval_s) is not int or report_interval_s < 1:
+        raise ConfigError(f"FEED_READ_REPORT_INTERVAL_S must be an integer number of seconds >= 1, got "
+                          f"{report_interval_s!r}")
+    if inactive_after_s and report_interval_s >= inactive_after_s:
+        raise ConfigError(f"FEED_READ_REPORT_INTERVAL_S ({report_interval_s}) must be less than "
+                          f"FEED_INACTIVE_AFTER_S ({inactive_after_s}): a reader reported once per interval "
+                          "would otherwise turn inactive between two reports")
+
+
 def check_state_partitions(value: int) -> int:
     """``value`` if it is a usable number of state partitions (an integer from 1 to 4096)."""
     if type(value) is not int or not 1 <= value <= 4096:
@@ -282,6 +312,10 @@ class Settings:
     per_reader_local_limit: int = DEFAULT_PER_READER_LOCAL_LIMIT
     """Messages of a micro-batch up to which the reposter and reader steps run in the stream's driver
     process; above it they run on the executors (docs/reposts-and-replies.md)."""
+    inactive_after_s: int = DEFAULT_INACTIVE_AFTER_S
+    """Seconds without a home-timeline read after which a reader is inactive (0: never; docs/activity.md)."""
+    read_report_interval_s: int = DEFAULT_READ_REPORT_INTERVAL_S
+    """At most one read report per reader and read-service process in this many seconds."""
     cassandra_replication: str = "SimpleStrategy:1"
     """The keyspace's replication when provisioning creates it (:func:`keyspace_replication`)."""
     cassandra_local_dc: str = ""
@@ -320,6 +354,7 @@ class Settings:
             raise ConfigError(f"pull_reposters must be a boolean, got {self.pull_reposters!r}")
         if type(self.per_reader_local_limit) is not int or self.per_reader_local_limit < 0:
             raise ConfigError(f"per-reader local limit must be an integer >= 0, got {self.per_reader_local_limit!r}")
+        check_read_activity(self.inactive_after_s, self.read_report_interval_s)
         keyspace_replication(self.cassandra_replication)
         check_consistency(self.write_consistency, "write consistency")
         check_consistency(self.read_consistency, "read consistency")
@@ -351,6 +386,13 @@ class Settings:
 
     def topic(self, role: str) -> str:
         return self.topics[role].name
+
+    @property
+    def read_activity_group(self) -> str:
+        """The consumer group of the driver's read-activity consumer: one per ``reads`` topic name, so
+        pipelines isolated by a topic suffix keep their own offsets (prefix granted to the stream role
+        in :data:`feed_service.security.roles.CONSUMER_GROUP_PREFIXES`)."""
+        return f"feed-read-activity.{self.topic('reads')}"
 
     @property
     def secured(self) -> bool:
@@ -391,6 +433,9 @@ class Settings:
                 view_changes=parse_flag(env.get("FEED_VIEW_CHANGES", "1"), "FEED_VIEW_CHANGES"),
                 per_reader_local_limit=int(env.get("FEED_PER_READER_LOCAL_LIMIT",
                                                    str(DEFAULT_PER_READER_LOCAL_LIMIT))),
+                inactive_after_s=int(env.get("FEED_INACTIVE_AFTER_S", str(DEFAULT_INACTIVE_AFTER_S))),
+                read_report_interval_s=int(env.get("FEED_READ_REPORT_INTERVAL_S",
+                                                   str(DEFAULT_READ_REPORT_INTERVAL_S))),
                 cassandra_replication=env.get("FEED_CASSANDRA_REPLICATION", "SimpleStrategy:1"),
                 cassandra_local_dc=env.get("FEED_CASSANDRA_LOCAL_DC", ""),
                 write_consistency=env.get("FEED_CASSANDRA_WRITE_CONSISTENCY", "ONE").upper(),
@@ -433,6 +478,8 @@ class Settings:
             "FEED_STATE_BUCKETS": str(self.state_buckets),
             "FEED_VIEW_CHANGES": "1" if self.view_changes else "0",
             "FEED_PER_READER_LOCAL_LIMIT": str(self.per_reader_local_limit),
+            "FEED_INACTIVE_AFTER_S": str(self.inactive_after_s),
+            "FEED_READ_REPORT_INTERVAL_S": str(self.read_report_interval_s),
             "FEED_CASSANDRA_REPLICATION": self.cassandra_replication,
             "FEED_CASSANDRA_LOCAL_DC": self.cassandra_local_dc,
             "FEED_CASSANDRA_WRITE_CONSISTENCY": self.write_consistency,

@@ -17,6 +17,10 @@ Health (``grpc.health.v1.Health``, services ``""`` and ``feed.v1.TimelineService
 reflection are served without a token, on the same port and so with the same transport: plaintext,
 TLS or mutual TLS (:mod:`.tls`, docs/api.md#tls). The abuse limits (docs/api.md#limits) are set
 here: gRPC's own caps on a request's size and its metadata, and the rate limiters the calls share.
+
+Unless ``FEED_INACTIVE_AFTER_S`` is 0, home reads and watch starts are reported to the ``reads``
+topic (:mod:`.activity`, docs/activity.md#read-activity); the producer gets a moment at ``stop`` to
+deliver what it holds.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
 from feed_service.api import timeline_pb2 as pb
+from feed_service.server.activity import CLOSE_FLUSH_S, KafkaReadReports, ReadReporter
 from feed_service.server.registration import add_health, add_timeline_service
 from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
@@ -67,7 +72,9 @@ class ServerState(enum.Enum):
 
 class TimelineServer:
     """One gRPC server. ``store`` injects a ready store (tests; the caller keeps ownership);
-    otherwise the server connects ``store_factory`` (default: Cassandra from ``config.settings``)."""
+    otherwise the server connects ``store_factory`` (default: Cassandra from ``config.settings``).
+    ``report_reads(reader_id, value)`` injects where read reports go (tests; default: the ``reads``
+    topic)."""
 
     def __init__(
         self,
@@ -77,6 +84,7 @@ class TimelineServer:
         store_factory: Callable[[], TimelineStore] | None = None,
         reuse_port: bool = False,
         now: Callable[[], float] = time.time,
+        report_reads: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self.config = config.validated()
         self.secret = config.auth_secret if config.auth_secret is not None else secrets.token_bytes(32)
@@ -99,6 +107,8 @@ class TimelineServer:
         self._feed: ChangeFeed | None = None
         self._kind_counts: dict[str, int] = {}
         self._kind_children: dict[str, object] = {}
+        self._report_reads = report_reads
+        self._read_reports: KafkaReadReports | None = None
 
     @property
     def servicer(self) -> TimelineServicer:
@@ -146,6 +156,7 @@ class TimelineServer:
                  else server.add_secure_port(address, credentials))
         if not bound:
             raise OSError(f"cannot bind the gRPC server to {address}")
+        self._start_read_activity()  # before the first call is admitted
         await server.start()
         self._server, self.port = server, bound
         if cfg.metrics_port is not None:
@@ -161,8 +172,24 @@ class TimelineServer:
             self._feed_task = asyncio.create_task(self._feed_loop(), name="view-changes")
         log.info("serving", extra={"fields": {"port": bound, "metrics_port": self.metrics_port,
                                               "tls": "mutual" if cfg.client_ca_file else cfg.tls,
-                                              "keyspace": cfg.settings.keyspace, "demo": cfg.demo}})
+                                              "keyspace": cfg.settings.keyspace, "demo": cfg.demo,
+                                              "read_reports": self.servicer.read_activity is not None}})
         return bound
+
+    def _start_read_activity(self) -> None:
+        """Report home reads to the stream's driver unless FEED_INACTIVE_AFTER_S=0 (docs/activity.md).
+        The producer connects in the background: a broker down now only fails (and counts) reports."""
+        settings = self.config.settings
+        if not settings.inactive_after_s:
+            return
+        delivered, failed = (self.metrics.read_reports.labels(result) for result in ("delivered", "failed"))
+        produce = self._report_reads
+        if produce is None:
+            self._read_reports = KafkaReadReports(settings, on_delivered=delivered.inc, on_failure=failed.inc)
+            produce = self._read_reports.produce
+        reporter = ReadReporter(produce, interval_s=settings.read_report_interval_s, on_failure=failed.inc)
+        self.metrics.read_report_readers.set_function(reporter.__len__)
+        self.servicer.attach_read_activity(reporter)
 
     async def _set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -280,6 +307,9 @@ class TimelineServer:
             if task is not None:
                 task.cancel()
         await self._server.stop(grace)
+        if self._read_reports is not None:
+            reports, self._read_reports = self._read_reports, None
+            await asyncio.to_thread(reports.close, min(grace, CLOSE_FLUSH_S))
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
         if self._feed is not None:

@@ -15,6 +15,9 @@
 ``feed_read_cache_evictions_total``    counter    cached timelines evicted (least recently read)
 ``feed_read_cache_timelines``          gauge      timelines, pull authors and lists cached
 ``feed_watch_messages_total``          counter    messages pushed to watch streams
+``feed_read_reports_total``            counter    read-activity reports by ``result`` (delivered|failed;
+                                                  docs/activity.md#read-activity)
+``feed_read_report_readers``           gauge      readers reported within the interval (the TTL'd set)
 =====================================  =========  ===========================================
 """
 
@@ -52,6 +55,10 @@ class ServerMetrics:
         self.view_change_gaps = Counter("feed_view_change_gaps", "gaps in the view changes (caches dropped)",
                                         registry=r)
         self.watch_messages = Counter("feed_watch_messages", "messages pushed to watch streams", registry=r)
+        self.read_reports = Counter("feed_read_reports", "read-activity reports by result (delivered|failed)",
+                                    ("result",), registry=r)
+        self.read_report_readers = Gauge("feed_read_report_readers",
+                                         "readers reported by this process within the report interval", registry=r)
         self._children: dict[tuple[str, str], tuple] = {}
         self._in_flight: dict[str, Gauge] = {}
 

@@ -6,7 +6,9 @@ Every call runs the same steps, in this order, so a call fails with the first ap
    limit (RESOURCE_EXHAUSTED, with a RetryInfo; docs/api.md#limits);
 2. validate the arguments (INVALID_ARGUMENT): a request that decodes, ids 1..128 characters,
    ``page_size`` 0 (= 20)..200;
-3. authorize: a user token reads only its own timeline (PERMISSION_DENIED);
+3. authorize: a user token reads only its own timeline (PERMISSION_DENIED); a home read or watch
+   so admitted is the reader's activity, reported to the stream's driver (:mod:`.activity`: a set
+   lookup, and a record at most once per reader and interval; docs/activity.md#read-activity);
 4. decode the page / resume token, bound to the timeline (INVALID_ARGUMENT);
 5. read the store within the call's budget: the gRPC deadline, at most ``request_timeout_s``
    (StoreUnavailable -> UNAVAILABLE; StoreTimeout -> DEADLINE_EXCEEDED once the deadline is spent).
@@ -45,6 +47,7 @@ from feed_service.api import timeline_pb2 as pb
 from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.server import auth
+from feed_service.server.activity import ReadReporter
 from feed_service.server.calls import CallPlumbing, RpcFailure, authorize_timeline, check_id, rpc
 from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.hydration import EntryHydrator, ProfileCache, hydrate_profiles
@@ -96,6 +99,12 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         self.watch = HomeWatch(calls=self.calls, reads=self.reads, hydrator=hydrator, tokens=tokens,
                                metrics=metrics, poll_s=watch_poll_s, inbox_cap=self.inbox_cap,
                                max_per_user=max_watches_per_user)
+        #: who reads, for the stream's driver (None: FEED_INACTIVE_AFTER_S=0, every inbox is kept)
+        self.read_activity: ReadReporter | None = None
+
+    def attach_read_activity(self, reporter: ReadReporter) -> None:
+        """Report every home read and watch start to ``reporter`` from now on."""
+        self.read_activity = reporter
 
     def attach_changes(self, feed: ChangeFeed, read_cache: ReadCache | None, hub: WatchHub) -> None:
         """Serve from the change topic from now on: watches subscribe to ``hub``, reads use ``read_cache``
@@ -138,6 +147,8 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         user_id = check_id(request.user_id, "user_id")
         size = page_size(request.page_size)
         authorize_timeline(claims, user_id)
+        if self.read_activity is not None:
+            self.read_activity.read(user_id)
         cache = self.reads.live_cache()
         # an encoded page is kept under the token it answered: that token was verified for this user
         page_key = (request.page_token, size)
@@ -221,4 +232,6 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
                           claims: auth.Claims) -> Messages:
         user_id = check_id(request.user_id, "user_id")
         authorize_timeline(claims, user_id)
+        if self.read_activity is not None:
+            self.read_activity.read(user_id)
         return self.watch.stream(self.calls.store(), user_id, request.resume_token, context)

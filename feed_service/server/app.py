@@ -37,7 +37,8 @@ from grpc_health.v1 import health, health_pb2
 from grpc_reflection.v1alpha import reflection
 
 from feed_service.api import timeline_pb2 as pb
-from feed_service.server.activity import CLOSE_FLUSH_S, KafkaReadReports, ReadReporter
+from feed_service.kafka.read_activity import ReadActivityProducer
+from feed_service.server.activity import CLOSE_FLUSH_S, ReadReporter
 from feed_service.server.registration import add_health, add_timeline_service
 from feed_service.server.config import ServerConfig
 from feed_service.server.metrics import ServerMetrics
@@ -108,7 +109,7 @@ class TimelineServer:
         self._kind_counts: dict[str, int] = {}
         self._kind_children: dict[str, object] = {}
         self._report_reads = report_reads
-        self._read_reports: KafkaReadReports | None = None
+        self._read_reports: ReadActivityProducer | None = None
 
     @property
     def servicer(self) -> TimelineServicer:
@@ -185,7 +186,7 @@ class TimelineServer:
         delivered, failed = (self.metrics.read_reports.labels(result) for result in ("delivered", "failed"))
         produce = self._report_reads
         if produce is None:
-            self._read_reports = KafkaReadReports(settings, on_delivered=delivered.inc, on_failure=failed.inc)
+            self._read_reports = ReadActivityProducer(settings, on_delivered=delivered.inc, on_failure=failed.inc)
             produce = self._read_reports.produce
         reporter = ReadReporter(produce, interval_s=settings.read_report_interval_s, on_failure=failed.inc)
         self.metrics.read_report_readers.set_function(reporter.__len__)

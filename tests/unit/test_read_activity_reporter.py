@@ -14,7 +14,8 @@ import pytest
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Entry
-from feed_service.server.activity import KafkaReadReports, ReadReporter, encode_report
+from feed_service.kafka.read_activity import BadReport, ReadActivityProducer, decode_report, encode_report
+from feed_service.server.activity import ReadReporter
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
@@ -99,6 +100,29 @@ def test_invalid_bounds_are_refused() -> None:
 
 def test_the_record_value_is_compact_json() -> None:
     assert json.loads(encode_report("ann", 5)) == {"reader_id": "ann", "read_at": 5}
+    assert decode_report(b"ann", encode_report("ann", 5)) == ("ann", 5)
+    assert decode_report(None, encode_report("ann", 5)) == ("ann", 5)
+
+
+@pytest.mark.parametrize("key, value, reason", [
+    (b"ann", None, "no_value"),
+    (b"ann", b"{not json", "bad_json"),
+    (b"ann", b"\xff\xfe", "bad_json"),
+    (b"ann", b'["ann", 5]', "not_object"),
+    (b"ann", b'{"read_at": 5}', "bad_reader_id"),
+    (b"", b'{"reader_id": "", "read_at": 5}', "bad_reader_id"),
+    (b"ann", b'{"reader_id": 7, "read_at": 5}', "bad_reader_id"),
+    (b"ann", b'{"reader_id": "ann"}', "bad_read_at"),
+    (b"ann", b'{"reader_id": "ann", "read_at": "5"}', "bad_read_at"),
+    (b"ann", b'{"reader_id": "ann", "read_at": 5.0}', "bad_read_at"),
+    (b"ann", b'{"reader_id": "ann", "read_at": false}', "bad_read_at"),
+    (b"ann", b'{"reader_id": "ann", "read_at": -1}', "bad_read_at"),
+    (b"bob", b'{"reader_id": "ann", "read_at": 5}', "key_mismatch"),
+])
+def test_records_that_are_not_reports_are_named(key: bytes | None, value: bytes | None, reason: str) -> None:
+    with pytest.raises(BadReport) as bad:
+        decode_report(key, value)
+    assert bad.value.reason == reason
 
 
 # -- the server's hooks ------------------------------------------------------------------------------
@@ -173,7 +197,7 @@ def test_a_failing_produce_never_fails_a_read_and_is_counted() -> None:
 def test_kafka_reports_to_an_unreachable_broker_fail_quietly_and_close_at_once() -> None:
     """No broker listens: the read path only enqueues, and closing does not wait for one."""
     failures = threading.Semaphore(0)
-    reports = KafkaReadReports(Settings(kafka_bootstrap="127.0.0.1:1"), on_failure=failures.release)
+    reports = ReadActivityProducer(Settings(kafka_bootstrap="127.0.0.1:1"), on_failure=failures.release)
     r = ReadReporter(reports.produce, interval_s=60)
     started = time.perf_counter()
     r.read("ann")

@@ -36,9 +36,15 @@ def refill_deltas(key: str, requests: Mapping[str, set[tuple[int, str, int]]], r
             for tid, c in _newest_first(retained):
                 if taken >= need:
                     break
-                if (c[1], tid) >= (below_at, below_tid) or not _shown_in_inbox(key, c, reader):
+                at = (c[1], tid)
+                if at > (below_at, below_tid) or not _shown_in_inbox(key, c, reader):
                     continue
-                taken += 1
+                # A row on the line itself is written again but not counted: the line names a row by
+                # (created_at, tweet_id) only, and the row it names may be this author's (present,
+                # counted by the driver among the rows at or above the line) or, where two authors
+                # share a tweet id, another's: counting it would leave the need-th row below unwritten.
+                if at < (below_at, below_tid):
+                    taken += 1
                 if tid not in touched:
                     rows[tid] = c
         audience = (reader,)

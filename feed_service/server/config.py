@@ -34,7 +34,8 @@ Environment variables (the config file has the same keys, lower-case, without ``
 
 Cassandra comes from :class:`feed_service.settings.Settings` (``FEED_CASSANDRA_HOSTS``,
 ``FEED_CASSANDRA_PORT``, ``FEED_KEYSPACE``), which the ``[cassandra]`` table of the file can set too
-(the environment wins).
+(the environment wins). So do the read-activity reports (``FEED_INACTIVE_AFTER_S``,
+``FEED_READ_REPORT_INTERVAL_S``: docs/activity.md#read-activity) and the ``reads`` topic they go to.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, Collection, Sequence
 
+from feed_service.core.inbox_rule import shown_in_inbox
 from feed_service.core.rows import Cursor, Entry
 
 #: Rows read at most per further read of one pull author whose replies were hidden (the reads
@@ -21,11 +22,10 @@ MAX_FURTHER = 800
 
 def deciding_user(entry: Entry, reader: str) -> str | None:
     """The user whose visibility to ``reader`` decides whether a pull author's row is shown: a reply's
-    parent author, unless that is the author itself (a thread) or the reader; None: always shown."""
+    parent author, unless the row is one an inbox would hold (no reply, a thread, a reply to the
+    reader: :func:`~feed_service.core.inbox_rule.shown_in_inbox`); None: always shown."""
     parent = entry.in_reply_to_author_id
-    if parent is None or parent == entry.author_id or parent == reader:
-        return None
-    return parent
+    return None if shown_in_inbox(entry.author_id, parent, reader) else parent
 
 
 def has_replies(rows: Sequence[Entry]) -> bool:
@@ -94,6 +94,18 @@ async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, s
             u = deciding_user(e, reader)
             return u is None or known[u]
         return shows
+
+    return await read_past(slices, limit, decide, further)
+
+
+async def inbox_slices(reader: str, slices: Sequence[list[Entry]], limit: int,
+                       further: Further) -> list[list[Entry]]:
+    """Each push author's slice cut to the first ``limit`` rows ``reader``'s inbox would hold
+    (:func:`~feed_service.core.inbox_rule.shown_in_inbox`), reading on past the replies to third
+    users (:func:`read_past`): the inbox of a reader whose inbox is not kept (docs/activity.md). Those
+    replies reach the reader through its ``home_extras``; no lookup decides anything here."""
+    async def decide(_: Sequence[list[Entry]]) -> Callable[[int, Entry], bool]:
+        return lambda _i, e: shown_in_inbox(e.author_id, e.in_reply_to_author_id, reader)
 
     return await read_past(slices, limit, decide, further)
 

@@ -28,6 +28,14 @@ change without a new tweet version, so its change settles a fill only if the rea
 content). Changes published after the read are applied in order, as to any cached head. Rows are
 identified by position, as in Cassandra, so the two changes of a move apply in either order.
 Nothing here blocks the loop or reads Cassandra by itself.
+
+A reader whose inbox is not kept (the static ``inbox_dropped``, read with every inbox slice:
+docs/activity.md) gets no inbox head: its fill is not kept, so each of its pages is computed from
+its authors' timelines (the author heads serve those). The flag is written by the stream's driver
+and is not on the change topic, so a head is filled only from a read that saw it false and is
+trusted for :data:`FLAG_RECHECK_S` after that read; a head older than that is filled again on its
+next read (which reads the flag again). The driver sets the flag only for a reader that has not
+read for far longer than that, and every hit is such a read (docs/activity.md).
 """
 
 from __future__ import annotations
@@ -66,6 +74,10 @@ SETTLE_TIMEOUT_S = 5.0
 #: Encoded pages kept per cached inbox head (the first page and the next one, say): bounded memory.
 MAX_PAGES_PER_HEAD = 2
 
+#: Seconds a cached inbox head is served after the read that saw its ``inbox_dropped`` false; then
+#: its next read fills it again, reading the flag (docs/activity.md#exact-reads-without-an-inbox).
+FLAG_RECHECK_S = 30.0
+
 CacheKey = tuple[str, str]
 """("home", user) | ("author", author) | ("reposts", user): an inbox (with its extras), an author
 timeline, a user's own reposts."""
@@ -99,10 +111,11 @@ class TimelineHead:
     pages (``pages``)."""
 
     __slots__ = ("rows", "cursors", "complete", "depth", "pull", "stamp", "pages", "extras", "sees", "sees_epoch",
-                 "replies", "reposters")
+                 "replies", "reposters", "checked")
 
     def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None,
-                 extras: "TimelineHead | None" = None, reposters: set[str] | None = None) -> None:
+                 extras: "TimelineHead | None" = None, reposters: set[str] | None = None,
+                 checked: float = 0.0) -> None:
         self.depth = depth
         self.complete = len(newest_first) < depth
         self.rows = list(reversed(newest_first[:depth]))
@@ -118,6 +131,8 @@ class TimelineHead:
         #: overtook is not kept
         self.sees_epoch = 0
         self.reposters = reposters
+        #: an inbox head: when the read that saw the reader's ``inbox_dropped`` false started
+        self.checked = checked
 
     def changed(self) -> None:
         """Something this head holds changed: a new stamp, and its encoded pages are gone."""
@@ -271,8 +286,11 @@ class ReadCache:
     and :meth:`drop_all`). ``hits``/``misses``/``evictions`` are cumulative counts."""
 
     def __init__(self, feed: ChangeFeed, *, depth: int = DEFAULT_DEPTH, max_keys: int = DEFAULT_MAX_KEYS,
-                 settle_timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+                 settle_timeout_s: float = SETTLE_TIMEOUT_S, flag_recheck_s: float = FLAG_RECHECK_S,
+                 timer: Callable[[], float] = time.monotonic) -> None:
         self.feed = feed
+        self.flag_recheck_s = flag_recheck_s
+        self.timer = timer
         self.depth = depth
         self.settle_timeout_s = settle_timeout_s
         self.hits = 0
@@ -294,6 +312,11 @@ class ReadCache:
     @property
     def usable(self) -> bool:
         return self.feed.live
+
+    def _kept(self, head: TimelineHead) -> bool:
+        """Whether an inbox head may be served: its reader's inbox was kept when its flag was last
+        read, and that was less than ``flag_recheck_s`` ago (the flag is not on the change topic)."""
+        return self.timer() - head.checked < self.flag_recheck_s
 
     # -- reads -----------------------------------------------------------------------------
     async def rows(self, kind: str, key: str, n: int, before: Cursor | None,
@@ -327,24 +350,29 @@ class ReadCache:
         (a later, larger first page fills it again); pages below it are read from the store."""
         ck = ("home", user_id)
         head = self._data.get(ck) if self.usable else None
-        if head is not None and head.pull is not None and head.reposters is not None:
-            rows = head.first(n, before)
-            extras = head.extras.first(n, before) if rows is not None and head.extras is not None else None
+        kept = head is not None and self._kept(head)
+        if kept and head.pull is not None and head.reposters is not None:  # type: ignore[union-attr]
+            rows = head.first(n, before)  # type: ignore[union-attr]
+            extras = head.extras.first(n, before) if rows is not None and head.extras is not None else None  # type: ignore[union-attr]
             if extras is not None:
                 self.hits += 1
-                return HomeSlice(InboxSlice(rows, sorted(head.pull), sorted(head.reposters)),  # type: ignore[arg-type]
+                return HomeSlice(InboxSlice(rows, sorted(head.pull), sorted(head.reposters), False),  # type: ignore[arg-type, union-attr]
                                  extras)
         self.misses += 1
+        started = self.timer()
         if (before is not None or n > self.depth or not self.usable or ck in self._pending
                 or (head is None and not self._seen.again(user_id))):
             got = await read(n)
-            if (got.inbox.pull_authors is None and head is not None and head.pull is not None
-                    and head.reposters is not None):
-                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull), sorted(head.reposters)), got.extras)
+            if got.inbox.inbox_dropped and self._data.get(ck) is head is not None:
+                del self._data[ck]  # the inbox is no longer kept: its head is no use
+            elif (got.inbox.pull_authors is None and kept and head.pull is not None  # type: ignore[union-attr]
+                    and head.reposters is not None):  # type: ignore[union-attr]
+                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull), sorted(head.reposters),  # type: ignore[union-attr]
+                                            False), got.extras)
             return got
-        return await self._fill(ck, lambda: read(n), lambda s: TimelineHead(
+        return await self._fill(ck, lambda: read(n), lambda s: None if s.inbox.inbox_dropped is not False else TimelineHead(
             s.inbox.entries, n, set(s.inbox.pull_authors or ()), TimelineHead(s.extras, n),
-            set(s.inbox.pull_reposters or ())))
+            set(s.inbox.pull_reposters or ()), started))
 
     async def sees(self, user_id: str, users: Collection[str],
                    read: Callable[[Collection[str]], Awaitable[set[str]]]) -> set[str]:
@@ -399,7 +427,7 @@ class ReadCache:
             return None
         data = self._data
         head = data.get(("home", user_id))
-        if head is None or head.pull is None or head.reposters is None or head.reposters:
+        if head is None or head.pull is None or head.reposters is None or head.reposters or not self._kept(head):
             return None  # a reader merging pull reposters in: its repost rows are decided with lookups
         inbox = head.first(n, before)
         if inbox is None:
@@ -438,7 +466,7 @@ class ReadCache:
         if not self.usable:
             return None
         head = self._data.get(("home", user_id))
-        if head is None or not head.pages:
+        if head is None or not head.pages or not self._kept(head):
             return None
         memo = head.pages.get(key)
         if memo is None:
@@ -474,9 +502,15 @@ class ReadCache:
         except BaseException:
             self._pending.pop(ck, None)
             raise
+        head = build(result)
+        if head is None:  # nothing to keep (a reader whose inbox is not kept), nor any head kept before
+            if self._pending.get(ck) is fill:
+                del self._pending[ck]
+            self._data.pop(ck, None)
+            return result
         # Fills settle together: one task for all those whose reads ended before its watermark
         # read, not a task (and a watermark wait) per fill.
-        self._settling.append((ck, fill, build(result), time.monotonic()))
+        self._settling.append((ck, fill, head, time.monotonic()))
         if not self._tasks:
             task = asyncio.ensure_future(self._settle_all())
             self._tasks.add(task)

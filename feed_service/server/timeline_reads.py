@@ -20,11 +20,12 @@ import asyncio
 import functools
 from typing import Awaitable, Callable, Collection
 
+from feed_service.core.inbox_rule import push_authors
 from feed_service.core.per_reader.pull_reposts import Lookups, RepostFacts
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
 from feed_service.server.change_feed import ChangeFeed
-from feed_service.server.pull_replies import has_replies, shown_slices
+from feed_service.server.pull_replies import has_replies, inbox_slices, shown_slices
 from feed_service.server.pull_sources import PullSources
 from feed_service.server.pulled_reposts import decided_slices
 from feed_service.server.read_cache import HomeSlice, ReadCache, Sources
@@ -138,44 +139,78 @@ class TimelineReads:
                                              store.extras_page(user_id, before=before, limit=limit, timeout=budget))
         return HomeSlice(inbox, extras)
 
+    async def author_slices(self, store: TimelineStore, authors: list[str], before: Cursor | None, limit: int,
+                            budget: float) -> list[list[Entry]]:
+        """Each author's ``limit`` newest rows older than ``before``, newest first, concurrently: from
+        the read cache's heads, else the TTL'd pull sources' (a pull author's, or a push author's of a
+        reader whose inbox is not kept)."""
+        if not authors:
+            return []
+        cache = self.live_cache()
+        if cache is None:
+            return await self.pull.pages(store, authors, before=before, limit=limit, timeout=budget)
+        return list(await asyncio.gather(*(
+            cache.rows("author", a, limit, before, lambda n, a=a: store.author_page(a, before=before, limit=n,
+                                                                                    timeout=budget))
+            for a in authors)))
+
     async def home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
                         budget: float) -> list[Entry]:
         """Up to ``limit`` entries of the home timeline older than ``before``, newest first: the
         inbox and extras slices merged with the pull authors the user follows. Two concurrent store
         reads when the user follows no pull author (the inbox slice brings the list), more only for
-        pull authors' heads and, if they hold replies to third users, the reader's visible set."""
+        pull authors' heads and, if they hold replies to third users, the reader's visible set.
+
+        A reader whose inbox is not kept (the static ``inbox_dropped``, read with the slice) has its
+        inbox rows computed instead from the author timelines of its push authors
+        (:meth:`dropped_inbox`, docs/activity.md)."""
         cache = self.live_cache()
         if cache is None:
             got = await self._own_rows(store, user_id, before, limit, budget)
-            authors = got.inbox.pull_authors
-            if authors is None:  # nothing below the cursor came back, so neither did the list
-                authors = await self.pull.authors(store, user_id, timeout=budget)
-            pulled = await self.pull.pages(store, authors, before=before, limit=limit, timeout=budget) if authors else []
         else:
             got = await cache.home(user_id, limit, before, lambda n: self._own_rows(store, user_id, before, n, budget))
-            authors = got.inbox.pull_authors
-            if authors is None:
-                authors = await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
-            pulled = list(await asyncio.gather(*(
-                cache.rows("author", a, limit, before, lambda n, a=a: store.author_page(a, before=before, limit=n,
-                                                                                        timeout=budget))
-                for a in authors)))
+        inbox = got.inbox
+        if inbox.pull_authors is None or inbox.pull_reposters is None or inbox.inbox_dropped is None:
+            # nothing below the cursor came back, so neither did the static columns: one read of them
+            inbox = (await store.statics(user_id, timeout=budget))._replace(entries=inbox.entries)
+        authors: list[str] = inbox.pull_authors  # type: ignore[assignment]
+        own = inbox.entries
+        if inbox.inbox_dropped:
+            own = []  # rows an inbox not kept may still hold are stale: ignored
+            pushed, pulled = await asyncio.gather(
+                self.dropped_inbox(store, user_id, authors, before, limit, budget),
+                self.author_slices(store, authors, before, limit, budget))
+        else:
+            pushed, pulled = [], await self.author_slices(store, authors, before, limit, budget)
         if any(has_replies(rows) for rows in pulled):
             pulled = await shown_slices(
                 user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
                 lambda i, cursor, n: store.author_page(authors[i], before=cursor, limit=n, timeout=budget))
         extras, reposted = got.extras, []
-        reposters = got.inbox.pull_reposters
-        if reposters is None:
-            reposters = await self.pull_reposters(store, user_id, budget)
+        reposters: list[str] = inbox.pull_reposters  # type: ignore[assignment]
         if reposters:
             extras, reposted = await self._with_pull_reposts(
                 store, user_id, reposters, extras, limit, budget,
                 first=lambda p: self.reposts_page(store, p, before, limit, budget),
                 extras_next=lambda cursor, n: store.extras_page(user_id, before=cursor, limit=n, timeout=budget),
                 reposts_next=lambda p, cursor, n: store.user_reposts_page(p, before=cursor, limit=n, timeout=budget))
-        sources = [got.inbox.entries, *(rows for rows in (extras, *pulled, *reposted) if rows)]
+        sources = [own, *(rows for rows in (extras, *pulled, *pushed, *reposted) if rows)]
         return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
+
+    async def dropped_inbox(self, store: TimelineStore, user_id: str, pull: list[str], before: Cursor | None,
+                            limit: int, budget: float) -> list[list[Entry]]:
+        """The inbox of a reader whose inbox is not kept, as slices of ``limit`` rows older than
+        ``before``: each push author's (the users the reader sees less its ``pull`` authors) rows that
+        the inbox would hold, read on past its replies to third users (docs/activity.md). One read of
+        the visible set, then one slice per push author (from the heads :meth:`author_slices` keeps).
+        The cost is bounded by the users the reader sees (docs/activity.md#exact-reads-without-an-inbox)."""
+        push = push_authors(await store.visible_users(user_id, timeout=budget), pull)
+        slices = await self.author_slices(store, push, before, limit, budget)
+        if any(has_replies(rows) for rows in slices):
+            slices = await inbox_slices(
+                user_id, slices, limit,
+                lambda i, cursor, n: store.author_page(push[i], before=cursor, limit=n, timeout=budget))
+        return [rows for rows in slices if rows]
 
     def author_page(self, store: TimelineStore, author_id: str, before: Cursor | None, limit: int,
                     budget: float) -> Awaitable[list[Entry]]:
@@ -202,21 +237,36 @@ class TimelineReads:
     async def home_newer(self, store: TimelineStore, user_id: str, after: Cursor | None, limit: int,
                          budget: float) -> list[Entry]:
         """Up to ``limit`` entries of the home timeline newer than ``after``, oldest first: the inbox,
-        the extras and the pull authors the user follows now."""
+        the extras and the pull authors the user follows now. The static columns are read first, in
+        one read (what a pushed watch reads must be no older than its subscription): they say which
+        authors to merge and whether the inbox is kept; a reader whose inbox is not kept has it
+        computed from its push authors' timelines instead (docs/activity.md)."""
         pushed = self.pushed()
-        authors = await self.pull_authors(store, user_id, budget, exact=pushed)
+        statics = await store.statics(user_id, timeout=budget)
+        authors, reposters = statics.pull_authors or [], statics.pull_reposters or []
         # A pushed watch catches up from the store itself: the TTL'd heads may predate its subscription.
         newer = store.author_newer if pushed else functools.partial(self.pull.newer, store)
-        own, extras, *pulled = await asyncio.gather(
-            store.newer(user_id, after=after, limit=limit, timeout=budget),
-            store.extras_newer(user_id, after=after, limit=limit, timeout=budget),
-            *(newer(a, after=after, limit=limit, timeout=budget) for a in authors))
+        push: list[str] = []
+        if statics.inbox_dropped:
+            push = push_authors(await store.visible_users(user_id, timeout=budget), authors)
+
+            async def nothing() -> list[Entry]:
+                return []
+            own_rows = nothing()  # stale rows of an inbox not kept are ignored
+        else:
+            own_rows = store.newer(user_id, after=after, limit=limit, timeout=budget)
+        own, extras, *slices = await asyncio.gather(
+            own_rows, store.extras_newer(user_id, after=after, limit=limit, timeout=budget),
+            *(newer(a, after=after, limit=limit, timeout=budget) for a in (*authors, *push)))
+        pulled, pushed_rows = slices[:len(authors)], slices[len(authors):]
         if any(has_replies(rows) for rows in pulled):
             pulled = await shown_slices(
                 user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
                 lambda i, cursor, n: store.author_newer(authors[i], after=cursor, limit=n, timeout=budget))
-        reposters = (await self.pull_reposters(store, user_id, budget) if not pushed
-                     else await store.pull_reposters(user_id, timeout=budget))
+        if any(has_replies(rows) for rows in pushed_rows):
+            pushed_rows = await inbox_slices(
+                user_id, pushed_rows, limit,
+                lambda i, cursor, n: store.author_newer(push[i], after=cursor, limit=n, timeout=budget))
         reposted: list[list[Entry]] = []
         if reposters:
             extras, reposted = await self._with_pull_reposts(
@@ -224,4 +274,4 @@ class TimelineReads:
                 first=lambda p: store.user_reposts_newer(p, after=after, limit=limit, timeout=budget),
                 extras_next=lambda cursor, n: store.extras_newer(user_id, after=cursor, limit=n, timeout=budget),
                 reposts_next=lambda p, cursor, n: store.user_reposts_newer(p, after=cursor, limit=n, timeout=budget))
-        return merge_oldest([own, extras, *pulled, *reposted], limit)
+        return merge_oldest([own, extras, *pulled, *pushed_rows, *reposted], limit)

@@ -11,6 +11,12 @@ Every message carries a resume token (:mod:`.page_token`, kind ``KIND_WATCH``). 
 message is sent as bytes: its entries encoded once for all the watchers it reaches, around each
 watcher's own token (:mod:`.watch_frames`).
 
+A watch of a reader whose inbox is not kept (the static ``inbox_dropped``, read when it starts)
+ignores the inbox's changes and merges the reader's push authors in as it merges pull authors:
+their author timelines' changes, with the rule of the inbox (no reply, a thread, a reply to the
+reader), joined and left as the reader's visible set changes (docs/activity.md). It stays so until
+it ends: the author timelines are exact whether or not the inbox is kept again meanwhile.
+
 At most ``max_per_user`` streams of one timeline are open at once: the next one ends with
 RESOURCE_EXHAUSTED before it reads or subscribes to anything, the open ones go on
 (docs/api.md#limits).
@@ -24,6 +30,7 @@ from typing import AsyncIterator
 import grpc
 
 from feed_service.api import timeline_pb2 as pb
+from feed_service.core.inbox_rule import push_authors
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import timeline_order
 from feed_service.core.per_reader.pull_reposts import Lookups, TweetKey, key, shows_extras_row, shows_pulled_row
@@ -180,9 +187,17 @@ class HomeWatch:
         try:
             state = _WatchState(position)
             budget = self.calls.budget(context)
-            authors = await self.reads.pull_authors(store, user_id, budget, exact=True)
-            reposters = await store.pull_reposters(user_id, timeout=budget)
-            hub.start(sub, authors)
+            # read after subscribing: the changes since then apply on top (one read of the statics)
+            statics = await store.statics(user_id, timeout=budget)
+            authors, reposters = statics.pull_authors or [], statics.pull_reposters or []
+            if statics.inbox_dropped:  # its push authors are merged in like pull authors
+                state.dropped = True
+                state.push = set(push_authors(await store.visible_users(user_id, timeout=budget), authors))
+                early = sub.early_follows
+                for a in state.push:  # a pull author that became push since: it stays followed
+                    if early is not None and early.get(a) == "delete":
+                        del early[a]
+            hub.start(sub, [*authors, *sorted(state.push)])
             hub.start_reposters(sub, reposters)
             if resumed:
                 async for message in self._catch_up(store, user_id, context, state):
@@ -198,6 +213,8 @@ class HomeWatch:
                     continue
                 items = sub.drain()
                 if any(item is RESYNC for item in items):
+                    if state.dropped:  # changes of the visible set may be lost too
+                        await self._resync_push(hub, sub, store, state, self.calls.budget(context))
                     async for message in self._catch_up(store, user_id, context, state):
                         yield message
                     continue
@@ -208,6 +225,58 @@ class HomeWatch:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    async def _resync_push(self, hub: WatchHub, sub: Subscription, store: TimelineStore, state: "_WatchState",
+                           budget: float) -> None:
+        """After a gap, the push authors of a reader whose inbox is not kept read again (the catch-up
+        that follows sends what they brought above the position)."""
+        visible = await store.visible_users(sub.user_id, timeout=budget)
+        pull = sub.authors - state.push
+        push = set(push_authors(visible, pull))
+        for a in state.push - push:
+            hub.unfollow(sub, a)
+        state.push = push
+        hub.follow(sub, sorted(push))
+
+    async def _push_rows(self, store: TimelineStore, author: str, budget: float) -> list[Entry]:
+        """A push author's newest rows (up to the cap) from the store itself, read after the watch
+        follows it: every later change of it reaches the watch."""
+        return await store.author_page(author, before=None, limit=self.inbox_cap, timeout=budget)
+
+    async def _join_push(self, hub: WatchHub, sub: Subscription, store: TimelineStore, author: str,
+                         state: "_WatchState", upserts: dict[str, Entry], removed: dict[str, Entry],
+                         unmerged: set[str], budget: float) -> None:
+        """A reader whose inbox is not kept merges ``author`` in as a push author: its rows the inbox
+        would hold are noted (sent), its others (replies to third users) leave this source."""
+        state.push.add(author)
+        hub.follow(sub, (author,))  # before the read: a change after it reaches the watch
+        page = await self._push_rows(store, author, budget)
+        ids = set()
+        for entry in page:
+            ids.add(entry.tweet_id)
+            if state.shows(entry, sub.user_id):
+                state.note(upserts, removed, "a", "insert", entry)
+            elif state.holds(entry.tweet_id, "a"):
+                state.note(upserts, removed, "a", "delete", entry)
+                unmerged.add(entry.tweet_id)
+        oldest = page[-1].cursor if len(page) >= self.inbox_cap else None
+        for tid, held in list(state.held.items()):  # deleted while the watch did not follow it
+            row = held.get("a")
+            if (row is not None and row.author_id == author and tid not in ids
+                    and (oldest is None or row.cursor > oldest)):
+                state.note(upserts, removed, "a", "delete", row)
+
+    async def _leave_push(self, hub: WatchHub, sub: Subscription, store: TimelineStore, author: str,
+                          state: "_WatchState", upserts: dict[str, Entry], removed: dict[str, Entry],
+                          unmerged: set[str], budget: float) -> None:
+        """A reader whose inbox is not kept no longer sees push author ``author``: its rows leave
+        (decided again from the store when no source the watch heard of holds them)."""
+        state.push.discard(author)
+        hub.unfollow(sub, author)
+        page = await self._push_rows(store, author, budget)
+        for entry in [*page, *(h["a"] for h in list(state.held.values()) if "a" in h and h["a"].author_id == author)]:
+            state.note(upserts, removed, "a", "delete", entry)
+            unmerged.add(entry.tweet_id)
 
     async def _changes(self, hub: WatchHub, sub: Subscription, items: list, state: "_WatchState",
                        budget: float) -> bytes | None:
@@ -235,7 +304,7 @@ class HomeWatch:
         # source (None: a row read, not brought)
         redecide: dict[TweetKey, dict[str | None, Entry]] = {}
         unmerged: set[str] = set()  # tweets a membership change took from a pull author's rows
-        undecided = {u for c in items if isinstance(c, AuthorChange)
+        undecided = {u for c in items if isinstance(c, AuthorChange) and c.entry.author_id not in state.push
                      if (u := deciding_user(c.entry, user_id)) is not None and u not in state.sees}
         if undecided:
             await self._learn(store, user_id, undecided, state, budget)
@@ -270,6 +339,15 @@ class HomeWatch:
                     redecide.setdefault(key(change.entry), {})["-" if change.op == "delete" else "x"] = change.entry
                 continue
             if isinstance(change, PullFollowChange):  # the user starts or stops merging an author in
+                if state.dropped:
+                    if change.op == "insert":
+                        state.push.discard(change.author_id)  # a push author now merged as a pull author
+                    elif await store.visible_among(user_id, (change.author_id,), timeout=budget):
+                        # still seen: a pull author turned push (or an unfollow whose visible row
+                        # goes later: its change takes the rows then)
+                        await self._join_push(hub, sub, store, change.author_id, state, upserts, removed,
+                                              unmerged, budget)
+                        continue
                 page = await self.reads.author_page(store, change.author_id, None, self.inbox_cap, budget)
                 if change.op == "insert":
                     await self._learn(store, user_id, _undecided(page, user_id, state), state, budget)
@@ -281,13 +359,25 @@ class HomeWatch:
                 continue
             if isinstance(change, VisibleChange):  # the pull authors' replies to that user come or go
                 state.sees[change.user_id] = change.op == "insert"
-                for author in sorted(sub.authors):
+                u = change.user_id
+                if state.dropped:  # the reader's push authors are its visible set less its pull authors
+                    if change.op == "insert" and u not in sub.authors:
+                        await self._join_push(hub, sub, store, u, state, upserts, removed, unmerged, budget)
+                    elif change.op == "delete" and u in state.push:
+                        await self._leave_push(hub, sub, store, u, state, upserts, removed, unmerged, budget)
+                for author in sorted(sub.authors - state.push):
                     page = await self.reads.author_page(store, author, None, self.inbox_cap, budget)
                     for entry in page:
                         if deciding_user(entry, user_id) == change.user_id:
                             state.note(upserts, removed, "a", change.op, entry)
                             unmerged.add(entry.tweet_id)
                 continue
+            if state.dropped:
+                if isinstance(change, TimelineChange):
+                    continue  # the inbox is not kept: its rows are not the timeline's (docs/activity.md)
+                if (isinstance(change, AuthorChange) and change.op != "delete"
+                        and change.entry.author_id not in sub.authors and not state.holds(change.entry.tweet_id, "a")):
+                    continue  # a row of an author no longer merged in (queued before it left): not shown
             if not state.fresh(change):
                 continue
             op, entry = change.op, change.entry
@@ -403,10 +493,12 @@ class HomeWatch:
                 await self._learn(store, user_id, _undecided(rows, user_id, state), state, budget)
                 if state.shows(rows[0], user_id):
                     return "a", rows[0]
-            return None
-        rows = await store.page(user_id, before=cursor, limit=1, timeout=budget)
-        if rows and rows[0].tweet_id == tid:
-            return "i", rows[0]
+            if sample.author_id not in state.push:
+                return None  # a pull author's replies reach no reader's extras
+        if not state.dropped:  # an inbox not kept holds no row of the timeline
+            rows = await store.page(user_id, before=cursor, limit=1, timeout=budget)
+            if rows and rows[0].tweet_id == tid:
+                return "i", rows[0]
         rows = await store.extras_page(user_id, before=cursor, limit=1, timeout=budget)
         if rows and rows[0].tweet_id == tid and rows[0].reposted_by is None:
             return "x", rows[0]
@@ -433,9 +525,10 @@ class _WatchState:
     """What one pushed watch has sent: its position, the row write timestamps seen (duplicates of an
     at-least-once topic are dropped), the versions its catch-up reads sent, which source holds each
     tweet it heard of (``held``: "i" the inbox, "a" a pull author, "x" the reader's extras) and
-    whether the reader sees each user a pull author's reply was decided by (``sees``)."""
+    whether the reader sees each user a pull author's reply was decided by (``sees``). For a reader
+    whose inbox is not kept (``dropped``), ``push`` holds the push authors merged in as "a" too."""
 
-    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token")
+    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token", "dropped", "push")
 
     #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first); the same
     #: bound holds the tweets' sources and the memberships.
@@ -450,6 +543,9 @@ class _WatchState:
         #: the encoded resume token of position ``token_at`` (the last one minted)
         self.token_at: Cursor | None = None
         self.token = b""
+        self.dropped = False
+        #: the push authors merged in (a subset of the hub's ``Subscription.authors``): only while dropped
+        self.push: set[str] = set()
 
     def fresh(self, change: TimelineChange | AuthorChange | ExtrasChange) -> bool:
         """False for a change at or below a write timestamp already applied to its row (a replay).
@@ -466,9 +562,12 @@ class _WatchState:
         return True
 
     def shows(self, entry: Entry, reader: str) -> bool:
-        """Whether a pull author's row is shown to ``reader`` (its deciding user noted in ``sees``)."""
+        """Whether a pull author's row is shown to ``reader`` (its deciding user noted in ``sees``); a
+        push author's (merged in while the inbox is not kept) only if the inbox would hold it."""
         u = deciding_user(entry, reader)
-        return u is None or self.sees.get(u, False)
+        if u is None:
+            return True
+        return entry.author_id not in self.push and self.sees.get(u, False)
 
     def holds(self, tweet_id: str, source: str) -> bool:
         held = self.held.get(tweet_id)

@@ -14,7 +14,10 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``, ``h
 ``page``           ``WHERE timeline_id = ? [AND (created_at, tweet_id) < (?, ?)] LIMIT ?``: newest first
 ``newer``          ``WHERE timeline_id = ? [AND (created_at, tweet_id) > (?, ?)] ORDER BY ... ASC LIMIT ?``
 ``author_*``       the same two slices of ``author_timeline`` by ``author_id``
-``inbox``          ``page`` with the static ``pull_authors`` and ``pull_reposters``: one read for all
+``inbox``          ``page`` with the static ``pull_authors``, ``pull_reposters`` and ``inbox_dropped``:
+                   one read for all
+``statics``        those three static columns alone (``LIMIT 1``)
+``visible_users``  ``reader_visible WHERE reader_id = ?``: the whole partition, unpaged
 ``pull_authors``   ``home_timeline``'s static ``pull_authors`` alone (``LIMIT 1``)
 ``pull_reposters`` ``home_timeline``'s static ``pull_reposters`` alone (``LIMIT 1``)
 ``extras_*``       ``page`` and ``newer`` of ``home_extras`` by ``timeline_id``, on ``(at, tweet_id)``
@@ -197,10 +200,15 @@ class CassandraReader:
         self._pushed = p(f"SELECT tweet_id, author_id, reposted_at, reposted_by FROM {ks}.home_extras_reposts"
                          " WHERE reader_id = ? AND tweet_id IN ?")
         # the inbox with the partition's static sets, so a page needs no read of pull_follows
-        with_pull = (f"SELECT {_ENTRY_COLUMNS}, pull_authors, pull_reposters FROM {ks}.home_timeline"
+        with_pull = (f"SELECT {_ENTRY_COLUMNS}, pull_authors, pull_reposters, inbox_dropped FROM {ks}.home_timeline"
                      " WHERE timeline_id = ?")
         self._inbox_first = p(f"{with_pull} LIMIT ?")
         self._inbox_before = p(f"{with_pull} AND (created_at, tweet_id) < (?, ?) LIMIT ?")
+        self._statics = p(f"SELECT pull_authors, pull_reposters, inbox_dropped FROM {ks}.home_timeline"
+                          " WHERE timeline_id = ? LIMIT 1")
+        # a reader's whole visible set in one response (no paging): bounded by the users it follows
+        self._visible_all = p(f"SELECT user_id FROM {ks}.reader_visible WHERE reader_id = ?")
+        self._visible_all.fetch_size = None
         self._pull_authors = p(f"SELECT pull_authors FROM {ks}.home_timeline WHERE timeline_id = ? LIMIT 1")
         self._pull_reposters = p(f"SELECT pull_reposters FROM {ks}.home_timeline WHERE timeline_id = ? LIMIT 1")
         self._tweet = p(f"SELECT {_ENTRY_COLUMNS} FROM {ks}.tweets WHERE tweet_id = ?")
@@ -268,11 +276,21 @@ class CassandraReader:
         else:
             rows = await self._execute(self._inbox_before, (timeline_id, before[0], before[1], limit), timeout)
         if not rows:  # no partition at all (first slice), or nothing below the cursor
-            return InboxSlice([], [], []) if before is None else InboxSlice([], None, None)
+            return InboxSlice([], [], [], False) if before is None else InboxSlice([], None, None, None)
         # every row carries the static columns; a partition holding only them reads as one keyless row
-        pull, reposters = rows[0][8], rows[0][9]
+        pull, reposters, *dropped = rows[0][8:]
         return InboxSlice([_new_entry(Entry, r) for r in rows if r[0] is not None], sorted(pull) if pull else [],
-                          sorted(reposters) if reposters else [])
+                          sorted(reposters) if reposters else [], bool(dropped and dropped[0]))
+
+    async def statics(self, timeline_id: str, *, timeout: float) -> InboxSlice:
+        rows = await self._execute(self._statics, (timeline_id,), timeout)
+        if not rows:
+            return InboxSlice([], [], [], False)
+        pull, reposters, dropped = rows[0]
+        return InboxSlice([], sorted(pull) if pull else [], sorted(reposters) if reposters else [], bool(dropped))
+
+    async def visible_users(self, reader_id: str, *, timeout: float) -> list[str]:
+        return sorted(r[0] for r in await self._execute(self._visible_all, (reader_id,), timeout))
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         return await self._newer(self._inbox, timeline_id, after, limit, timeout)

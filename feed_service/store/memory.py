@@ -56,6 +56,9 @@ class MemoryStore:
         """reader_id -> the users hidden from it: the rows of ``reader_hidden``."""
         self.reposters_pull: dict[str, set[str]] = {}
         """user_id -> the pull reposters it merges in: ``home_timeline.pull_reposters``."""
+        self.dropped: set[str] = set()
+        """The timelines whose static ``inbox_dropped`` is true (docs/activity.md): the driver's
+        writes, set directly by tests."""
         self.written: dict[tuple[Hashable, ...], tuple[int, object]] = {}
         """(table, *primary key) -> (write timestamp, row or None: a delete) of every row
         :meth:`write` wrote, what a later write must beat (the ``add_*`` helpers bypass it)."""
@@ -203,8 +206,17 @@ class MemoryStore:
         reposters = sorted(self.reposters_pull.get(timeline_id, ()))
         # as Cassandra: below a cursor, the static columns come only with a row
         if before is None or entries:
-            return InboxSlice(entries, pull, reposters)
-        return InboxSlice(entries, None, None)
+            return InboxSlice(entries, pull, reposters, timeline_id in self.dropped)
+        return InboxSlice(entries, None, None, None)
+
+    async def statics(self, timeline_id: str, *, timeout: float) -> InboxSlice:
+        self._check("statics")
+        return InboxSlice([], sorted(self.follows_pull.get(timeline_id, ())),
+                          sorted(self.reposters_pull.get(timeline_id, ())), timeline_id in self.dropped)
+
+    async def visible_users(self, reader_id: str, *, timeout: float) -> list[str]:
+        self._check("visible_users")
+        return sorted(self.visible.get(reader_id, ()))
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         self._check("newer")

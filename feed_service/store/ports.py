@@ -45,6 +45,9 @@ class InboxSlice(NamedTuple):
     """Sorted; None when the read cannot tell: a slice below a cursor that returned no row."""
     pull_reposters: list[str] | None = None
     """The pull reposters the user merges in (a static column too), sorted; None as ``pull_authors``."""
+    inbox_dropped: bool | None = False
+    """The static ``inbox_dropped``: True while the inbox is not kept (the reader is inactive or its
+    inbox is being rebuilt), so its rows must not be read (docs/activity.md); None as ``pull_authors``."""
 
 
 class TimelineStore(Protocol):
@@ -59,6 +62,14 @@ class TimelineStore(Protocol):
     async def inbox(self, timeline_id: str, *, before: Cursor | None, limit: int, timeout: float) -> InboxSlice:
         """:meth:`page` and, from the same read, the user's pull authors (None when no row came back
         below a cursor: then only :meth:`pull_authors` can tell)."""
+
+    async def statics(self, timeline_id: str, *, timeout: float) -> InboxSlice:
+        """The inbox partition's static columns alone (no entries): the pull authors, the pull
+        reposters and ``inbox_dropped`` (False when unset), in one read."""
+
+    async def visible_users(self, reader_id: str, *, timeout: float) -> list[str]:
+        """Every user ``reader_id`` sees (its whole ``reader_visible`` partition), sorted: bounded by
+        the users it follows. What a read of a reader whose inbox is not kept merges from."""
 
     async def newer(self, timeline_id: str, *, after: Cursor | None, limit: int, timeout: float) -> list[Entry]:
         """Up to ``limit`` entries strictly newer than ``after`` (from the oldest if None), oldest first."""

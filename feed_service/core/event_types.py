@@ -173,6 +173,13 @@ class RefillRequest:
     need: int
 
 
+#: The cut line and need of a rebuild (docs/activity.md): above every row (created_at is a signed
+#: 64-bit number of ms; the tweet id only needs to be a valid one) and every row, so a refill with them
+#: is all of an author's rows of the reader's, as a follow writes them.
+REBUILD_LINE: tuple[int, str] = (2**63 - 1, "~")
+REBUILD_NEED = 2**63 - 1
+
+
 Event: TypeAlias = (TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange | RepostChange
                     | RefillRequest)
 """Any valid change event."""

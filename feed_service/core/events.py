@@ -40,6 +40,8 @@ from feed_service.core.event_types import (
     MuteOp,
     ProfileVersion,
     RejectCode,
+    REBUILD_LINE,
+    REBUILD_NEED,
     RefillRequest,
     RepostChange,
     RepostOp,
@@ -50,7 +52,7 @@ from feed_service.errors import InvalidEvent
 
 __all__ = [
     "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "MuteChange", "MuteOp",
-    "ProfileVersion", "RawEvent", "RejectCode", "RefillRequest", "RepostChange", "RepostOp", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
+    "ProfileVersion", "RawEvent", "REBUILD_LINE", "REBUILD_NEED", "RejectCode", "RefillRequest", "RepostChange", "RepostOp", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
     "content_of", "edge_rank", "reply_of", "repost_rank", "event_to_json", "hide_rank", "join_key", "join_keys", "parse_event",
     "profile_of", "profile_rank", "tweet_payload_digest",
 ]

@@ -21,6 +21,8 @@ from feed_service.core.events import (
     MuteChange,
     ProfileVersion,
     RawEvent,
+    REBUILD_LINE,
+    REBUILD_NEED,
     RefillRequest,
     RepostChange,
     TweetDelete,
@@ -116,6 +118,18 @@ class TimelineView:
         """Refills asked for: a short inbox after a batch."""
         self.refilled_rows = 0
         """Rows the refills' answers wrote (present ones again included)."""
+        self.dropped: set[str] = set()
+        """Readers whose inbox is not kept (inactive): no rows written, reads merge their push
+        authors' timelines instead (docs/activity.md)."""
+        self.returning: set[str] = set()
+        """Readers active again whose inbox the next :meth:`rebuild_requests` asks to be rebuilt:
+        until then their inbox holds only what was written since, and reads still merge."""
+        self.skipped_rows = 0
+        """Inbox row writes left out because their reader's inbox was not kept."""
+        self.dropped_rows = 0
+        """Inbox rows deleted when their reader became inactive."""
+        self.rebuilds = 0
+        """Inboxes rebuilt for a returning reader."""
         self.timelines: dict[str, dict[RowKey, Entry]] = {}
         self.tweets: dict[tuple[str, str], Entry | None] = {}
         """(author_id, tweet_id) -> latest content, None once deleted."""
@@ -147,13 +161,19 @@ class TimelineView:
         trimmed = self.trimmed
         trimming = self.trim_slack is not None
         grown: set[str] = set()
+        dropped, returning = self.dropped, self.returning
         for op, entry, timeline_ids in result.deltas:
             row = (entry.created_at, entry.tweet_id, entry.author_id)
+            if dropped:
+                kept = [uid for uid in timeline_ids if uid not in dropped]
+                self.skipped_rows += len(timeline_ids) - len(kept)
+                timeline_ids = kept
             if op == "delete":
                 for uid in timeline_ids:
                     rows = timelines.get(uid)
                     if rows is None or rows.pop(row, None) is None:
-                        if strict and not _untrim(trimmed, uid, row):  # a trimmed row: the delete is a no-op
+                        # a trimmed row, or one a returning reader's inbox never got: the delete is a no-op
+                        if strict and not _untrim(trimmed, uid, row) and uid not in returning:
                             raise ViewContractError(f"delete of missing row {row} in timeline {uid!r}")
                         continue
                     if uid in self.cut:
@@ -164,11 +184,11 @@ class TimelineView:
                 for uid in timeline_ids:
                     rows = timelines.setdefault(uid, {})
                     # an update of a trimmed row re-creates it, as a Cassandra upsert does
-                    if strict and (row in rows) != (op == "update") and not (
+                    if strict and (row in rows) != (op == "update") and uid not in returning and not (
                             op == "update" and _untrim(trimmed, uid, row)):
                         raise ViewContractError(f"{op} of {'missing' if op == 'update' else 'present'} "
                                                 f"row {row} in timeline {uid!r}")
-                    if strict and op == "insert" and row in trimmed.get(uid, ()):
+                    if strict and op == "insert" and row in trimmed.get(uid, ()) and uid not in returning:
                         raise ViewContractError(f"insert of trimmed row {row} in timeline {uid!r}")
                     rows[row] = entry
                 if trimming:
@@ -274,6 +294,48 @@ class TimelineView:
         pull = self.pull_follows.get(uid, set())
         return sorted(a for a in self.visible.get(uid, ()) if a not in pull)
 
+    def set_active(self, uid: str, active: bool) -> None:
+        """Keep ``uid``'s inbox or not (docs/activity.md). Going inactive drops the stored rows and
+        stops writes; coming back asks for a rebuild (:meth:`rebuild_requests`), and until it is
+        answered the inbox takes the writes that come (deletes of rows it never got are no-ops, as
+        in Cassandra) while reads go on merging from the author timelines."""
+        if not active and uid not in self.dropped:
+            self.dropped.add(uid)
+            self.returning.discard(uid)
+            rows = self.timelines.pop(uid, {})
+            self.dropped_rows += len(rows)
+            if self.strict:
+                self.trimmed.pop(uid, None)
+            self.cut.pop(uid, None)
+            self.shrunk.discard(uid)
+        elif active and uid in self.dropped:
+            self.dropped.discard(uid)
+            self.returning.add(uid)
+
+    def rebuild_requests(self) -> list[RefillRequest]:
+        """For each returning reader, a refill from the top of the inbox by every push author it
+        sees, of all its rows of the reader's (what a follow writes: the inbox is then what it would
+        be had the reader never left), as the stream's driver asks when a reader comes back; the
+        next trim cuts the excess (docs/activity.md)."""
+        out = [RefillRequest(uid, author, *REBUILD_LINE, REBUILD_NEED)
+               for uid in sorted(self.returning) for author in self.inbox_authors(uid)]
+        self.rebuilds += len(self.returning)
+        return out
+
+    def rebuilt(self, readers: Iterable[str]) -> None:
+        """The rebuilds of ``readers`` are written: their inboxes are read again (docs/activity.md)."""
+        self.returning.difference_update(readers)
+
+    def merged_inbox(self, uid: str) -> list[Entry]:
+        """What ``uid``'s inbox holds by definition, merged from its push authors' timelines: each
+        one's tweets that are no reply, a self-reply or a reply to ``uid`` (a reply to a third
+        user is the reader step's, in the extras). The read of a reader whose inbox is not kept."""
+        sources = []
+        for author in self.inbox_authors(uid):
+            rows = _newest_first(self.author_timelines.get(author, {}))
+            sources.append([e for e in rows if e.in_reply_to_author_id in (None, author, uid)])
+        return merge_newest(sources, self.inbox_cap)
+
     def refill_requests(self) -> list[RefillRequest]:
         """The refill requests of the trimmed inboxes that lost rows since the last call and hold
         fewer than ``inbox_cap`` rows at or above their cut line: one per push author the reader
@@ -282,6 +344,8 @@ class TimelineView:
         out: list[RefillRequest] = []
         for uid in sorted(self.shrunk):
             cut = self.cut.get(uid)
+            if uid in self.dropped or uid in self.returning:
+                continue
             if cut is None:
                 continue
             need = self.inbox_cap - sum(1 for row in self.timelines.get(uid, ()) if row >= cut)
@@ -308,7 +372,9 @@ class TimelineView:
             facts = self._repost_facts(user_id, reposted, extras)
             extras = [e for e in extras if shows_extras_row(e, facts)]
             reposted = [[e for e in rows if shows_pulled_row(e, user_id, facts)] for rows in reposted]
-        sources = [_newest_first(self.timelines.get(user_id, {})), extras, *reposted]
+        kept = user_id not in self.dropped and user_id not in self.returning
+        inbox = _newest_first(self.timelines.get(user_id, {})) if kept else self.merged_inbox(user_id)
+        sources = [inbox, extras, *reposted]
         for author in sorted(self.pull_follows.get(user_id, ())):
             rows = _newest_first(self.author_timelines.get(author, {}))
             sources.append([e for e in rows if e.in_reply_to_author_id in (None, author, user_id)
@@ -336,7 +402,7 @@ class TimelineView:
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """Every non-empty timeline, by user id in sorted order."""
         users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows) | set(self.extras)
-                       | set(self.pull_reposters))
+                       | set(self.pull_reposters) | self.dropped | self.returning)
         return {uid: timeline for uid in users if (timeline := self.read(uid))}
 
 
@@ -502,11 +568,20 @@ class Materializer:
             sides.append(side)
         return result
 
+    def set_active(self, readers: Iterable[str], active: bool) -> None:
+        """Keep the inboxes of ``readers`` (``active``) or drop them, between batches, as the stream's
+        driver does when read activity makes readers come back or go (docs/activity.md); a
+        returning reader's rebuild is asked for and answered at the end of the next batch."""
+        for uid in readers:
+            self.view.set_active(uid, active)
+
     def refill(self) -> None:
         """Answer the view's refill requests through the author keys, as the stream does in a later
         batch (docs/trimming.md#refill): their rows are written at the authors' clocks."""
-        requests = self.view.refill_requests()
+        returning = sorted(self.view.returning)
+        requests = self.view.refill_requests() + self.view.rebuild_requests()
         if not requests:
+            self.view.rebuilt(returning)
             return
         groups: dict[str, list[Event]] = {}
         for r in requests:
@@ -515,6 +590,7 @@ class Materializer:
         for key in sorted(groups):
             self.view.refilled_rows += self.step_key(key, groups[key], sides=sides).delta_count
         self.per_reader(sides)
+        self.view.rebuilt(returning)
 
     def per_reader(self, sides: Sequence[SideResult]) -> None:
         """Run the reposter and reader steps of one batch on the author keys' messages, and apply

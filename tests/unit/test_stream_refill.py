@@ -22,8 +22,10 @@ def test_an_author_answers_with_its_newest_rows_below_the_line_at_a_new_clock() 
                         *_tweets(6), *[TweetUpsert(f"r{i}", "bob", 1, 90 + i, "re", 1, "x", "dan") for i in range(3)]])
     answer = step(first.state, [RefillRequest("ann", "bob", 104, "t4", 3)])
     assert answer.ts == first.ts + 1  # above every write the trims' tombstones carry
+    # the row on the line is written again too, uncounted (its (created_at, tweet_id) may be another
+    # author's row in a model where tweet ids repeat across authors)
     assert [(d.op, d.entry.tweet_id, d.timeline_ids) for d in answer.deltas] == [
-        ("update", "t3", ("ann",)), ("update", "t2", ("ann",)), ("update", "t1", ("ann",))]
+        ("update", "t4", ("ann",)), ("update", "t3", ("ann",)), ("update", "t2", ("ann",)), ("update", "t1", ("ann",))]
     # replies to a third user are not ann's inbox rows; a reader who does not follow gets nothing
     nothing = step(first.state, [RefillRequest("eve", "bob", 104, "t4", 3)])
     assert nothing.deltas == () and nothing.ts == first.ts
@@ -33,7 +35,7 @@ def test_duplicate_and_overlapping_requests_write_each_row_once() -> None:
     first = step(None, [FollowChange("ann", "bob", 1, "follow"), *_tweets(6)])
     answer = step(first.state, [RefillRequest("ann", "bob", 104, "t4", 2), RefillRequest("ann", "bob", 104, "t4", 2),
                                 RefillRequest("ann", "bob", 103, "t3", 3)])
-    assert [d.entry.tweet_id for d in answer.deltas] == ["t3", "t2", "t1", "t0"]
+    assert [d.entry.tweet_id for d in answer.deltas] == ["t4", "t3", "t2", "t1", "t0"]
 
 
 class FakeCheck:

@@ -12,6 +12,10 @@ Each source is read from the read cache while the view's change topic keeps it e
 column of the inbox partition), read beside the extras slice. Pages go newest first
 (:func:`merge_newest`), a watch's catch-up oldest first (:func:`merge_oldest`), all by ``(Entry.at,
 tweet_id)``: one cursor serves every source.
+
+A reader whose inbox is not kept (the static ``inbox_dropped``, which comes with the inbox slice)
+has its inbox replaced by its push authors' author timelines, read like pull authors' and cut by the
+inbox's rule (docs/activity.md#exact-reads-without-an-inbox).
 """
 
 from __future__ import annotations
@@ -52,23 +56,6 @@ class TimelineReads:
     def live_cache(self) -> ReadCache | None:
         cache = self.read_cache
         return cache if cache is not None and cache.usable else None
-
-    async def pull_authors(self, store: TimelineStore, user_id: str, budget: float, *, exact: bool = False) -> list[str]:
-        """The pull authors ``user_id`` merges in: from the exact cache, else the TTL'd pull sources
-        (or, ``exact``, the store: what a pushed watch reads must be no older than its subscription)."""
-        cache = self.live_cache()
-        if cache is not None:
-            return await cache.pull_authors(user_id, lambda: store.pull_authors(user_id, timeout=budget))
-        if exact:
-            return await store.pull_authors(user_id, timeout=budget)
-        return await self.pull.authors(store, user_id, timeout=budget)
-
-    async def pull_reposters(self, store: TimelineStore, user_id: str, budget: float) -> list[str]:
-        """The pull reposters ``user_id`` merges in: from the exact cache, else the store."""
-        cache = self.live_cache()
-        if cache is not None:
-            return await cache.pull_reposters(user_id, lambda: store.pull_reposters(user_id, timeout=budget))
-        return await store.pull_reposters(user_id, timeout=budget)
 
     def reposts_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
                      budget: float) -> Awaitable[list[Entry]]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_jobs.stream.sink import PartitionReport
+    from spark_jobs.stream.activity import StreamActivity
     from spark_jobs.stream.refill import StreamRefill
     from spark_jobs.stream.trimming import StreamTrimming
 
@@ -83,7 +84,8 @@ class BatchTimes:
 def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | None" = None,
                   write_seconds: Any = None, times: BatchTimes | None = None, *,
                   partition_writer: PartitionWriter | None = None, clock_start: int = 0,
-                  per_reader: "PerReaderRunner | None" = None, refill: "StreamRefill | None" = None) -> Any:
+                  per_reader: "PerReaderRunner | None" = None, refill: "StreamRefill | None" = None,
+                  activity: "StreamActivity | None" = None) -> Any:
     """The foreachBatch function: the executors write the rows and each partition hands back its
     :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
     written, dead letters, view changes); the driver then trims the timelines that may be over the
@@ -95,20 +97,42 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
     ``per_reader`` (default: :func:`spark_jobs.stream.per_reader.run_per_reader`), with
     ``clock_start`` as the first clock of a key new to those steps. After the trims, ``refill`` checks
     the inboxes the batch deleted rows from and asks for the short ones to be refilled
-    (docs/trimming.md#refill)."""
+    (docs/trimming.md#refill). ``activity`` decides before the batch whose inbox rows are left out
+    (inactive readers) and, after it, drops and rebuilds inboxes (docs/activity.md#the-stream)."""
     from spark_jobs.stream.per_reader import run_per_reader
-    from spark_jobs.stream.sink import merge_reports, write_partition
+    from spark_jobs.stream.sink import merge_reports, without_readers, write_partition
 
     write_rows: PartitionWriter = partition_writer or write_partition
     run_steps: PerReaderRunner = per_reader or run_per_reader
 
     trimmed_seen: list[int | None] = [None]  # the trims' rows deleted when the last batch completed
+    # the readers skipped, as broadcast to the executors (again only when the set changes), and the
+    # accumulator of the rows left out
+    shipped: dict[str, Any] = {"skip": frozenset(), "broadcast": None, "skipped": None}
+
+    def skipping(sc: Any) -> tuple[Any, Any]:
+        skip = activity.before_batch() if activity is not None else frozenset()
+        if shipped["skipped"] is None:
+            shipped["skipped"] = sc.accumulator(0)
+        if skip != shipped["skip"] or (skip and shipped["broadcast"] is None):
+            old = shipped["broadcast"]
+            shipped["skip"], shipped["broadcast"] = skip, (sc.broadcast(skip) if skip else None)
+            if old is not None:
+                old.unpersist()
+        return shipped["broadcast"], shipped["skipped"]
 
     def write(batch_df: "DataFrame", batch_id: int) -> None:
         started = time.perf_counter()
         written_before = write_seconds.value if write_seconds is not None else 0.0
-        report = merge_reports(batch_df.rdd.mapPartitions(
-            lambda rows: [write_rows(settings, rows, counter, write_seconds)]).collect())
+        skip, skipped = skipping(batch_df.sparkSession.sparkContext) if activity is not None else (None, None)
+        skipped_before = skipped.value if skipped is not None else 0
+        if skip is None:
+            report = merge_reports(batch_df.rdd.mapPartitions(
+                lambda rows: [write_rows(settings, rows, counter, write_seconds)]).collect())
+        else:
+            report = merge_reports(batch_df.rdd.mapPartitions(
+                lambda rows: [write_rows(settings, without_readers(rows, skip.value, skipped), counter,
+                                         write_seconds)]).collect())
         steps = None
         if report.messages:
             steps = run_steps(batch_df.sparkSession.sparkContext, settings, batch_id, clock_start, report.messages)
@@ -125,6 +149,9 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
             trimming.after_batch(report.upserts)
         if refill is not None and trimming is not None:  # only trimmed inboxes are ever short
             refill.after_batch(report.deletes)
+        if activity is not None:
+            activity.after_batch(batch_id, report.upserts,
+                                 (skipped.value - skipped_before) if skipped is not None else 0)
         if times is not None:
             times.batch_id, times.job, times.trim = batch_id, (joined - started) * 1000, (time.perf_counter() - joined) * 1000
             background = getattr(trimming, "in_background", None)

@@ -32,6 +32,9 @@ def progress_record(stream: RunningStream, stats: PeriodicStats | None = None) -
     refill = getattr(stream, "refill", None)
     if refill is not None:
         record["refill"] = refill.record()
+    activity = getattr(stream, "activity", None)
+    if activity is not None:
+        record["activity"] = activity.record()
     if stats is not None:
         record["state_stats"] = stats.latest()
     return record

@@ -15,6 +15,7 @@ from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.stream.batch import BatchTimes, foreach_batch
 from spark_jobs.stream.options import StreamOptions, trigger_of
 from spark_jobs.stream.pinned import clock_start_for, operator_for, state_buckets_for
+from spark_jobs.stream.activity import StreamActivity
 from spark_jobs.stream.refill import StreamRefill
 from spark_jobs.stream.trimming import StreamTrimming
 from spark_jobs.stateful_join import join_timelines
@@ -64,6 +65,8 @@ class RunningStream:
     """The checkpoint's state layout: buckets of join keys, 0 for one state per key (docs/state-buckets.md)."""
     refill: "StreamRefill | None" = None
     """The refill of trimmed inboxes left short (its counters: ``refill.record()``; docs/trimming.md#refill)."""
+    activity: "StreamActivity | None" = None
+    """Inactive readers: skipped inbox writes, drops and rebuilds (``activity.record()``; docs/activity.md)."""
 
     def stop(self) -> None:
         try:
@@ -80,6 +83,11 @@ class RunningStream:
                 self.refill.close()
             except Exception:  # noqa: BLE001 - closing the refill check's session is best effort
                 log.exception("closing the refill check")
+        if self.activity is not None:
+            try:
+                self.activity.close()
+            except Exception:  # noqa: BLE001 - closing the activity store's session is best effort
+                log.exception("closing the activity store")
 
 
 def start_stream(
@@ -113,14 +121,15 @@ def start_stream(
     times = BatchTimes()
     trimming = StreamTrimming(settings)  # per start: a restarted query trims what it writes first
     refill = StreamRefill(settings)
+    activity = StreamActivity(settings, options.checkpoint / "join" / "offsets") if settings.inactive_after_s else None
     join_query = (
         outputs.writeStream.queryName("timeline-join")
         .outputMode("append")
         .option("checkpointLocation", str(options.checkpoint / "join"))
         .trigger(**trigger_of(options))
         .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times,
-                                    clock_start=config.clock_start, refill=refill))
+                                    clock_start=config.clock_start, refill=refill, activity=activity))
         .start()
     )
     return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times,
-                         state_buckets=buckets, refill=refill)
+                         state_buckets=buckets, refill=refill, activity=activity)

@@ -90,6 +90,32 @@ def merge_reports(reports: Iterable[PartitionReport]) -> PartitionReport:
                            merge_counts(r.deletes for r in reports))
 
 
+def without_readers(rows: Iterable[Any], skip: frozenset[str], skipped: Any | None = None) -> Iterator[Any]:
+    """``rows`` with the inbox rows of the readers in ``skip`` left out (their inboxes are not kept:
+    docs/activity.md#the-stream); a timeline row keeps its other readers. The rows left out are added
+    to ``skipped`` (an accumulator). Only ``timeline`` rows change: pull follows, extras and the rest
+    are what reads of such a reader merge.
+
+    >>> rows = [{"kind": "timeline", "timeline_ids": ["ann", "bob"]}, {"kind": "timeline", "timeline_ids": ["bob"]},
+    ...         {"kind": "pull_follow", "timeline_ids": ["bob"]}]
+    >>> list(without_readers(rows, frozenset({"bob"})))
+    [{'kind': 'timeline', 'timeline_ids': ['ann']}, {'kind': 'pull_follow', 'timeline_ids': ['bob']}]
+    """
+    left_out = 0
+    for r in rows:
+        if skip and r["kind"] == "timeline":
+            ids = r["timeline_ids"]
+            kept = [t for t in ids if t not in skip]
+            if len(kept) != len(ids):
+                left_out += len(ids) - len(kept)
+                if not kept:
+                    continue
+                r = {**(r.asDict() if hasattr(r, "asDict") else r), "timeline_ids": kept}
+        yield r
+    if skipped is not None and left_out:
+        skipped.add(left_out)
+
+
 def reason_code(dl_value: str | None) -> str:
     """The ``reason_code`` of a dead-letter record's JSON value, ``unknown`` if it has none.
 

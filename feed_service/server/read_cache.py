@@ -351,28 +351,36 @@ class ReadCache:
         ck = ("home", user_id)
         head = self._data.get(ck) if self.usable else None
         kept = head is not None and self._kept(head)
-        if kept and head.pull is not None and head.reposters is not None:  # type: ignore[union-attr]
-            rows = head.first(n, before)  # type: ignore[union-attr]
-            extras = head.extras.first(n, before) if rows is not None and head.extras is not None else None  # type: ignore[union-attr]
-            if extras is not None:
+        if head is not None and kept and head.pull is not None and head.reposters is not None:
+            rows = head.first(n, before)
+            extras = head.extras.first(n, before) if rows is not None and head.extras is not None else None
+            if rows is not None and extras is not None:
                 self.hits += 1
-                return HomeSlice(InboxSlice(rows, sorted(head.pull), sorted(head.reposters), False),  # type: ignore[arg-type, union-attr]
-                                 extras)
+                return HomeSlice(InboxSlice(rows, sorted(head.pull), sorted(head.reposters), False), extras)
         self.misses += 1
         started = self.timer()
         if (before is not None or n > self.depth or not self.usable or ck in self._pending
                 or (head is None and not self._seen.again(user_id))):
             got = await read(n)
-            if got.inbox.inbox_dropped and self._data.get(ck) is head is not None:
+            if head is None or self._data.get(ck) is not head:
+                return got
+            if got.inbox.inbox_dropped:
                 del self._data[ck]  # the inbox is no longer kept: its head is no use
-            elif (got.inbox.pull_authors is None and kept and head.pull is not None  # type: ignore[union-attr]
-                    and head.reposters is not None):  # type: ignore[union-attr]
-                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull), sorted(head.reposters),  # type: ignore[union-attr]
-                                            False), got.extras)
+                return got
+            if got.inbox.inbox_dropped is False:  # this read saw the flag too
+                head.checked = max(head.checked, started)
+                kept = self._kept(head)
+            if got.inbox.pull_authors is None and kept and head.pull is not None and head.reposters is not None:
+                return HomeSlice(InboxSlice(got.inbox.entries, sorted(head.pull), sorted(head.reposters), False),
+                                 got.extras)
             return got
-        return await self._fill(ck, lambda: read(n), lambda s: None if s.inbox.inbox_dropped is not False else TimelineHead(
-            s.inbox.entries, n, set(s.inbox.pull_authors or ()), TimelineHead(s.extras, n),
-            set(s.inbox.pull_reposters or ()), started))
+
+        def build(s: HomeSlice) -> TimelineHead | None:  # no head of an inbox not kept
+            if s.inbox.inbox_dropped is not False:
+                return None
+            return TimelineHead(s.inbox.entries, n, set(s.inbox.pull_authors or ()), TimelineHead(s.extras, n),
+                                set(s.inbox.pull_reposters or ()), started)
+        return await self._fill(ck, lambda: read(n), build)  # type: ignore[return-value]
 
     async def sees(self, user_id: str, users: Collection[str],
                    read: Callable[[Collection[str]], Awaitable[set[str]]]) -> set[str]:

@@ -217,6 +217,7 @@ class StreamActivity:
             store.save(finished)
             for reader in done:
                 del self.awaiting[reader]
+            log.info("activity: %d rebuilds written, their inboxes read again", len(done))
         if self._back:
             back = sorted(self._back)
             requests = rebuild_requests(store.push_authors(back))

@@ -48,6 +48,9 @@ class BackfillOptions:
     dead_letters: bool = False
     backfill_ts: int | None = None
     """Write timestamp of every row (µs since epoch); None = now."""
+    all_inboxes: bool = False
+    """Lay out every inbox; by default the inboxes of readers inactive for ``FEED_INACTIVE_AFTER_S``
+    (by the stream's ``reader_activity``) are left out and flagged dropped (docs/activity.md#backfill)."""
     settings_changes: Mapping[str, Any] = field(default_factory=dict)
     """Settings given on the command line (``--inbox-cap``): :func:`run` applies them with
     :meth:`Settings.replace`, validated before any Spark session; :func:`run_backfill` ignores them."""
@@ -135,6 +138,12 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
                 timelines = join_timelines_batch(winners, inbox_cap, pull_threshold)
                 summary["timelines"] = count_timelines(winners, inbox_cap)
                 progress.say(f"  {summary['timelines']} non-empty timelines")
+                inactive = set() if options.all_inboxes else inactive_readers(settings, backfill_ts)
+                if inactive:
+                    timelines = without_inboxes(spark, timelines, inactive)
+                summary["inactive_readers"] = len(inactive)
+                if inactive:
+                    progress.say(f"  {len(inactive)} inactive readers' inboxes left out (--all-inboxes lays them out)")
 
             with progress.stage("write" if options.write else "count (--no-write)"):
                 reports = []
@@ -142,6 +151,8 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
                                                  pull_threshold=pull_threshold, per_reader=per_reader):
                     reports.append(write_table(settings, table, df, backfill_ts, write=options.write))
                     progress.say(f"  {reports[-1].describe(written=options.write)}")
+                if options.write:
+                    mark_readers(settings, inactive, kept_all=options.all_inboxes, backfill_ts=backfill_ts)
                 summary["rows"] = {r.table: r.rows for r in reports}
                 summary["write_seconds"] = {r.table: round(r.seconds, 2) for r in reports}
                 summary["written"] = options.write
@@ -160,6 +171,55 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
     return BackfillResult(manifest)
 
 
+def inactive_readers(settings: Settings, backfill_ts: int) -> set[str]:
+    """The readers the stream has recorded as inactive, or whose last read is older than the window
+    at ``backfill_ts`` (µs); none with ``FEED_INACTIVE_AFTER_S=0``. A reader without a record counts
+    as read now, as the stream counts one it first writes (docs/activity.md#backfill)."""
+    if not settings.inactive_after_s:
+        return set()
+    from feed_service.store.cassandra_activity import CassandraActivity
+
+    store = CassandraActivity.connect(settings)
+    try:
+        readers = store.load()
+    finally:
+        store.close()
+    since = backfill_ts // 1000 - settings.inactive_after_s * 1000
+    return {r for r, (last, state) in readers.items() if state == "dropped" or last < since}
+
+
+def without_inboxes(spark: "SparkSession", timelines: "DataFrame", readers: set[str]) -> "DataFrame":
+    """``timelines`` (inbox rows) less those of ``readers`` (an anti join with a broadcast of them)."""
+    from pyspark.sql import functions as F
+
+    left_out = spark.createDataFrame([(r,) for r in sorted(readers)], "timeline_id string")
+    return timelines.join(F.broadcast(left_out), "timeline_id", "left_anti")
+
+
+def mark_readers(settings: Settings, inactive: set[str], *, kept_all: bool, backfill_ts: int) -> None:
+    """Record what the layout did, for the read service and the stream's driver: the left-out readers
+    flagged dropped (any older rows of theirs deleted at their write times); with ``kept_all`` the
+    inactive ones laid out anyway are kept for one more window."""
+    if not settings.inactive_after_s:
+        return
+    from feed_service.store.cassandra_activity import CassandraActivity
+
+    store = CassandraActivity.connect(settings)
+    try:
+        if kept_all:
+            readers = {r: state for r, state in store.load().items()
+                       if state[1] == "dropped" or state[0] < backfill_ts // 1000 - settings.inactive_after_s * 1000}
+            store.set_dropped(readers, False)
+            store.save({r: (backfill_ts // 1000, "active") for r in readers})
+        elif inactive:
+            store.set_dropped(inactive, True)
+            store.drop_rows(inactive)
+            last = store.load()
+            store.save({r: (last.get(r, (0, ""))[0], "dropped") for r in inactive})
+    finally:
+        store.close()
+
+
 # --- command line ---------------------------------------------------------------------------------
 
 
@@ -172,6 +232,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-write", action="store_true",
                         help="compute and count everything, write the states (author keys' and per-reader"
                              " steps') and manifest, but not Cassandra")
+    parser.add_argument("--all-inboxes", action="store_true",
+                        help="lay out every reader's inbox, inactive readers' too (default: leave out those"
+                             " inactive for FEED_INACTIVE_AFTER_S; their reads merge from the author timelines)")
     parser.add_argument("--dead-letters", action="store_true",
                         help="also send invalid records to the dead-letter topic (tombstones are never sent)")
 
@@ -179,7 +242,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> BackfillOptions:
     changes = {"inbox_cap": args.inbox_cap} if args.inbox_cap is not None else {}
     return BackfillOptions(out=args.out, write=not args.no_write, dead_letters=args.dead_letters,
-                           settings_changes=changes)
+                           all_inboxes=args.all_inboxes, settings_changes=changes)
 
 
 def run(settings: Settings, options: BackfillOptions) -> int:

@@ -25,7 +25,7 @@ def _inbox(pipeline: Settings, reader: str) -> tuple[bool | None, int]:
 def test_backfill_leaves_inactive_readers_inboxes_out_unless_asked(settings: Settings, spark, unique: str,
                                                                    tmp_path: Path) -> None:
     pipeline = replace(_isolated(settings, unique), inactive_after_s=3600, read_report_interval_s=60)
-    events = _history(seed=21, events=500)
+    events = _history(seed=21, events=240)
     publish(pipeline, events)
     reference = reference_timelines(events, inbox_cap=pipeline.inbox_cap)
     readers = sorted(u for u in reference if reference[u])

@@ -24,6 +24,10 @@ feed_service/server/metrics.py).
 ``feed_stream_state_bytes``                   gauge      the state store's files on local disk
                                                          (``rocksdbSstFileSize`` of the last batch)
 ``feed_stream_restarts_total``                counter    query restarts by the supervisor (spark_jobs/stream/restarts.py)
+``feed_stream_readers``                       gauge      readers the driver has recorded, by ``state``: active,
+                                                         inactive (inbox not kept), rebuilding (docs/activity.md)
+``feed_stream_inbox_rows_skipped_total``      counter    inbox row writes left out for inactive readers
+                                                         (what skipping saved; docs/activity.md)
 ============================================  =========  ===================================================
 
 Where the figures come from, and when they count:
@@ -158,6 +162,11 @@ class StreamMetrics:
         self.state_bytes = Gauge("feed_stream_state_bytes", "state store files on local disk at the last batch"
                                  " (rocksdbSstFileSize)", registry=r)
         self.restarts = Counter("feed_stream_restarts", "query restarts by the supervisor", registry=r)
+        self.readers = Gauge("feed_stream_readers", "readers the driver has recorded, by state", ("state",),
+                             registry=r)
+        self.rows_skipped = Counter("feed_stream_inbox_rows_skipped", "inbox row writes left out for inactive readers",
+                                    registry=r)
+        self._skipped_seen = 0
         self._tables = {table: self.rows_written.labels(table) for table in TABLES}
         self._last_batch_id = -1
         self._last_seen: tuple[Any, Any] | None = None
@@ -184,6 +193,16 @@ class StreamMetrics:
             self.view_changes.inc(report.changes_published)
         if trimmed_rows:
             self.trimmed_rows.inc(trimmed_rows)
+
+    def observe_activity(self, record: Mapping[str, Any]) -> None:
+        """Readers by state and the rows skipping saved, from the driver's activity record."""
+        for state, figure in (("active", "active_readers"), ("inactive", "inactive_readers"),
+                              ("rebuilding", "rebuilding_readers")):
+            self.readers.labels(state).set(record.get(figure, 0))
+        skipped = record.get("skipped_rows", 0)
+        if skipped > self._skipped_seen:
+            self.rows_skipped.inc(skipped - self._skipped_seen)
+            self._skipped_seen = skipped
 
     # --- the query's progress ---------------------------------------------------------------------
 

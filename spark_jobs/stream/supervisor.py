@@ -32,6 +32,9 @@ def observe(metrics: StreamMetrics | None, stream: RunningStream) -> None:
         for report, trimmed_rows in stream.times.take_completed():
             metrics.batch_written(report, trimmed_rows=trimmed_rows)
         metrics.observe_query(stream.join)
+        activity = getattr(stream, "activity", None)
+        if activity is not None:
+            metrics.observe_activity(activity.record())
     except Exception:  # noqa: BLE001 - a metrics bug or a query gone away: log, keep streaming
         log.warning("stream metrics not updated", exc_info=True)
 

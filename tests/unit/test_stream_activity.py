@@ -134,3 +134,16 @@ def test_the_offset_log_gives_the_refill_topics_offsets(tmp_path: Path) -> None:
     _offsets(tmp_path, 3, "feed.refills.v1", {0: 4, 2: 1})
     assert refill_offsets(tmp_path / "3", "feed.refills.v1") == {0: 4, 2: 1}
     assert refill_offsets(tmp_path / "3", "other") is None and refill_offsets(tmp_path / "9", "x") is None
+
+
+def test_the_metrics_show_readers_by_state_and_the_rows_skipping_saved() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from spark_jobs.stream.metrics import StreamMetrics
+
+    registry = CollectorRegistry()
+    metrics = StreamMetrics(registry=registry)
+    metrics.observe_activity({"active_readers": 3, "inactive_readers": 7, "rebuilding_readers": 1, "skipped_rows": 40})
+    metrics.observe_activity({"active_readers": 4, "inactive_readers": 6, "rebuilding_readers": 0, "skipped_rows": 50})
+    assert registry.get_sample_value("feed_stream_readers", {"state": "inactive"}) == 6
+    assert registry.get_sample_value("feed_stream_inbox_rows_skipped_total") == 50

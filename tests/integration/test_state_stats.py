@@ -88,6 +88,11 @@ def test_progress_and_command_report_state_size_and_rows_per_timeline(settings: 
                                           "sampled": home["count"], "rows": home}
     assert timelines["author_timeline"]["rows"] == own
     assert periodic["timelines"] == timelines  # its sample (1000) covers every timeline here: exact too
+    # Readers by state (docs/activity.md): every reader written counts as read then (kept for a
+    # window), nobody is inactive yet, no write was skipped.
+    readers = report["readers"]
+    assert readers["active"] >= home["count"] and (readers["inactive"], readers["rebuilding"]) == (0, 0)
+    assert readers["skipped_rows"] == 0
 
     # A sample smaller than the table: sizes of real timelines, the number of timelines estimated.
     with TimelineRows.connect(pipeline) as counter:

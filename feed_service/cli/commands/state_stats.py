@@ -55,11 +55,38 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         spark.stop()
+    try:
+        report["readers"] = reader_counts(settings, checkpoint)
+    except StoreError as exc:
+        print(f"feedctl state-stats: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print_report(report, sys.stdout)
     return 0
+
+
+def reader_counts(settings: Any, checkpoint: Path) -> dict[str, int]:
+    """Readers by state as the stream's driver recorded them (``reader_activity``) and the inbox row
+    writes skipping saved (the running stream's progress record: docs/activity.md)."""
+    from feed_service.store.cassandra_activity import CassandraActivity
+
+    store = CassandraActivity.connect(settings)
+    try:
+        states = [state for _, state in store.load().values()]
+    finally:
+        store.close()
+    out = {"active": states.count("active"), "inactive": states.count("dropped"),
+           "rebuilding": states.count("rebuilding"), "skipped_rows": None}
+    for status in (checkpoint / "progress.json", checkpoint.parent / f"{checkpoint.name}.progress.json"):
+        try:
+            activity = json.loads(status.read_text()).get("activity") or {}
+        except (OSError, ValueError):
+            continue
+        out["skipped_rows"] = activity.get("skipped_rows")
+        break
+    return out
 
 
 def print_report(report: dict[str, Any], out: TextIO) -> None:
@@ -85,4 +112,9 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
         out.write(line(name, table["rows"]) + "\n")
         if not table["exact"]:
             out.write(f"  {table['sampled']} sampled; about {table['partitions']} in all\n")
+    readers = report.get("readers")
+    if readers is not None:
+        skipped = readers["skipped_rows"]
+        out.write(f"\nreaders: {readers['active']} active, {readers['inactive']} inactive, {readers['rebuilding']}"
+                  f" rebuilding; inbox row writes skipped: {'unknown' if skipped is None else skipped}\n")
     out.write(f"\ncomputed in {report['duration_s']:.1f} s\n")

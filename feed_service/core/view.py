@@ -30,6 +30,7 @@ from feed_service.core.events import (
     join_keys,
     parse_event,
 )
+from feed_service.core.inbox_rule import push_authors, shown_in_inbox
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
 from feed_service.core.per_reader.author_side import SideResult
 from feed_service.core.per_reader.author_step import step_with_side
@@ -291,8 +292,7 @@ class TimelineView:
     def inbox_authors(self, uid: str) -> list[str]:
         """The push authors ``uid`` sees: every author it sees but those it merges in at read, each
         of which writes ``uid``'s inbox rows of its tweets (docs/trimming.md#refill)."""
-        pull = self.pull_follows.get(uid, set())
-        return sorted(a for a in self.visible.get(uid, ()) if a not in pull)
+        return push_authors(self.visible.get(uid, ()), self.pull_follows.get(uid, set()))
 
     def set_active(self, uid: str, active: bool) -> None:
         """Keep ``uid``'s inbox or not (docs/activity.md). Going inactive drops the stored rows and
@@ -333,7 +333,7 @@ class TimelineView:
         sources = []
         for author in self.inbox_authors(uid):
             rows = _newest_first(self.author_timelines.get(author, {}))
-            sources.append([e for e in rows if e.in_reply_to_author_id in (None, author, uid)])
+            sources.append([e for e in rows if shown_in_inbox(author, e.in_reply_to_author_id, uid)])
         return merge_newest(sources, self.inbox_cap)
 
     def refill_requests(self) -> list[RefillRequest]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Collection, Mapping
 
 from feed_service.core.events import TweetContent
+from feed_service.core.inbox_rule import shown_in_inbox
 from feed_service.core.join.deltas import _delta, _entry, _newest_first
 from feed_service.core.join.readers import Audience
 from feed_service.core.rows import TimelineDelta
@@ -37,7 +38,7 @@ def refill_deltas(key: str, requests: Mapping[str, set[tuple[int, str, int]]], r
                 if taken >= need:
                     break
                 at = (c[1], tid)
-                if at > (below_at, below_tid) or not _shown_in_inbox(key, c, reader):
+                if at > (below_at, below_tid) or not shown_in_inbox(key, c[5] if len(c) > 4 else None, reader):
                     continue
                 # A row on the line itself is written again but not counted: the line names a row by
                 # (created_at, tweet_id) only, and the row it names may be this author's (present,
@@ -52,8 +53,3 @@ def refill_deltas(key: str, requests: Mapping[str, set[tuple[int, str, int]]], r
                    for tid, c in sorted(rows.items(), key=lambda item: (item[1][1], item[0]), reverse=True))
     return out
 
-
-def _shown_in_inbox(key: str, c: TweetContent, reader: str) -> bool:
-    """Whether ``reader``'s inbox holds this tweet of ``key``: no reply, a self-reply or a reply to it."""
-    parent = c[5] if len(c) > 4 else None
-    return parent is None or parent == key or parent == reader

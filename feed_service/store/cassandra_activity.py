@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
+from feed_service.store.concurrent_statements import all_rows, execute_all
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -100,7 +101,7 @@ class CassandraActivity:
         statements: list[tuple[Any, Any]] = []
         ts = self._timestamp()
         for reader, result in zip(ids, self._run([(self._scan, (reader,)) for reader in ids])):
-            rows = [r for r in _rows(result) if r[0] is not None and r[2] is not None]
+            rows = [r for r in all_rows(result) if r[0] is not None and r[2] is not None]
             deletes = [(self._delete, (wt, reader, created_at, tweet_id)) for created_at, tweet_id, wt in rows]
             deletes.append((self._unline, (ts, reader)))
             deleted += len(rows)
@@ -119,9 +120,9 @@ class CassandraActivity:
         visible = self._run([(self._visible, (reader,)) for reader in ids])
         out: dict[str, tuple[str, ...]] = {}
         for reader, s, v in zip(ids, statics, visible):
-            srows = _rows(s)
+            srows = all_rows(s)
             pull = set(srows[0][0] or ()) if srows else set()
-            out[reader] = tuple(sorted({r[0] for r in _rows(v)} - pull))
+            out[reader] = tuple(sorted({r[0] for r in all_rows(v)} - pull))
         return out
 
     def _timestamp(self) -> int:
@@ -130,24 +131,4 @@ class CassandraActivity:
         return ts
 
     def _run(self, statements: list[tuple[Any, Any]]) -> list[Any]:
-        """Execute with bounded concurrency; the results in order, or the first failure translated."""
-        if not statements:
-            return []
-        from cassandra.concurrent import execute_concurrent
-
-        try:
-            results = execute_concurrent(self.session, statements, concurrency=self.concurrency,
-                                         raise_on_first_error=False, execution_profile=self._profile)
-        except Exception as exc:  # session shut down, no connection pool...
-            raise translate_driver_error(exc) from exc
-        failures = [r.result_or_exc for r in results if not r.success]
-        if failures:
-            raise translate_driver_error(failures[0])
-        return [r.result_or_exc for r in results]
-
-
-def _rows(result: Any) -> list[tuple[Any, ...]]:
-    try:
-        return list(result)
-    except Exception as exc:
-        raise translate_driver_error(exc) from exc
+        return execute_all(self.session, statements, concurrency=self.concurrency, profile=self._profile)

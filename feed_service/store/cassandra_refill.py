@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from feed_service.security.roles import STREAM
-from feed_service.store.cassandra_reader import connected, translate_driver_error
+from feed_service.store.cassandra_reader import connected
+from feed_service.store.concurrent_statements import all_rows, execute_all
 from feed_service.store.ports import ShortInbox
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class CassandraRefillCheck:
             chunk = ids[start : start + TIMELINES_PER_ROUND]
             lined: list[tuple[str, tuple[int, str], frozenset[str]]] = []
             for tid, result in zip(chunk, self._run([(self._statics, (tid,)) for tid in chunk])):
-                rows = _rows(result)
+                rows = all_rows(result)
                 if not rows or rows[0][0] is None or rows[0][1] is None:
                     continue
                 cut_created_at, cut_tweet_id, pull_authors = rows[0]
@@ -101,35 +102,14 @@ class CassandraRefillCheck:
                                 for tid, line, _ in lined])
             short: list[tuple[str, tuple[int, str], int, frozenset[str]]] = []
             for (tid, line, pull_authors), result in zip(lined, counts):
-                exact = sum(1 for r in _rows(result) if r[0] is not None)
+                exact = sum(1 for r in all_rows(result) if r[0] is not None)
                 if exact < self.inbox_cap:
                     short.append((tid, line, self.inbox_cap - exact, pull_authors))
             visible = self._run([(self._visible, (tid,)) for tid, *_ in short])
             for (tid, line, need, pull_authors), result in zip(short, visible):
-                users = {r[0] for r in _rows(result)}
+                users = {r[0] for r in all_rows(result)}
                 out.append(ShortInbox(tid, line, need, tuple(sorted(users - pull_authors))))
         return out
 
     def _run(self, statements: list[tuple[Any, Any]]) -> list[Any]:
-        """Execute with bounded concurrency; the results in order, or the first failure translated."""
-        if not statements:
-            return []
-        from cassandra.concurrent import execute_concurrent
-
-        try:
-            results = execute_concurrent(self.session, statements, concurrency=self.concurrency,
-                                         raise_on_first_error=False, execution_profile=self._profile)
-        except Exception as exc:  # session shut down, no connection pool...
-            raise translate_driver_error(exc) from exc
-        failures = [r.result_or_exc for r in results if not r.success]
-        if failures:
-            raise translate_driver_error(failures[0])
-        return [r.result_or_exc for r in results]
-
-
-def _rows(result: Any) -> list[tuple[Any, ...]]:
-    """Every row of ``result``; later pages, if any, are fetched here, so their faults are translated too."""
-    try:
-        return list(result)
-    except Exception as exc:
-        raise translate_driver_error(exc) from exc
+        return execute_all(self.session, statements, concurrency=self.concurrency, profile=self._profile)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from feed_service.errors import StoreError, WriteFailed
 from feed_service.security.roles import STREAM
+from feed_service.store.concurrent_statements import execute_concurrently
 from feed_service.store.cassandra_reader import connected, translate_driver_error
 from feed_service.store.ports import TrimResult
 
@@ -183,22 +184,14 @@ class CassandraTrimmer:
 
     def _run(self, statements: list[tuple[Any, Any]], *, reading: bool) -> list[Any]:
         """Execute with bounded concurrency; the results in order, or the first failure translated."""
-        if not statements:
-            return []
-        from cassandra.concurrent import execute_concurrent
-
-        try:
-            results = execute_concurrent(self.session, statements, concurrency=self.concurrency,
-                                         raise_on_first_error=False, execution_profile=self._profile)
-        except Exception as exc:  # session shut down, no connection pool...
-            raise translate_driver_error(exc) from exc
-        failures = [r.result_or_exc for r in results if not r.success]
+        results, failures = execute_concurrently(self.session, statements, concurrency=self.concurrency,
+                                                 profile=self._profile)
         if failures:
             first = translate_driver_error(failures[0])
             if reading or not isinstance(first, StoreError):
                 raise first
             raise WriteFailed(f"{len(failures)} of {len(statements)} trim deletes failed; first: {failures[0]!r}")
-        return [r.result_or_exc for r in results]
+        return results
 
 
 def _line_of(row: tuple[Any, ...]) -> tuple[int, str] | None:

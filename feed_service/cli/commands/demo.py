@@ -28,6 +28,10 @@ from typing import Any, Iterator
 from feed_service.core.trim_tracker import default_margin
 from feed_service.cli.arg_types import pull_threshold
 from feed_service.settings import Settings
+
+#: The demo's FEED_INACTIVE_AFTER_S: short enough that readers nobody reads go inactive during a
+#: one-minute workload, long enough that the printed reader does not between its reads.
+DEMO_INACTIVE_AFTER_S = 20
 from feed_service.stack.config import SINGLE, TOPOLOGIES, StackConfig, free_ports
 
 
@@ -53,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help=f"share of the workload's changes that are reposts (default {DEMO_REPOST_SHARE})")
     parser.add_argument("--reply-share", type=float, default=DEMO_REPLY_SHARE,
                         help=f"share of the new tweets that are replies (default {DEMO_REPLY_SHARE})")
+    parser.add_argument("--inactive-after", type=int, default=DEMO_INACTIVE_AFTER_S, metavar="S",
+                        help=f"FEED_INACTIVE_AFTER_S of the demo (default {DEMO_INACTIVE_AFTER_S}, so that readers"
+                             " who do not read go inactive within it and one can be seen coming back;"
+                             " docs/activity.md)")
     parser.add_argument("--keep-running", action="store_true", help="leave the stream and the server running")
     parser.add_argument("--topology", choices=TOPOLOGIES, default=SINGLE,
                         help="single (default): one node per service, Spark in local mode; cluster: three Kafka "
@@ -177,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
     stack_config = StackConfig.from_env(topology=args.topology)
     # the stack's own nodes, replication and consistency; everything else from the environment
     stack_env = stack_config.environment()
-    settings = Settings.from_env({**os.environ, **stack_env}).replace(pull_threshold=args.pull_threshold)
+    settings = Settings.from_env({**os.environ, **stack_env}).replace(
+        pull_threshold=args.pull_threshold, inactive_after_s=args.inactive_after,
+        read_report_interval_s=max(1, min(args.inactive_after // 4, 3600)) if args.inactive_after else 3600)
     # This process reads through the gRPC API as a client of the stack: TLS and its client certificate
     # when the stack is secured (docs/security.md).
     os.environ.update({k: v for k, v in stack_env.items() if k.startswith("FEED_GRPC_") and not k.startswith("FEED_GRPC_TLS")})
@@ -315,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
             same = _mute_and_unmute(settings, stream, address, token, user_id, full, published, pull, say)
         if same and user_id in exact:
             same = _filtered_reply(settings, stream, address, token, user_id, published, say)
+        if same and settings.inactive_after_s:
+            same = _reader_comes_back(settings, stream, address, secret, user_id, published, args.page_size, say)
         say("    " + _server_metrics_line(metrics_port))
         if pull:
             star = max(pull, key=lambda a: (followers[a], a))
@@ -437,6 +449,55 @@ def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, 
     finally:
         watch.close()
     return ok
+
+
+def _reader_comes_back(settings: Settings, stream: Any, address: str, secret: str, shown: str,
+                       published: list[dict[str, Any]], page_size: int, say: Any) -> bool:
+    """A reader nobody has read for FEED_INACTIVE_AFTER_S: inactive, its inbox dropped; its first read
+    is exact all the same (merged from its push authors' timelines), it comes back, the stream rebuilds
+    its inbox, and its reads come from the inbox again, still exact (docs/activity.md)."""
+    from feed_service.core.events import ProfileVersion, event_to_json
+    from feed_service.core.reference import reference_timelines
+    from feed_service.kafka.producer import EventProducer
+    from feed_service.server import auth
+    from feed_service.store.session import connect
+
+    expected = reference_timelines(published)
+    cluster, session = connect(settings.as_role("stream"), keyspace=settings.keyspace)
+    try:
+        def inbox(user: str) -> tuple[bool | None, int]:
+            rows = list(session.execute("SELECT tweet_id, inbox_dropped FROM home_timeline WHERE timeline_id = %s",
+                                        (user,)))
+            return (rows[0][1] if rows else None), sum(1 for r in rows if r[0] is not None)
+
+        busiest = sorted((u for u in expected if u != shown and expected[u]), key=lambda u: (-len(expected[u]), u))
+        user = next((u for u in busiest[:200] if inbox(u) == (True, 0)), None)
+        if user is None:
+            say(f"    no reader has been left unread for {settings.inactive_after_s}s yet: nothing to show coming back")
+            return True
+        say(f"    {user} has not read its home timeline for {settings.inactive_after_s}s: inactive, its inbox dropped"
+            " (no rows), no inbox writes since")
+        token = auth.mint(secret.encode(), subject=user, role="user")
+        _, full = _read_timeline(address, token, user, 200)
+        good = _served(full) == _wanted(expected[user])
+        say(f"    its first read, merged from its push authors' timelines: {len(full)} entries, the reference's:"
+            f" {'yes' if good else 'NO'}")
+        started = time.monotonic()
+        version = int(time.time())
+        while inbox(user)[0] is not False and time.monotonic() - started < 180:
+            _read_timeline(address, token, user, page_size)  # back: it keeps reading
+            with EventProducer(settings) as producer:  # a micro-batch: the stream takes the read reports
+                published.append(event_to_json(producer.publish_event(ProfileVersion(f"{user}-nudge", version, "n"))))
+            version += 1
+            stream.wait_caught_up(timeout=300)
+        flag, rows = inbox(user)
+        _, again = _read_timeline(address, token, user, 200)
+        back = flag is False and rows > 0 and _served(again) == _wanted(reference_timelines(published)[user])
+        say(f"    it came back: the stream asked its push authors to rebuild its inbox ({rows} rows,"
+            f" {time.monotonic() - started:.1f}s); read from the inbox again, the reference's: {'yes' if back else 'NO'}")
+        return good and back
+    finally:
+        cluster.shutdown()
 
 
 def _filtered_reply(settings: Settings, stream: Any, address: str, token: str, user_id: str,

@@ -45,11 +45,12 @@ from feed_service.server.metrics import ServerMetrics
 from feed_service.core.view_changes import ProfileChange
 from feed_service.server.change_feed import ChangeFeed, Consumed
 from feed_service.server.rate_limit import RateLimiter
-from feed_service.server.read_cache import ReadCache
+from feed_service.server.read_cache import FLAG_RECHECK_S, ReadCache
 from feed_service.server.tls import server_credentials
 from feed_service.server.service import TimelineServicer
 from feed_service.server.watch_hub import WatchHub
 from feed_service.errors import StoreError
+from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 from feed_service.store.ports import TimelineStore
 
@@ -240,7 +241,8 @@ class TimelineServer:
                 feed.close()
                 return
             self._feed = feed
-            cache = (ReadCache(feed, depth=cfg.read_cache_depth, max_keys=cfg.read_cache_keys)
+            cache = (ReadCache(feed, depth=cfg.read_cache_depth, max_keys=cfg.read_cache_keys,
+                               flag_recheck_s=flag_recheck_s(cfg.settings))
                      if cfg.read_cache_keys > 0 else None)
             if cache is not None:
                 self.metrics.watch_read_cache(cache)
@@ -325,3 +327,12 @@ class TimelineServer:
     async def wait_for_termination(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
+
+
+def flag_recheck_s(settings: Settings) -> float:
+    """How long the read cache trusts a kept inbox's flag (docs/activity.md#exact-reads-without-an-inbox):
+    :data:`FLAG_RECHECK_S`, less where a short ``FEED_INACTIVE_AFTER_S`` (a demo, a test) could drop a
+    reader sooner: a quarter of the time between the last report of a reader's reads and its drop."""
+    if not settings.inactive_after_s:
+        return FLAG_RECHECK_S
+    return max(0.5, min(FLAG_RECHECK_S, (settings.inactive_after_s - settings.read_report_interval_s) / 4))

@@ -6,6 +6,8 @@ second; "caught up" means the query's last batch ended at the topics' current en
 
 from __future__ import annotations
 
+import logging
+
 import json
 import os
 import signal
@@ -19,6 +21,8 @@ from feed_service.errors import StreamNotReady
 from feed_service.kafka.offsets import Offsets, watermarks
 from feed_service.settings import Settings
 
+
+log = logging.getLogger("feed.stack")
 
 #: The address a stream started here serves its metrics on (when given a port).
 METRICS_HOST = "127.0.0.1"
@@ -105,9 +109,13 @@ class StreamProcess:
             self._check_alive()
             p = self.progress()
             if p:
-                target = high_watermarks(self.settings)
-                if p["timeline-join"]["end_offsets"] == target:
-                    return p
+                try:
+                    target = high_watermarks(self.settings)
+                except Exception as exc:  # noqa: BLE001 - a broker failing over (NOT_LEADER...): ask again
+                    log.debug("end offsets not read (%s); asking again", exc)
+                else:
+                    if p["timeline-join"]["end_offsets"] == target:
+                        return p
             time.sleep(0.5)
         raise StreamNotReady(f"stream not caught up within {timeout}s: want {target}, progress {self.progress()}")
 

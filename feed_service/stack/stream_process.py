@@ -6,9 +6,8 @@ second; "caught up" means the query's last batch ended at the topics' current en
 
 from __future__ import annotations
 
-import logging
-
 import json
+import logging
 import os
 import signal
 import subprocess

@@ -462,6 +462,9 @@ def _reader_comes_back(settings: Settings, stream: Any, address: str, secret: st
     from feed_service.server import auth
     from feed_service.store.session import connect
 
+    import logging
+
+    logging.getLogger("cassandra").setLevel(logging.WARNING)  # the driver's connection chatter
     expected = reference_timelines(published)
     cluster, session = connect(settings.as_role("stream"), keyspace=settings.keyspace)
     try:

@@ -166,6 +166,8 @@ class StreamMetrics:
                              registry=r)
         self.rows_skipped = Counter("feed_stream_inbox_rows_skipped", "inbox row writes left out for inactive readers",
                                     registry=r)
+        for state in ("active", "inactive", "rebuilding"):
+            self.readers.labels(state)  # exported from the start, at 0
         self._skipped_seen = 0
         self._tables = {table: self.rows_written.labels(table) for table in TABLES}
         self._last_batch_id = -1

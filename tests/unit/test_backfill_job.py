@@ -97,6 +97,7 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> None:
         "join_timelines_batch": lambda *a: FakeFrame(), "count_timelines": lambda *a: 2,
         "tables_to_write": lambda *a, **k: [("timeline", FakeFrame()), ("tweets", FakeFrame())],
         "write_table": lambda settings, table, df, ts, write: TableReport(table, 6, 0.5, ((0, 6),)),
+        "inactive_readers": lambda settings, ts: set(), "mark_readers": lambda *a, **k: None,
     }
     for name, fake in fakes.items():
         monkeypatch.setattr(job, name, fake)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, TextIO
 
 from feed_service.errors import ConfigError, FeedError
+from feed_service.security.roles import BACKFILL
 from feed_service.settings import Settings
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.backfill.join import count_timelines, join_timelines_batch
@@ -179,7 +180,7 @@ def inactive_readers(settings: Settings, backfill_ts: int) -> set[str]:
         return set()
     from feed_service.store.cassandra_activity import CassandraActivity
 
-    store = CassandraActivity.connect(settings)
+    store = CassandraActivity.connect(settings.as_role(BACKFILL))  # the backfill logs in as itself
     try:
         readers = store.load()
     finally:
@@ -204,7 +205,7 @@ def mark_readers(settings: Settings, inactive: set[str], *, kept_all: bool, back
         return
     from feed_service.store.cassandra_activity import CassandraActivity
 
-    store = CassandraActivity.connect(settings)
+    store = CassandraActivity.connect(settings.as_role(BACKFILL))  # the backfill logs in as itself
     try:
         if kept_all:
             readers = {r: state for r, state in store.load().items()

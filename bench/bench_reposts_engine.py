@@ -54,33 +54,37 @@ def run(events: list[Event], batch_size: int, inbox_cap: int, pull_threshold: in
 
 def message_counts(events: list[Event], batch_size: int, inbox_cap: int, pull_threshold: int = DEFAULT_PULL_THRESHOLD,
                    pull_reposters: bool = False) -> dict[str, int]:
-    """The messages the author keys send the reposter and reader steps, and the reposter steps'
-    candidates, over the whole run: the per-reader work, which a plain tweet does not have."""
-    counts = dict.fromkeys(("relations", "audience", "replies", "edges", "tweets", "candidates"), 0)
+    """The messages the author keys send the per-reader stage over the whole run, and what the stage
+    wrote: compact ``home_extras`` deltas and the rows they hold (the per-reader work, which a plain
+    tweet does not have)."""
+    counts = dict.fromkeys(("relations", "conditional tweets", "edges", "tweets", "extras deltas",
+                            "extras rows"), 0)
 
     class Counting(Materializer):
         def per_reader(self, sides):  # type: ignore[no-untyped-def]
             for side in sides:
-                for name in ("relations", "audience", "replies", "edges", "tweets"):
-                    counts[name] += len(getattr(side, name))
+                counts["relations"] += len(side.relations)
+                counts["conditional tweets"] += len(side.replies)
+                counts["edges"] += len(side.edges)
+                counts["tweets"] += len(side.tweets)
             super().per_reader(sides)
 
+        def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+            super().__init__(**kwargs)
+            self._rows = 0
+            apply = self.view.apply_extras
+
+            def counted(deltas):  # type: ignore[no-untyped-def]
+                deltas = list(deltas)
+                counts["extras deltas"] += len(deltas)
+                counts["extras rows"] += sum(len(d.readers) for d in deltas)
+                apply(deltas)
+
+            self.view.apply_extras = counted  # type: ignore[method-assign]
+
     engine = Counting(inbox_cap=inbox_cap, pull_threshold=pull_threshold, pull_reposters=pull_reposters)
-    import feed_service.core.view as view
-
-    step = view.reposter_step
-
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        done = step(*args, **kwargs)
-        counts["candidates"] += len(done.candidates)
-        return done
-
-    view.reposter_step = counted
-    try:
-        for i in range(0, len(events), batch_size):
-            engine.process_batch(events[i:i + batch_size])
-    finally:
-        view.reposter_step = step
+    for i in range(0, len(events), batch_size):
+        engine.process_batch(events[i:i + batch_size])
     return counts
 
 
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  ratio with / without: {rate['with'] / rate['without']:.2f}")
     counts = message_counts(with_them, args.batch_size, args.inbox_cap, args.pull_threshold,
                             args.pull_reposters)  # an untimed pass
-    print("  messages to the per-reader steps in the run with them: "
+    print("  messages to the per-reader stage and its output in the run with them: "
           + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
 
 

@@ -34,16 +34,9 @@ from feed_service.core.inbox_rule import push_authors, shown_in_inbox
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
 from feed_service.core.per_reader.author_side import SideResult
 from feed_service.core.per_reader.author_step import step_with_side
-from feed_service.core.per_reader.codec import (
-    decode_reader_state,
-    decode_reposter_state,
-    encode_reader_state,
-    encode_reposter_state,
-)
+from feed_service.core.per_reader.audience_stage import AudienceStage
 from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
 from feed_service.core.per_reader.pull_reposts import RepostFacts, shows_extras_row, shows_pulled_row
-from feed_service.core.per_reader.reader_step import ReaderState, reader_step
-from feed_service.core.per_reader.reposter_step import ReposterState, reposter_step
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.rows import AuthorTimelineDelta, Entry, ProfileRow
 from feed_service.core.state import AuthorState, decode_parts
@@ -227,23 +220,25 @@ class TimelineView:
             self.profiles[(prow.user_id, prow.version)] = prow
 
     def apply_extras(self, deltas: Iterable[ExtrasDelta]) -> None:
-        """Apply the reader step's rows of ``home_extras``."""
-        for op, reader, entry, _ in deltas:
-            rows = self.extras.setdefault(reader, {})
+        """Apply the per-reader stage's rows of ``home_extras`` (compact: one entry, many readers)."""
+        for op, entry, readers, _ in deltas:
             row = (entry.at, entry.tweet_id, entry.author_id)
-            if op == "delete":
-                if rows.pop(row, None) is None:
-                    self._fail(f"delete of missing extras row {row} of {reader!r}")
-            else:
-                if (row in rows) != (op == "update"):
-                    self._fail(f"{op} of {'missing' if op == 'update' else 'present'} extras row {row} of {reader!r}")
-                rows[row] = entry
-            if not rows:
-                del self.extras[reader]
+            for reader in readers:
+                rows = self.extras.setdefault(reader, {})
+                if op == "delete":
+                    if rows.pop(row, None) is None:
+                        self._fail(f"delete of missing extras row {row} of {reader!r}")
+                else:
+                    if (row in rows) != (op == "update"):
+                        self._fail(f"{op} of {'missing' if op == 'update' else 'present'} extras row {row} of {reader!r}")
+                    rows[row] = entry
+                if not rows:
+                    del self.extras[reader]
 
-    def apply_own_reposts(self, reposter: str, deltas: Iterable[AuthorTimelineDelta]) -> None:
-        """Apply the reposter step's rows of the reposter's own timeline."""
+    def apply_own_reposts(self, deltas: Iterable[AuthorTimelineDelta]) -> None:
+        """Apply the per-reader stage's rows of reposters' own timelines (reposts of others' tweets)."""
         for op, entry in deltas:
+            reposter = entry.reposted_by
             rows = self.own_reposts.setdefault(reposter, {})
             row = (entry.at, entry.tweet_id, entry.author_id)
             if op == "delete":
@@ -480,8 +475,7 @@ class Materializer:
         self.encode_states = encode_states
         self.clock_start = clock_start
         self.states: dict[str, AuthorState] = {}
-        self.reposters: dict[str, ReposterState] = {}
-        self.readers: dict[str, ReaderState] = {}
+        self.stage = AudienceStage(pull_threshold=self.reposter_threshold)
         self.stored: dict[str, tuple[bytes, bytes | None]] = {}
         """key -> (core part, edges part) when ``encode_states``."""
         self.rejected = 0
@@ -593,41 +587,19 @@ class Materializer:
         self.view.rebuilt(returning)
 
     def per_reader(self, sides: Sequence[SideResult]) -> None:
-        """Run the reposter and reader steps of one batch on the author keys' messages, and apply
-        their rows (docs/reposts-and-replies.md): every reposter, then every reader, in key order."""
-        audience: dict[str, list] = {}
-        edges: dict[str, list] = {}
-        tweets: dict[str, list] = {}
-        relations: dict[str, list] = {}
-        replies: dict[str, list] = {}
-        candidates: dict[str, list] = {}
+        """Run the per-reader stage on one batch of the author keys' messages and apply its rows
+        (docs/reposts-and-replies.md)."""
+        relations, replies, edges, tweets = [], [], [], []
         for side in sides:
-            for m in side.audience:
-                audience.setdefault(m.user, []).append(m)
-            for e in side.edges:
-                edges.setdefault(e.reposter, []).append(e)
-            for t in side.tweets:
-                tweets.setdefault(t.reposter, []).append(t)
-            for r in side.relations:
-                relations.setdefault(r.reader, []).append(r)
-            for c in side.replies:
-                replies.setdefault(c.reader, []).append(c)
-        for reposter in sorted(audience.keys() | edges.keys() | tweets.keys()):
-            done = reposter_step(reposter, self.reposters.get(reposter), audience.get(reposter, ()),
-                                 edges.get(reposter, ()), tweets.get(reposter, ()),
-                                 pull_threshold=self.reposter_threshold)
-            self.reposters[reposter] = (decode_reposter_state(encode_reposter_state(done.state))
-                                        if self.encode_states else done.state)
-            self.view.apply_own_reposts(reposter, done.own_timeline)
-            self.view.apply_pull_reposters(done.pull_readers)
-            for c in done.candidates:
-                candidates.setdefault(c.reader, []).append(c)
-        for reader in sorted(relations.keys() | replies.keys() | candidates.keys()):
-            decided = reader_step(reader, self.readers.get(reader), relations.get(reader, ()),
-                                  replies.get(reader, ()), candidates.get(reader, ()))
-            self.readers[reader] = (decode_reader_state(encode_reader_state(decided.state))
-                                    if self.encode_states else decided.state)
-            self.view.apply_extras(decided.extras)
-            self.view.apply_visible(decided.visible)
-            self.view.apply_hidden(decided.hidden)
-
+            relations.extend(side.relations)
+            replies.extend(side.replies)
+            edges.extend(side.edges)
+            tweets.extend(side.tweets)
+        if not (relations or replies or edges or tweets):
+            return
+        done = self.stage.step(relations, replies, edges, tweets)
+        self.view.apply_extras(done.extras)
+        self.view.apply_own_reposts(done.own_reposts)
+        self.view.apply_pull_reposters(done.pull_readers)
+        self.view.apply_visible(done.visible)
+        self.view.apply_hidden(done.hidden)

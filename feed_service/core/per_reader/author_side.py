@@ -3,10 +3,10 @@
 :func:`author_side` runs after :func:`feed_service.core.join.step` with the key's state before and
 the step's result, and returns:
 
-- the inbox deltas less what the reader decides: a reply to a third user X is written by this key
-  only to X's own inbox; every other holder gets it as a :class:`ConditionalReply`;
-- a :class:`Relation` (to the reader) and an :class:`AudienceDelta` (to this user's reposter step)
-  for every reader whose "sees this author" or "hidden from this author" changed;
+- the inbox deltas less what the per-reader stage decides: a reply to a third user X is written by
+  this key only to X's own inbox; the stage decides it for everyone else from one
+  :class:`ConditionalTweet` per tweet and change (never one message per holder);
+- a :class:`Relation` for every reader whose "sees this author" or "hidden from this author" changed;
 - as a reposter, a :class:`RepostEdge` for every repost edge of this user whose winning change
   changed (a repost is routed to its reposter's key, where every change of the edge meets, and to
   the key of the author it names);
@@ -36,7 +36,7 @@ from feed_service.core.events import (
     repost_rank,
 )
 from feed_service.core.join.key_step import StepResult
-from feed_service.core.per_reader.messages import AudienceDelta, ConditionalReply, Relation, RepostEdge, RepostedTweet
+from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostEdge, RepostedTweet
 from feed_service.core.rows import Entry, TimelineDelta
 from feed_service.core.state import AuthorState, hides_reader
 
@@ -67,8 +67,7 @@ class SideResult:
     deltas: tuple[TimelineDelta, ...]
     """The inbox deltas to write (the step's, less the conditional replies)."""
     relations: tuple[Relation, ...] = ()
-    audience: tuple[AudienceDelta, ...] = ()
-    replies: tuple[ConditionalReply, ...] = ()
+    replies: tuple[ConditionalTweet, ...] = ()
     edges: tuple[RepostEdge, ...] = ()
     tweets: tuple[RepostedTweet, ...] = ()
 
@@ -83,8 +82,9 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     late = set(result.late)
     timely = [ev for i, ev in enumerate(changes) if i not in late]
     ts = side.clock + 1
-    deltas, replies = _split_replies(key, before, result.deltas, ts)
-    relations, audience = _relations(key, before, after, timely, ts)
+    deltas = _split_replies(key, before, result.deltas)
+    replies = _conditional_changes(key, before, after, result, ts)
+    relations = _relations(key, before, after, timely, ts)
     edges, reposters, new_names = _fold_reposts(key, side, timely)
     edge_messages = [RepostEdge(key, tid, edges[tid], ts) for tid in sorted(edges)
                      if side.edges.get(tid) != edges[tid]]
@@ -100,7 +100,7 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
                 tweets.append(RepostedTweet(reposter, key, tid, entry, ts))
     emitted = bool(replies or relations or edge_messages or tweets)
     new_side = RepostSide(edges, reposters, archive, ts if emitted else side.clock)
-    return SideResult(new_side, tuple(deltas), tuple(relations), tuple(audience), tuple(replies),
+    return SideResult(new_side, tuple(deltas), tuple(relations), tuple(replies),
                       tuple(edge_messages), tuple(tweets))
 
 
@@ -140,17 +140,11 @@ def reply_class(key: str, entry: Entry | TweetContent | None) -> str | None:
     return None if parent is None or parent == key else parent
 
 
-def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[TimelineDelta], ts: int
-                   ) -> tuple[list[TimelineDelta], list[ConditionalReply]]:
-    """The inbox deltas this key writes, and the conditional replies it sends instead.
-
-    A holder R has the tweet's inbox row while the tweet is plain or replies to R itself, and a
-    conditional reply otherwise; an update compares the old content's class with the new one's.
-    """
+def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[TimelineDelta]) -> list[TimelineDelta]:
+    """The inbox deltas this key writes: a holder R has a tweet's inbox row while the tweet is plain or
+    replies to R itself (a reply to a third user is decided by the per-reader stage from the
+    tweet's :class:`ConditionalTweet`); an update compares the old content's class with the new one's."""
     out: list[TimelineDelta] = []
-    replies: dict[tuple[str, str], ConditionalReply] = {}
-    """(reader, tweet_id) -> the step's one value: an edit that moves created_at is a delete and an
-    insert of the same tweet, and the reader's value is the one after the step."""
     for delta in deltas:
         op, entry, ids = delta
         if op == "update":
@@ -170,12 +164,36 @@ def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[Timeli
             row_op = "update" if had and has else "delete" if had else "insert" if has else None
             if row_op is not None:
                 rows.setdefault((row_op, old_entry if row_op == "delete" else entry), []).append(reader)
-            if op != "delete" and new_class is not None and new_class != reader:
-                replies[(reader, entry.tweet_id)] = ConditionalReply(reader, entry, True, ts)
-            elif op != "insert" and old_class is not None and old_class != reader:
-                replies.setdefault((reader, entry.tweet_id), ConditionalReply(reader, old_entry, False, ts))
         out.extend(TimelineDelta(row_op, row_entry, tuple(readers)) for (row_op, row_entry), readers in rows.items())
-    return out, list(replies.values())
+    return out
+
+
+def _conditional(key: str, state: AuthorState | None, tid: str) -> TweetContent | None:
+    """The content of ``tid`` as a conditional tweet of this push author: retained, a reply to a
+    third user; None otherwise (a pull author's replies are decided at read: docs/fan-out.md)."""
+    if state is None or state.pull:
+        return None
+    c = state.tweets.get(tid)
+    return c if c is not None and reply_class(key, c) is not None else None
+
+
+def _conditional_changes(key: str, before: AuthorState | None, after: AuthorState, result: StepResult,
+                         ts: int) -> list[ConditionalTweet]:
+    """One :class:`ConditionalTweet` per tweet whose conditional content changed in the step: an
+    edit, a delete, an eviction from the retained set, or every retained reply when the author
+    crosses the pull threshold."""
+    if before is not None and before.tweets is after.tweets and before.pull == after.pull:
+        return []
+    if before is None or before.pull != after.pull:
+        tids = set(after.tweets) | (set(before.tweets) if before is not None else set())
+    else:
+        tids = {t.tweet_id for t in result.tweets} | _left_retained(before, after)
+    out: list[ConditionalTweet] = []
+    for tid in sorted(tids):
+        old, new = _conditional(key, before, tid), _conditional(key, after, tid)
+        if old != new:
+            out.append(ConditionalTweet(key, tid, None if new is None else _entry_of(key, tid, new), ts))
+    return out
 
 
 def _entry_of(key: str, tweet_id: str, c: TweetContent) -> Entry:
@@ -194,7 +212,7 @@ def _status(state: AuthorState | None, reader: str) -> tuple[bool, bool]:
 
 
 def _relations(key: str, before: AuthorState | None, after: AuthorState, changes: Sequence[Event], ts: int
-               ) -> tuple[list[Relation], list[AudienceDelta]]:
+               ) -> list[Relation]:
     readers: set[str] = set()
     for ev in changes:
         if type(ev) is FollowChange:
@@ -203,14 +221,12 @@ def _relations(key: str, before: AuthorState | None, after: AuthorState, changes
             readers.add(ev.muter_id)
         elif type(ev) is BlockChange:
             readers.add(ev.blocked_id if ev.blocker_id == key else ev.blocker_id)
-    relations, audience = [], []
+    relations = []
     for reader in sorted(readers):
         old, new = _status(before, reader), _status(after, reader)
         if old != new:
             relations.append(Relation(reader, key, new[0], new[1], ts))
-            if old[0] != new[0]:
-                audience.append(AudienceDelta(key, reader, new[0], ts))
-    return relations, audience
+    return relations
 
 
 def _fold_reposts(key: str, side: RepostSide, changes: Sequence[Event]

@@ -1,7 +1,8 @@
-"""The messages between the author, reposter and reader steps (docs/reposts-and-replies.md).
+"""The messages from the author keys to the per-reader stage, and the stage's outputs
+(docs/reposts-and-replies.md).
 
-Each one *assigns* a value to an identity (a relation, an audience member, a conditional reply, a
-joined repost, a repost candidate) at the sender key's clock ``ts``. One key sends every message of
+Each input *assigns* a value to an identity (a relation, a conditional tweet, a repost edge, a
+reposted tweet's content) at the sender key's clock ``ts``. One key sends every message of
 an identity, and its clock only grows, so a receiver keeps the highest ``ts`` per identity and ends
 in the same state whatever order, batching or duplication the messages came in.
 """
@@ -12,10 +13,6 @@ from typing import NamedTuple
 
 from feed_service.core.rows import Entry
 
-REPOSTER_STAGE = "reposter"
-"""The step keyed by a reposter (:mod:`~feed_service.core.per_reader.reposter_step`)."""
-READER_STAGE = "reader"
-"""The step keyed by a reader (:mod:`~feed_service.core.per_reader.reader_step`)."""
 
 
 class Relation(NamedTuple):
@@ -29,22 +26,15 @@ class Relation(NamedTuple):
     ts: int
 
 
-class AudienceDelta(NamedTuple):
-    """To the reposter step of ``user``: whether ``reader`` sees ``user`` (its copy of the audience)."""
+class ConditionalTweet(NamedTuple):
+    """To the per-reader stage, from the author key of ``author_id`` (a push author): the content of
+    its retained reply ``tweet_id`` to a third user, or None once it is none of those (deleted,
+    edited into another class, evicted, or the author turned pull). One message per tweet and change:
+    the stage shows it to the readers who see both the author and the parent's author."""
 
-    user: str
-    reader: str
-    visible: bool
-    ts: int
-
-
-class ConditionalReply(NamedTuple):
-    """To the reader step of ``reader``: a reply of ``entry.author_id`` (whom ``reader`` sees) to a
-    third user, shown only if ``reader`` sees that user too; ``present`` False withdraws it."""
-
-    reader: str
-    entry: Entry
-    present: bool
+    author_id: str
+    tweet_id: str
+    entry: Entry | None
     ts: int
 
 
@@ -70,24 +60,13 @@ class RepostedTweet(NamedTuple):
     ts: int
 
 
-class RepostCandidate(NamedTuple):
-    """To the reader step of ``reader``: ``reposter`` (whom ``reader`` sees) reposted ``tweet_id``
-    (``entry`` as in :class:`JoinedRepost`), or None when that no longer holds."""
-
-    reader: str
-    reposter: str
-    author_id: str
-    tweet_id: str
-    entry: Entry | None
-    ts: int
-
-
 class ExtrasDelta(NamedTuple):
-    """One change of a row of ``reader``'s ``home_extras`` table, at the reader step's clock."""
+    """One change of the row of tweet ``entry`` in the ``home_extras`` of each of ``readers``, at the
+    per-reader stage's clock: compact, as a :class:`~feed_service.core.rows.TimelineDelta` is."""
 
     op: str
-    reader: str
     entry: Entry
+    readers: tuple[str, ...]
     ts: int
 
 

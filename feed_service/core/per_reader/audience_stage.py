@@ -1,0 +1,450 @@
+"""The per-reader stage: replies and reposts decided as a join over audiences (docs/reposts-and-replies.md).
+
+The author keys decide every plain row. What needs the reader is decided here, per *tweet*, from
+indexed sets instead of one message per reader:
+
+- ``aud[U]``: the readers who see U (actively follow U, nothing hides); ``hid[U]``: the readers
+  from whom U's tweets are hidden. Both from the author keys' :class:`Relation` messages.
+- per tweet T by A: its conditional content (a push author's retained reply to a third user X,
+  :class:`ConditionalTweet`), its content for reposts (:class:`RepostedTweet`) and its live
+  reposts (a :class:`RepostEdge` whose winning change names A, joined with a live content).
+
+For a tweet T by A replying to X (X None for no reply) and its pushed reposts ordered by
+``(repost time, reposter)``, the rows of ``home_extras`` are, as the batch reference defines them:
+
+    conditional(T) = aud[A] ∩ aud[X] − {X}               (X's own row is in X's inbox)
+    direct(T)      = aud[A] if X in (None, A) else aud[A] ∩ (aud[X] ∪ {X})
+    repost by P_i  = aud[P_i] − direct(T) − hid[A] − ⋃_{j<i} aud[P_j]
+
+each a set operation in C, and the changes leave as compact :class:`ExtrasDelta` (one entry, many
+readers). A tweet whose inputs changed is decided whole (:meth:`AudienceStage._decide_all`); a
+reader whose relation to some U changed is decided alone, for just the tweets involving U
+(:meth:`AudienceStage._decide_one`), so a batch costs what changed: a repost costs a few set
+operations over its reposter's audience, a follow the tweets its followee is involved in.
+
+A reposter seen by ``pull_threshold`` readers or more is a *pull reposter* (when enabled): its
+reposts are merged at read (:mod:`~feed_service.core.per_reader.pull_reposts`) and take no part
+here, except its reposts of its own replies to third users, which no read can merge.
+
+Every input is an assignment versioned by its sender's clock; the stage keeps the newest per
+identity, so its state, and therefore every decision, is a function of the final tables whatever
+the order, batching or duplication of the messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from feed_service.core.per_reader.messages import (
+    ConditionalTweet,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    Relation,
+    RepostedTweet,
+    RepostEdge,
+    VisibleDelta,
+)
+from feed_service.core.rows import AuthorTimelineDelta, Entry
+
+TweetKey = tuple[str, str]
+"""(author_id, tweet_id): a tweet's identity."""
+Groups = dict[Entry, set[str]]
+"""What a tweet shows in ``home_extras``: entry -> the readers whose row it is."""
+
+_NOBODY: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    """What one batch of the stage wrote."""
+
+    extras: tuple[ExtrasDelta, ...]
+    own_reposts: tuple[AuthorTimelineDelta, ...]
+    """Changes of reposters' own timeline rows of reposts of others' tweets (``user_reposts``)."""
+    visible: tuple[VisibleDelta, ...]
+    hidden: tuple[HiddenDelta, ...]
+    pull_readers: tuple[PullReposterDelta, ...]
+    ts: int
+
+
+@dataclass(slots=True)
+class AudienceStage:
+    """The stage's state (the indexes above) and its step; see the module docstring."""
+
+    pull_threshold: int | None = None
+    """Readers from which on a reposter is a pull reposter; None: every reposter pushes."""
+    rel: dict[tuple[str, str], tuple[int, bool, bool]] = field(default_factory=dict)
+    """(reader, user) -> (ts, reader sees user, user hidden from reader)."""
+    aud: dict[str, set[str]] = field(default_factory=dict)
+    hid: dict[str, set[str]] = field(default_factory=dict)
+    cond: dict[TweetKey, tuple[int, Entry | None]] = field(default_factory=dict)
+    content: dict[TweetKey, tuple[int, Entry | None]] = field(default_factory=dict)
+    edges: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)
+    """(reposter, tweet_id) -> (ts, the edge's winning rank)."""
+    naming: dict[TweetKey, set[str]] = field(default_factory=dict)
+    """tweet -> reposters whose winning edge reposts it (unreposts excluded)."""
+    reposts: dict[TweetKey, dict[str, Entry]] = field(default_factory=dict)
+    """tweet -> reposter -> the repost entry, for the live reposts (edge on, content live)."""
+    by_reposter: dict[str, set[TweetKey]] = field(default_factory=dict)
+    pull: set[str] = field(default_factory=set)
+    """The pull reposters after the last batch."""
+    shown: dict[TweetKey, Groups] = field(default_factory=dict)
+    order: dict[TweetKey, tuple[tuple[int, str, Entry], ...]] = field(default_factory=dict)
+    """tweet -> its pushed reposts, earliest first (what decides its repost rows)."""
+    involved: dict[str, set[TweetKey]] = field(default_factory=dict)
+    """user -> the tweets whose rows depend on the user's audience (author, parent, reposter)."""
+    users_of: dict[TweetKey, frozenset[str]] = field(default_factory=dict)
+    clock: int = 0
+
+    def step(self, relations: Sequence[Relation], conditional: Sequence[ConditionalTweet],
+             edges: Sequence[RepostEdge], tweets: Sequence[RepostedTweet]) -> StageResult:
+        """Apply one batch of the author keys' messages and return what changed."""
+        ts = self.clock + 1
+        changed_pairs = self._apply_relations(relations)
+        whole: set[TweetKey] = set()
+        self._apply_conditional(conditional, whole)
+        own = self._apply_reposts(edges, tweets, whole)
+        pull_readers = self._pull_modes(changed_pairs, whole, ts)
+        extras: list[ExtrasDelta] = []
+        for t in sorted(whole):
+            self._order(t)
+            self._replace(t, self._decide_all(t), extras, ts)
+        decided: set[tuple[TweetKey, str]] = set()
+        involved = self.involved
+        for reader, user in changed_pairs:
+            tweets = involved.get(user)
+            if not tweets:
+                continue
+            for t in (tweets - whole) if whole else list(tweets):
+                if (t, reader) not in decided:
+                    decided.add((t, reader))
+                    self._replace_one(t, reader, self._decide_one(t, reader), extras, ts)
+        visible = [VisibleDelta("insert" if self.rel[p][1] else "delete", p[0], p[1], ts)
+                   for p, (was_seen, _) in sorted(changed_pairs.items()) if was_seen != self.rel[p][1]]
+        hidden = [HiddenDelta("insert" if self.rel[p][2] else "delete", p[0], p[1], ts)
+                  for p, (_, was_hidden) in sorted(changed_pairs.items()) if was_hidden != self.rel[p][2]]
+        if extras or own or visible or hidden or pull_readers:
+            self.clock = ts
+        return StageResult(tuple(extras), tuple(own), tuple(visible), tuple(hidden), tuple(pull_readers), ts)
+
+    # -- inputs ------------------------------------------------------------------------------------
+
+    def _apply_relations(self, relations: Sequence[Relation]) -> dict[tuple[str, str], tuple[bool, bool]]:
+        """Assign the newest relation per pair; return the pairs whose value changed, with the old one."""
+        newest: dict[tuple[str, str], Relation] = {}
+        for m in relations:
+            k = (m.reader, m.user)
+            n = newest.get(k)
+            if n is None or m.ts > n.ts:
+                newest[k] = m
+        changed: dict[tuple[str, str], tuple[bool, bool]] = {}
+        for k, m in newest.items():
+            old = self.rel.get(k)
+            if old is not None and m.ts <= old[0]:
+                continue
+            self.rel[k] = (m.ts, m.visible, m.hidden)
+            was = (False, False) if old is None else (old[1], old[2])
+            if was == (m.visible, m.hidden):
+                continue
+            changed[k] = was
+            reader, user = k
+            if was[0] != m.visible:
+                _toggle(self.aud, user, reader, m.visible)
+            if was[1] != m.hidden:
+                _toggle(self.hid, user, reader, m.hidden)
+        return changed
+
+    def _apply_conditional(self, messages: Sequence[ConditionalTweet], whole: set[TweetKey]) -> None:
+        for m in messages:
+            t = (m.author_id, m.tweet_id)
+            old = self.cond.get(t)
+            if old is None or m.ts > old[0]:
+                self.cond[t] = (m.ts, m.entry)
+                if old is None or old[1] != m.entry:
+                    whole.add(t)
+
+    def _apply_reposts(self, edges: Sequence[RepostEdge], tweets: Sequence[RepostedTweet],
+                       whole: set[TweetKey]) -> list[AuthorTimelineDelta]:
+        """Assign edges and contents, join them again where they changed; the reposters' own rows."""
+        rejoin: set[tuple[str, TweetKey]] = set()
+        for m in tweets:
+            t = (m.author_id, m.tweet_id)
+            old = self.content.get(t)
+            if old is None or m.ts > old[0]:
+                self.content[t] = (m.ts, m.entry)
+                if old is None or old[1] != m.entry:
+                    rejoin.update((p, t) for p in self.naming.get(t, ()))
+        for m in edges:
+            k = (m.reposter, m.tweet_id)
+            old = self.edges.get(k)
+            if old is not None and m.ts <= old[0]:
+                continue
+            self.edges[k] = (m.ts, m.rank)
+            for rank, on in ((None if old is None else old[1], False), (m.rank, True)):
+                if rank is None or rank[1]:
+                    continue
+                t = (rank[2], m.tweet_id)
+                _toggle(self.naming, t, m.reposter, on)
+                rejoin.add((m.reposter, t))
+        own: list[AuthorTimelineDelta] = []
+        for reposter, t in sorted(rejoin):
+            old_e = self.reposts.get(t, {}).get(reposter)
+            new_e = self._join(reposter, t)
+            if old_e == new_e:
+                continue
+            whole.add(t)
+            if new_e is None:
+                _pop(self.reposts, t, reposter)
+                _toggle(self.by_reposter, reposter, t, False)
+            else:
+                self.reposts.setdefault(t, {})[reposter] = new_e
+                _toggle(self.by_reposter, reposter, t, True)
+            if t[0] != reposter:  # one's own tweet shows as the tweet in one's own timeline
+                if old_e is not None and (new_e is None or old_e.at != new_e.at):
+                    own.append(AuthorTimelineDelta("delete", old_e))
+                    old_e = None
+                if new_e is not None:
+                    own.append(AuthorTimelineDelta("insert" if old_e is None else "update", new_e))
+        return own
+
+    def _join(self, reposter: str, t: TweetKey) -> Entry | None:
+        edge = self.edges.get((reposter, t[1]))
+        if edge is None or edge[1][1] or edge[1][2] != t[0]:
+            return None
+        content = self.content.get(t)
+        if content is None or content[1] is None:
+            return None
+        rank = edge[1]
+        return content[1]._replace(reposted_by=reposter, reposted_at=rank[3], reposter_profile_version=rank[4])
+
+    def _pull_modes(self, changed_pairs: Mapping[tuple[str, str], tuple[bool, bool]], whole: set[TweetKey],
+                    ts: int) -> list[PullReposterDelta]:
+        """Reposters crossing the threshold are decided again whole; the readers who merge them in."""
+        if self.pull_threshold is None:
+            return []
+        comers: dict[str, dict[str, bool]] = {}
+        for (reader, user), (was_seen, _) in changed_pairs.items():
+            if was_seen != self.rel[(reader, user)][1]:
+                comers.setdefault(user, {})[reader] = was_seen
+        out: list[PullReposterDelta] = []
+        for user in sorted(comers):
+            audience = self.aud.get(user, _NOBODY)
+            was_pull, pull = user in self.pull, len(audience) >= self.pull_threshold
+            if pull != was_pull:
+                (self.pull.add if pull else self.pull.discard)(user)
+                whole.update(self.by_reposter.get(user, ()))
+                before = ({r for r in audience if comers[user].get(r, True)}
+                          | {r for r, seen in comers[user].items() if seen}) if was_pull else set()
+                after = audience if pull else _NOBODY
+                members = sorted(before | after)
+            elif pull:
+                before = {r for r, seen in comers[user].items() if seen}
+                after = audience
+                members = sorted(comers[user])
+            else:
+                continue
+            for reader in members:
+                b, a = reader in before, reader in after
+                if b != a:
+                    out.append(PullReposterDelta("insert" if a else "delete", reader, user, ts))
+        return out
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    def _pushed(self, reposter: str, t: TweetKey, e: Entry) -> bool:
+        """Whether ``reposter``'s repost ``e`` of ``t`` is decided here (not merged at read)."""
+        if reposter not in self.pull:
+            return True
+        parent = e.in_reply_to_author_id
+        return t[0] == reposter and parent is not None and parent != reposter
+
+    def _order(self, t: TweetKey) -> None:
+        live = self.reposts.get(t)
+        pushed = () if not live else tuple(sorted(
+            (e.reposted_at, p, e) for p, e in live.items() if self._pushed(p, t, e)))
+        if pushed:
+            self.order[t] = pushed  # type: ignore[assignment]
+        else:
+            self.order.pop(t, None)
+
+    def _direct(self, author: str, parent: str | None, reader: str) -> bool:
+        if reader not in self.aud.get(author, _NOBODY):
+            return False
+        return parent is None or parent == author or parent == reader or reader in self.aud.get(parent, _NOBODY)
+
+    def _decide_all(self, t: TweetKey) -> Groups:
+        """Every reader's row of tweet ``t`` (module docstring), as groups of readers per entry."""
+        author = t[0]
+        groups: Groups = {}
+        aud_a = self.aud.get(author, _NOBODY)
+        cond = self.cond.get(t)
+        if cond is not None and cond[1] is not None and aud_a:
+            x = cond[1].in_reply_to_author_id
+            shown = aud_a.intersection(self.aud.get(x, _NOBODY))
+            shown.discard(x)
+            if shown:
+                groups[cond[1]] = shown
+        order = self.order.get(t)
+        if order:
+            x = order[0][2].in_reply_to_author_id
+            taken: set[str] = set()
+            hid_a = self.hid.get(author, _NOBODY)
+            for _, reposter, e in order:
+                readers = self.aud.get(reposter, _NOBODY).difference(taken)
+                if not readers:
+                    continue
+                taken |= readers
+                if hid_a:
+                    readers = readers - hid_a
+                direct = readers.intersection(aud_a)
+                if direct and x is not None and x != author:  # a reply to a third user: direct if X is seen
+                    seen_x = direct.intersection(self.aud.get(x, _NOBODY))
+                    if x in direct:
+                        seen_x.add(x)
+                    direct = seen_x
+                readers -= direct
+                if readers:
+                    groups[e] = readers
+        return groups
+
+    def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
+        """``reader``'s row of tweet ``t``, or None."""
+        author = t[0]
+        cond = self.cond.get(t)
+        if cond is not None and cond[1] is not None:
+            x = cond[1].in_reply_to_author_id
+            if reader != x and reader in self.aud.get(author, _NOBODY) and reader in self.aud.get(x, _NOBODY):
+                return cond[1]
+        order = self.order.get(t)
+        if not order or reader in self.hid.get(author, _NOBODY):
+            return None
+        if self._direct(author, order[0][2].in_reply_to_author_id, reader):
+            return None
+        for _, reposter, e in order:
+            if reader in self.aud.get(reposter, _NOBODY):
+                return e
+        return None
+
+    # -- outputs -----------------------------------------------------------------------------------
+
+    def _replace(self, t: TweetKey, new: Groups, out: list[ExtrasDelta], ts: int) -> None:
+        """Make ``new`` the rows of ``t``: compact deltas of the difference with what was shown."""
+        old = self.shown.get(t, {})
+        if old or new:
+            old_all = set().union(*old.values()) if old else set()
+            new_all = set().union(*new.values()) if new else set()
+            for e, readers in old.items():
+                gone = readers - new_all
+                if gone:
+                    out.append(ExtrasDelta("delete", e, tuple(sorted(gone)), ts))
+            for e, readers in new.items():
+                came = readers - old_all
+                if came:
+                    out.append(ExtrasDelta("insert", e, tuple(sorted(came)), ts))
+                for o, was in old.items():
+                    if o == e:
+                        continue
+                    moved = readers & was
+                    if not moved:
+                        continue
+                    moved_t = tuple(sorted(moved))
+                    if o.at == e.at:
+                        out.append(ExtrasDelta("update", e, moved_t, ts))
+                    else:
+                        out.append(ExtrasDelta("delete", o, moved_t, ts))
+                        out.append(ExtrasDelta("insert", e, moved_t, ts))
+        self._store(t, new)
+
+    def _replace_one(self, t: TweetKey, reader: str, new: Entry | None, out: list[ExtrasDelta], ts: int) -> None:
+        groups = self.shown.get(t)
+        old = None
+        if groups:
+            for e, readers in groups.items():
+                if reader in readers:
+                    old = e
+                    break
+        if old == new:
+            return
+        if groups is None:
+            groups = {}
+        if old is not None:
+            groups[old].discard(reader)
+            if not groups[old]:
+                del groups[old]
+        if new is not None:
+            groups.setdefault(new, set()).add(reader)
+        if old is not None and new is not None and old.at == new.at:
+            out.append(ExtrasDelta("update", new, (reader,), ts))
+        else:
+            if old is not None:
+                out.append(ExtrasDelta("delete", old, (reader,), ts))
+            if new is not None:
+                out.append(ExtrasDelta("insert", new, (reader,), ts))
+        if groups:  # the users ``t`` depends on did not change: only its inputs' changes move them
+            self.shown[t] = groups
+        else:
+            self.shown.pop(t, None)
+
+    def _store(self, t: TweetKey, groups: Groups) -> None:
+        """Keep ``groups`` as ``t``'s rows and ``t`` in the index of the users it depends on."""
+        if groups:
+            self.shown[t] = groups
+        else:
+            self.shown.pop(t, None)
+        users = self._users(t)
+        old = self.users_of.get(t, _NOBODY)
+        if users == old:
+            return
+        for u in old - users:
+            _toggle(self.involved, u, t, False)
+        for u in users - old:
+            _toggle(self.involved, u, t, True)
+        if users:
+            self.users_of[t] = users
+        else:
+            self.users_of.pop(t, None)
+
+    def _users(self, t: TweetKey) -> frozenset[str]:
+        """The users whose audience decides ``t``'s rows: none for a tweet with nothing to decide."""
+        cond = self.cond.get(t)
+        live = self.reposts.get(t)
+        if (cond is None or cond[1] is None) and not live:
+            return _NOBODY
+        users = {t[0]}
+        if cond is not None and cond[1] is not None:
+            users.add(cond[1].in_reply_to_author_id)  # type: ignore[arg-type]
+        if live:
+            users.update(live)
+            content = self.content.get(t)
+            if content is not None and content[1] is not None and content[1].in_reply_to_author_id is not None:
+                users.add(content[1].in_reply_to_author_id)
+        return frozenset(users)
+
+
+def _toggle(index: dict, owner, member, on: bool) -> None:
+    """Add ``member`` to (or remove it from) ``index[owner]``, dropping empty sets."""
+    if on:
+        index.setdefault(owner, set()).add(member)
+        return
+    members = index.get(owner)
+    if members is not None:
+        members.discard(member)
+        if not members:
+            del index[owner]
+
+
+def _pop(index: dict, owner, member) -> None:
+    inner = index.get(owner)
+    if inner is not None:
+        inner.pop(member, None)
+        if not inner:
+            del index[owner]
+
+
+def apply_order(deltas: Iterable[ExtrasDelta]) -> list[ExtrasDelta]:
+    """``deltas`` with every delete before any insert or update, the order a store applies them in
+    when one reader's row moves between entries within a batch."""
+    deltas = list(deltas)
+    return [d for d in deltas if d.op == "delete"] + [d for d in deltas if d.op != "delete"]

@@ -221,19 +221,28 @@ class TimelineView:
 
     def apply_extras(self, deltas: Iterable[ExtrasDelta]) -> None:
         """Apply the per-reader stage's rows of ``home_extras`` (compact: one entry, many readers)."""
+        extras, strict = self.extras, self.strict
         for op, entry, readers, _ in deltas:
             row = (entry.at, entry.tweet_id, entry.author_id)
-            for reader in readers:
-                rows = self.extras.setdefault(reader, {})
-                if op == "delete":
-                    if rows.pop(row, None) is None:
+            if op == "delete":
+                for reader in readers:
+                    rows = extras.get(reader)
+                    if rows is None or rows.pop(row, None) is None:
                         self._fail(f"delete of missing extras row {row} of {reader!r}")
-                else:
-                    if (row in rows) != (op == "update"):
-                        self._fail(f"{op} of {'missing' if op == 'update' else 'present'} extras row {row} of {reader!r}")
-                    rows[row] = entry
-                if not rows:
-                    del self.extras[reader]
+                    elif not rows:
+                        del extras[reader]
+                continue
+            insert = op == "insert"
+            for reader in readers:
+                rows = extras.get(reader)
+                if rows is None:
+                    if strict and not insert:
+                        self._fail(f"update of missing extras row {row} of {reader!r}")
+                    extras[reader] = {row: entry}
+                    continue
+                if strict and (row in rows) == insert:
+                    self._fail(f"{op} of {'present' if insert else 'missing'} extras row {row} of {reader!r}")
+                rows[row] = entry
 
     def apply_own_reposts(self, deltas: Iterable[AuthorTimelineDelta]) -> None:
         """Apply the per-reader stage's rows of reposters' own timelines (reposts of others' tweets)."""

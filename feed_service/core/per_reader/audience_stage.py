@@ -54,6 +54,9 @@ Groups = dict[Entry, set[str]]
 """What a tweet shows in ``home_extras``: entry -> the readers whose row it is."""
 
 _NOBODY: frozenset[str] = frozenset()
+_ONE_BY_ONE = 32
+"""Up to this many readers of one tweet whose relations changed are decided one by one; more, with
+set operations (measured: bench/bench_reposts_engine.py, docs/reposts-and-replies.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +113,24 @@ class AudienceStage:
         extras: list[ExtrasDelta] = []
         for t in sorted(whole):
             self._order(t)
-            self._replace(t, self._decide_all(t), extras, ts)
-        decided: set[tuple[TweetKey, str]] = set()
+            self._replace(t, self._decide(t), extras, ts)
+        some: dict[TweetKey, set[str]] = {}
         involved = self.involved
         for reader, user in changed_pairs:
-            tweets = involved.get(user)
-            if not tweets:
-                continue
-            for t in (tweets - whole) if whole else list(tweets):
-                if (t, reader) not in decided:
-                    decided.add((t, reader))
+            for t in involved.get(user, ()):
+                if t not in whole:
+                    readers = some.get(t)
+                    if readers is None:
+                        some[t] = {reader}
+                    else:
+                        readers.add(reader)
+        for t in sorted(some):
+            readers = some[t]
+            if len(readers) <= _ONE_BY_ONE:
+                for reader in sorted(readers):
                     self._replace_one(t, reader, self._decide_one(t, reader), extras, ts)
+            else:
+                self._replace(t, self._decide(t, readers), extras, ts, readers)
         visible = [VisibleDelta("insert" if self.rel[p][1] else "delete", p[0], p[1], ts)
                    for p, (was_seen, _) in sorted(changed_pairs.items()) if was_seen != self.rel[p][1]]
         hidden = [HiddenDelta("insert" if self.rel[p][2] else "delete", p[0], p[1], ts)
@@ -269,20 +279,19 @@ class AudienceStage:
         else:
             self.order.pop(t, None)
 
-    def _direct(self, author: str, parent: str | None, reader: str) -> bool:
-        if reader not in self.aud.get(author, _NOBODY):
-            return False
-        return parent is None or parent == author or parent == reader or reader in self.aud.get(parent, _NOBODY)
-
-    def _decide_all(self, t: TweetKey) -> Groups:
-        """Every reader's row of tweet ``t`` (module docstring), as groups of readers per entry."""
+    def _decide(self, t: TweetKey, only: set[str] | None = None) -> Groups:
+        """The rows of tweet ``t`` (module docstring) as groups of readers per entry: every reader's,
+        or only those of the readers in ``only`` (those whose relations changed)."""
         author = t[0]
+        aud = self.aud
         groups: Groups = {}
-        aud_a = self.aud.get(author, _NOBODY)
+        aud_a = aud.get(author, _NOBODY)
+        if only is not None:
+            aud_a = only.intersection(aud_a)
         cond = self.cond.get(t)
         if cond is not None and cond[1] is not None and aud_a:
             x = cond[1].in_reply_to_author_id
-            shown = aud_a.intersection(self.aud.get(x, _NOBODY))
+            shown = aud_a.intersection(aud.get(x, _NOBODY))
             shown.discard(x)
             if shown:
                 groups[cond[1]] = shown
@@ -292,15 +301,16 @@ class AudienceStage:
             taken: set[str] = set()
             hid_a = self.hid.get(author, _NOBODY)
             for _, reposter, e in order:
-                readers = self.aud.get(reposter, _NOBODY).difference(taken)
+                readers = aud.get(reposter, _NOBODY)
+                readers = (only.intersection(readers) if only is not None else set(readers)) - taken
                 if not readers:
                     continue
                 taken |= readers
                 if hid_a:
-                    readers = readers - hid_a
+                    readers -= hid_a
                 direct = readers.intersection(aud_a)
                 if direct and x is not None and x != author:  # a reply to a third user: direct if X is seen
-                    seen_x = direct.intersection(self.aud.get(x, _NOBODY))
+                    seen_x = direct.intersection(aud.get(x, _NOBODY))
                     if x in direct:
                         seen_x.add(x)
                     direct = seen_x
@@ -308,6 +318,11 @@ class AudienceStage:
                 if readers:
                     groups[e] = readers
         return groups
+
+    def _direct(self, author: str, parent: str | None, reader: str) -> bool:
+        if reader not in self.aud.get(author, _NOBODY):
+            return False
+        return parent is None or parent == author or parent == reader or reader in self.aud.get(parent, _NOBODY)
 
     def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
         """``reader``'s row of tweet ``t``, or None."""
@@ -329,9 +344,12 @@ class AudienceStage:
 
     # -- outputs -----------------------------------------------------------------------------------
 
-    def _replace(self, t: TweetKey, new: Groups, out: list[ExtrasDelta], ts: int) -> None:
-        """Make ``new`` the rows of ``t``: compact deltas of the difference with what was shown."""
-        old = self.shown.get(t, {})
+    def _replace(self, t: TweetKey, new: Groups, out: list[ExtrasDelta], ts: int,
+                 only: set[str] | None = None) -> None:
+        """Make ``new`` the rows of ``t`` (of just the readers in ``only``, when given): compact
+        deltas of the difference with what was shown."""
+        shown = self.shown.get(t, {})
+        old = shown if only is None else {e: r & only for e, r in shown.items() if not r.isdisjoint(only)}
         if old or new:
             old_all = set().union(*old.values()) if old else set()
             new_all = set().union(*new.values()) if new else set()
@@ -355,7 +373,24 @@ class AudienceStage:
                     else:
                         out.append(ExtrasDelta("delete", o, moved_t, ts))
                         out.append(ExtrasDelta("insert", e, moved_t, ts))
-        self._store(t, new)
+        if only is None:
+            self._store(t, new)
+            return
+        if not old and not new:
+            return
+        for e in old:
+            shown[e] -= only
+            if not shown[e]:
+                del shown[e]
+        for e, readers in new.items():
+            if e in shown:
+                shown[e] |= readers
+            else:
+                shown[e] = readers
+        if shown:
+            self.shown[t] = shown  # the users ``t`` depends on did not change: only its inputs move them
+        else:
+            self.shown.pop(t, None)
 
     def _replace_one(self, t: TweetKey, reader: str, new: Entry | None, out: list[ExtrasDelta], ts: int) -> None:
         groups = self.shown.get(t)

@@ -35,7 +35,7 @@ from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, St
 from feed_service.core.per_reader.author_side import SideResult
 from feed_service.core.per_reader.author_step import step_with_side
 from feed_service.core.per_reader.audience_stage import AudienceStage
-from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.messages import ExtrasFanout, HiddenDelta, PullReposterDelta, VisibleDelta
 from feed_service.core.per_reader.pull_reposts import RepostFacts, shows_extras_row, shows_pulled_row
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.rows import AuthorTimelineDelta, Entry, ProfileRow
@@ -219,7 +219,7 @@ class TimelineView:
         for prow in result.profiles:
             self.profiles[(prow.user_id, prow.version)] = prow
 
-    def apply_extras(self, deltas: Iterable[ExtrasDelta]) -> None:
+    def apply_extras(self, deltas: Iterable[ExtrasFanout]) -> None:
         """Apply the per-reader stage's rows of ``home_extras`` (compact: one entry, many readers)."""
         extras, strict = self.extras, self.strict
         for op, entry, readers, _ in deltas:

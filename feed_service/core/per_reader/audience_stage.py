@@ -16,7 +16,7 @@ For a tweet T by A replying to X (X None for no reply) and its pushed reposts or
     direct(T)      = aud[A] if X in (None, A) else aud[A] ∩ (aud[X] ∪ {X})
     repost by P_i  = aud[P_i] − direct(T) − hid[A] − ⋃_{j<i} aud[P_j]
 
-each a set operation in C, and the changes leave as compact :class:`ExtrasDelta` (one entry, many
+each a set operation in C, and the changes leave as compact :class:`ExtrasFanout` (one entry, many
 readers). A tweet whose inputs changed is decided whole (:meth:`AudienceStage._decide_all`); a
 reader whose relation to some U changed is decided alone, for just the tweets involving U
 (:meth:`AudienceStage._decide_one`), so a batch costs what changed: a repost costs a few set
@@ -34,11 +34,11 @@ the order, batching or duplication of the messages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from feed_service.core.per_reader.messages import (
     ConditionalTweet,
-    ExtrasDelta,
+    ExtrasFanout,
     HiddenDelta,
     PullReposterDelta,
     Relation,
@@ -50,6 +50,9 @@ from feed_service.core.rows import AuthorTimelineDelta, Entry
 
 TweetKey = tuple[str, str]
 """(author_id, tweet_id): a tweet's identity."""
+Identity = tuple[str, ...]
+"""One input of the stage: ``("rel", reader, user)``, ``("cond", author, tweet)``, ``("content",
+author, tweet)``, ``("edge", reposter, tweet)``, ``("pull", user)`` or ``("clock",)``."""
 Groups = dict[Entry, set[str]]
 """What a tweet shows in ``home_extras``: entry -> the readers whose row it is."""
 
@@ -63,13 +66,16 @@ set operations (measured: bench/bench_reposts_engine.py, docs/reposts-and-replie
 class StageResult:
     """What one batch of the stage wrote."""
 
-    extras: tuple[ExtrasDelta, ...]
+    extras: tuple[ExtrasFanout, ...]
     own_reposts: tuple[AuthorTimelineDelta, ...]
     """Changes of reposters' own timeline rows of reposts of others' tweets (``user_reposts``)."""
     visible: tuple[VisibleDelta, ...]
     hidden: tuple[HiddenDelta, ...]
     pull_readers: tuple[PullReposterDelta, ...]
     ts: int
+    inputs: tuple[tuple[Identity, Any, Any], ...] = ()
+    """Every input the batch assigned: (identity, value after the batch, value before it); what a
+    store of the stage keeps (:meth:`AudienceStage.restore` rebuilds the stage from the values)."""
 
 
 @dataclass(slots=True)
@@ -100,17 +106,61 @@ class AudienceStage:
     """user -> the tweets whose rows depend on the user's audience (author, parent, reposter)."""
     users_of: dict[TweetKey, frozenset[str]] = field(default_factory=dict)
     clock: int = 0
+    clock_saved: bool = False
+    """Whether the clock is among the stored inputs (a new stage's starts unsaved)."""
+    written: dict[Identity, tuple[Any, Any]] = field(default_factory=dict)
+    """The inputs the current batch assigned: identity -> (value now, value before the batch)."""
+
+    @classmethod
+    def restore(cls, values: Iterable[tuple[Identity, Any]], *, pull_threshold: int | None = None,
+                clock: int = 0) -> "AudienceStage":
+        """The stage whose inputs are ``values`` (as :attr:`StageResult.inputs` left them; None
+        values are absent), with every tweet's rows decided as the batches that assigned them did."""
+        stage = cls(pull_threshold=pull_threshold, clock=clock)
+        relations, conditional, edges, tweets = [], [], [], []
+        for identity, value in values:
+            kind = identity[0]
+            if value is None:
+                continue
+            if kind == "rel":
+                relations.append(Relation(identity[1], identity[2], value[1], value[2], value[0]))
+            elif kind == "cond":
+                conditional.append(ConditionalTweet(identity[1], identity[2], value[1], value[0]))
+            elif kind == "content":
+                tweets.append(RepostedTweet("", identity[1], identity[2], value[1], value[0]))
+            elif kind == "edge":
+                edges.append(RepostEdge(identity[1], identity[2], value[1], value[0]))
+            elif kind == "pull":
+                stage.pull.add(identity[1])
+            elif kind == "clock":
+                stage.clock, stage.clock_saved = value, True
+            else:
+                raise ValueError(f"per-reader stage: unknown input {identity!r}")
+        stage._apply_relations(relations)
+        whole: set[TweetKey] = set()
+        stage._apply_conditional(conditional, whole)
+        stage._apply_reposts(edges, tweets, whole)
+        for t in sorted(whole):
+            stage._order(t)
+            stage._store(t, stage._decide(t))
+        stage.written = {}
+        return stage
+
+    def _note(self, identity: Identity, value: Any, before: Any) -> None:
+        had = self.written.get(identity)
+        self.written[identity] = (value, before if had is None else had[1])
 
     def step(self, relations: Sequence[Relation], conditional: Sequence[ConditionalTweet],
              edges: Sequence[RepostEdge], tweets: Sequence[RepostedTweet]) -> StageResult:
         """Apply one batch of the author keys' messages and return what changed."""
         ts = self.clock + 1
+        self.written = {}
         changed_pairs = self._apply_relations(relations)
         whole: set[TweetKey] = set()
         self._apply_conditional(conditional, whole)
         own = self._apply_reposts(edges, tweets, whole)
         pull_readers = self._pull_modes(changed_pairs, whole, ts)
-        extras: list[ExtrasDelta] = []
+        extras: list[ExtrasFanout] = []
         for t in sorted(whole):
             self._order(t)
             self._replace(t, self._decide(t), extras, ts)
@@ -136,8 +186,12 @@ class AudienceStage:
         hidden = [HiddenDelta("insert" if self.rel[p][2] else "delete", p[0], p[1], ts)
                   for p, (_, was_hidden) in sorted(changed_pairs.items()) if was_hidden != self.rel[p][2]]
         if extras or own or visible or hidden or pull_readers:
-            self.clock = ts
-        return StageResult(tuple(extras), tuple(own), tuple(visible), tuple(hidden), tuple(pull_readers), ts)
+            self._note(("clock",), ts, self.clock if self.clock_saved else None)
+            self.clock, self.clock_saved = ts, True
+        inputs = tuple((identity, value, before) for identity, (value, before) in self.written.items())
+        self.written = {}
+        return StageResult(tuple(extras), tuple(own), tuple(visible), tuple(hidden), tuple(pull_readers), ts,
+                           inputs)
 
     # -- inputs ------------------------------------------------------------------------------------
 
@@ -155,6 +209,7 @@ class AudienceStage:
             if old is not None and m.ts <= old[0]:
                 continue
             self.rel[k] = (m.ts, m.visible, m.hidden)
+            self._note(("rel", *k), self.rel[k], old)
             was = (False, False) if old is None else (old[1], old[2])
             if was == (m.visible, m.hidden):
                 continue
@@ -172,6 +227,7 @@ class AudienceStage:
             old = self.cond.get(t)
             if old is None or m.ts > old[0]:
                 self.cond[t] = (m.ts, m.entry)
+                self._note(("cond", *t), self.cond[t], old)
                 if old is None or old[1] != m.entry:
                     whole.add(t)
 
@@ -184,6 +240,7 @@ class AudienceStage:
             old = self.content.get(t)
             if old is None or m.ts > old[0]:
                 self.content[t] = (m.ts, m.entry)
+                self._note(("content", *t), self.content[t], old)
                 if old is None or old[1] != m.entry:
                     rejoin.update((p, t) for p in self.naming.get(t, ()))
         for m in edges:
@@ -192,6 +249,7 @@ class AudienceStage:
             if old is not None and m.ts <= old[0]:
                 continue
             self.edges[k] = (m.ts, m.rank)
+            self._note(("edge", *k), self.edges[k], old)
             for rank, on in ((None if old is None else old[1], False), (m.rank, True)):
                 if rank is None or rank[1]:
                     continue
@@ -244,6 +302,7 @@ class AudienceStage:
             was_pull, pull = user in self.pull, len(audience) >= self.pull_threshold
             if pull != was_pull:
                 (self.pull.add if pull else self.pull.discard)(user)
+                self._note(("pull", user), True if pull else None, True if was_pull else None)
                 whole.update(self.by_reposter.get(user, ()))
                 before = ({r for r in audience if comers[user].get(r, True)}
                           | {r for r, seen in comers[user].items() if seen}) if was_pull else set()
@@ -344,7 +403,7 @@ class AudienceStage:
 
     # -- outputs -----------------------------------------------------------------------------------
 
-    def _replace(self, t: TweetKey, new: Groups, out: list[ExtrasDelta], ts: int,
+    def _replace(self, t: TweetKey, new: Groups, out: list[ExtrasFanout], ts: int,
                  only: set[str] | None = None) -> None:
         """Make ``new`` the rows of ``t`` (of just the readers in ``only``, when given): compact
         deltas of the difference with what was shown."""
@@ -356,11 +415,11 @@ class AudienceStage:
             for e, readers in old.items():
                 gone = readers - new_all
                 if gone:
-                    out.append(ExtrasDelta("delete", e, tuple(sorted(gone)), ts))
+                    out.append(ExtrasFanout("delete", e, tuple(sorted(gone)), ts))
             for e, readers in new.items():
                 came = readers - old_all
                 if came:
-                    out.append(ExtrasDelta("insert", e, tuple(sorted(came)), ts))
+                    out.append(ExtrasFanout("insert", e, tuple(sorted(came)), ts))
                 for o, was in old.items():
                     if o == e:
                         continue
@@ -369,10 +428,10 @@ class AudienceStage:
                         continue
                     moved_t = tuple(sorted(moved))
                     if o.at == e.at:
-                        out.append(ExtrasDelta("update", e, moved_t, ts))
+                        out.append(ExtrasFanout("update", e, moved_t, ts))
                     else:
-                        out.append(ExtrasDelta("delete", o, moved_t, ts))
-                        out.append(ExtrasDelta("insert", e, moved_t, ts))
+                        out.append(ExtrasFanout("delete", o, moved_t, ts))
+                        out.append(ExtrasFanout("insert", e, moved_t, ts))
         if only is None:
             self._store(t, new)
             return
@@ -392,7 +451,7 @@ class AudienceStage:
         else:
             self.shown.pop(t, None)
 
-    def _replace_one(self, t: TweetKey, reader: str, new: Entry | None, out: list[ExtrasDelta], ts: int) -> None:
+    def _replace_one(self, t: TweetKey, reader: str, new: Entry | None, out: list[ExtrasFanout], ts: int) -> None:
         groups = self.shown.get(t)
         old = None
         if groups:
@@ -411,12 +470,12 @@ class AudienceStage:
         if new is not None:
             groups.setdefault(new, set()).add(reader)
         if old is not None and new is not None and old.at == new.at:
-            out.append(ExtrasDelta("update", new, (reader,), ts))
+            out.append(ExtrasFanout("update", new, (reader,), ts))
         else:
             if old is not None:
-                out.append(ExtrasDelta("delete", old, (reader,), ts))
+                out.append(ExtrasFanout("delete", old, (reader,), ts))
             if new is not None:
-                out.append(ExtrasDelta("insert", new, (reader,), ts))
+                out.append(ExtrasFanout("insert", new, (reader,), ts))
         if groups:  # the users ``t`` depends on did not change: only its inputs' changes move them
             self.shown[t] = groups
         else:
@@ -478,7 +537,7 @@ def _pop(index: dict, owner, member) -> None:
             del index[owner]
 
 
-def apply_order(deltas: Iterable[ExtrasDelta]) -> list[ExtrasDelta]:
+def apply_order(deltas: Iterable[ExtrasFanout]) -> list[ExtrasFanout]:
     """``deltas`` with every delete before any insert or update, the order a store applies them in
     when one reader's row moves between entries within a batch."""
     deltas = list(deltas)

@@ -13,6 +13,10 @@ from typing import NamedTuple
 
 from feed_service.core.rows import Entry
 
+STAGE = "stage"
+"""The per-reader stage (:mod:`~feed_service.core.per_reader.audience_stage`), the one destination
+of every message here."""
+
 
 
 class Relation(NamedTuple):
@@ -61,13 +65,26 @@ class RepostedTweet(NamedTuple):
 
 
 class ExtrasDelta(NamedTuple):
+    """One change of a row of ``reader``'s ``home_extras`` table, at the per-reader stage's clock."""
+
+    op: str
+    reader: str
+    entry: Entry
+    ts: int
+
+
+class ExtrasFanout(NamedTuple):
     """One change of the row of tweet ``entry`` in the ``home_extras`` of each of ``readers``, at the
-    per-reader stage's clock: compact, as a :class:`~feed_service.core.rows.TimelineDelta` is."""
+    per-reader stage's clock: compact, as a :class:`~feed_service.core.rows.TimelineDelta` is, and
+    exploded into :class:`ExtrasDelta` rows only where rows are written (:meth:`rows`)."""
 
     op: str
     entry: Entry
     readers: tuple[str, ...]
     ts: int
+
+    def rows(self) -> list[ExtrasDelta]:
+        return [ExtrasDelta(self.op, reader, self.entry, self.ts) for reader in self.readers]
 
 
 class VisibleDelta(NamedTuple):

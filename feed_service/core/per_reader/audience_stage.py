@@ -412,11 +412,12 @@ class AudienceStage:
         if old or new:
             old_all = set().union(*old.values()) if old else set()
             new_all = set().union(*new.values()) if new else set()
+            old, new_sorted = _in_order(old), _in_order(new)
             for e, readers in old.items():
                 gone = readers - new_all
                 if gone:
                     out.append(ExtrasFanout("delete", e, tuple(sorted(gone)), ts))
-            for e, readers in new.items():
+            for e, readers in new_sorted.items():
                 came = readers - old_all
                 if came:
                     out.append(ExtrasFanout("insert", e, tuple(sorted(came)), ts))
@@ -527,6 +528,12 @@ def _toggle(index: dict, owner, member, on: bool) -> None:
         members.discard(member)
         if not members:
             del index[owner]
+
+
+def _in_order(groups: Groups) -> Groups:
+    """``groups`` in a fixed order of their entries, so that a batch's deltas come out the same on
+    any run (a replay, a restored stage) whatever order the groups were built in."""
+    return groups if len(groups) < 2 else dict(sorted(groups.items(), key=lambda item: repr(item[0])))
 
 
 def _pop(index: dict, owner, member) -> None:

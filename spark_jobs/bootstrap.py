@@ -2,7 +2,7 @@
 
 A completed backfill leaves in its folder ``state/`` (one ``key, state`` parquet row per author key,
 :func:`~feed_service.core.state.encode_state` blobs, each with its per-reader side), ``per_reader/``
-(one ``step, key, state`` parquet row per key of the reposter and reader steps, their codec's blobs)
+(one ``identity, value`` parquet row per input of the per-reader stage)
 and ``manifest.json``, written last and atomically, so its presence means the backfill completed.
 ``feedctl stream --bootstrap-from DIR`` reads the manifest through :func:`load_bootstrap`. Both jobs
 import this module and nothing of each other (docs/backfill.md, "Bootstrapping the stream").
@@ -23,16 +23,16 @@ from feed_service.settings import Settings
 MANIFEST_NAME = "manifest.json"
 STATE_DIR = "state"
 PER_READER_DIR = "per_reader"
-MANIFEST_FORMAT = 2
+MANIFEST_FORMAT = 3
 """Bump when the manifest or the state layout changes; the stream refuses other formats. 2: the
-author states carry their per-reader side, and ``per_reader/`` holds the per-reader steps' states."""
-PER_READER_SCHEMA = "step string, key string, state binary"
-"""The rows of ``per_reader/``: the step (``reposter`` or ``reader``), the key, the state's blob
-(:mod:`feed_service.core.per_reader.codec`)."""
+author states carry their per-reader side; 3: ``per_reader/`` holds the per-reader stage's inputs."""
+PER_READER_SCHEMA = "identity string, value binary"
+"""The rows of ``per_reader/``: an input of the per-reader stage (its identity as
+:func:`~feed_service.store.stage_inputs.identity_key` writes it) and its pickled value."""
 BOOTSTRAP_BATCH_ID = -1
-"""The batch id the stream saves the per-reader states of a bootstrap under: below every batch id
+"""The batch id the stream saves the per-reader inputs of a bootstrap under: below every batch id
 of a checkpoint (they start at 0), so its batch 0, and a replay of it, start from them (the batch
-rule of feed_service/store/per_reader_state.py)."""
+rule of feed_service/store/stage_inputs.py)."""
 
 Manifest = dict[str, Any]
 
@@ -66,7 +66,7 @@ def build_manifest(
         "start_offsets": start_offsets,
         "end_offsets": end_offsets,
         "state": STATE_DIR,
-        "per_reader_state": PER_READER_DIR,
+        "per_reader_inputs": PER_READER_DIR,
         "summary": summary,
     }
 
@@ -116,7 +116,7 @@ def load_bootstrap(folder: Path, settings: Settings) -> Bootstrap:
     topics = source_topics(settings)
     if manifest["topics"] != topics:
         raise BootstrapError(f"{folder}: backfill of topics {manifest['topics']}, but the stream reads {topics}")
-    state_path, per_reader_path = folder / manifest["state"], folder / manifest["per_reader_state"]
+    state_path, per_reader_path = folder / manifest["state"], folder / manifest["per_reader_inputs"]
     for path in (state_path, per_reader_path):
         if not path.is_dir():
             raise BootstrapError(f"{folder}: state folder {path} missing")

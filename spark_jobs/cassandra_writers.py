@@ -1,5 +1,5 @@
-"""One :class:`~feed_service.store.cassandra_writer.CassandraWriter` (and store of the per-reader steps'
-states) per Spark Python worker and settings.
+"""One :class:`~feed_service.store.cassandra_writer.CassandraWriter` (and store of the per-reader
+stage's inputs) per Spark Python process and settings.
 
 Workers are reused across tasks, so a micro-batch (the stream's sink, spark_jobs/stream/sink.py) or a
 backfill partition (spark_jobs/backfill/write.py) pays for statements, not for connections; the
@@ -15,7 +15,7 @@ from feed_service.settings import Settings
 from feed_service.store.cassandra_writer import CassandraWriter
 
 if TYPE_CHECKING:
-    from feed_service.store.per_reader_state import CassandraStepStates
+    from feed_service.store.stage_inputs import CassandraStageInputs
 
 _writers: dict[tuple, CassandraWriter] = {}
 
@@ -34,16 +34,16 @@ def writer_for(settings: Settings) -> CassandraWriter:
     return writer
 
 
-_states: dict[tuple, "CassandraStepStates"] = {}
+_inputs: dict[tuple, "CassandraStageInputs"] = {}
 
 
-def states_for(settings: Settings) -> "CassandraStepStates":
-    """The worker process's store of the per-reader steps' states (spark_jobs/stream/per_reader.py),
-    on the same session as :func:`writer_for`'s writer."""
+def inputs_for(settings: Settings) -> "CassandraStageInputs":
+    """The process's store of the per-reader stage's inputs (spark_jobs/stream/per_reader.py), on the
+    same session as :func:`writer_for`'s writer."""
     cache_key = (settings.cassandra_hosts, settings.cassandra_port, settings.keyspace, settings.role)
-    states = _states.get(cache_key)
-    if states is None:
-        from feed_service.store.per_reader_state import CassandraStepStates
+    inputs = _inputs.get(cache_key)
+    if inputs is None:
+        from feed_service.store.stage_inputs import CassandraStageInputs
 
-        states = _states[cache_key] = CassandraStepStates(writer_for(settings).session, settings.keyspace)
-    return states
+        inputs = _inputs[cache_key] = CassandraStageInputs(writer_for(settings).session, settings.keyspace)
+    return inputs

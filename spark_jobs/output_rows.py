@@ -28,15 +28,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 from feed_service.core.change_sources import StepSources
 from feed_service.core.join import StepResult
 from feed_service.core.per_reader.author_side import SideResult
-from feed_service.core.per_reader.messages import (
-    READER_STAGE,
-    REPOSTER_STAGE,
-    AudienceDelta,
-    ConditionalReply,
-    Relation,
-    RepostedTweet,
-    RepostEdge,
-)
+from feed_service.core.per_reader.messages import STAGE, ConditionalTweet, Relation, RepostedTweet, RepostEdge
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -146,13 +138,12 @@ def result_rows(result: StepResult, sources: StepSources | None = None) -> list[
     return rows
 
 
-#: A message's class -> (its ``op`` in the row, the per-reader step it goes to, its destination key's field).
+#: A message's class -> (its ``op`` in the row, the field that names the user it is about).
 _MESSAGE_ROUTES = {
-    AudienceDelta: ("audience", REPOSTER_STAGE, "user"),
-    RepostEdge: ("edge", REPOSTER_STAGE, "reposter"),
-    RepostedTweet: ("tweet", REPOSTER_STAGE, "reposter"),
-    Relation: ("relation", READER_STAGE, "reader"),
-    ConditionalReply: ("reply", READER_STAGE, "reader"),
+    RepostEdge: ("edge", "reposter"),
+    RepostedTweet: ("tweet", "author_id"),
+    Relation: ("relation", "reader"),
+    ConditionalTweet: ("reply", "author_id"),
 }
 
 
@@ -163,9 +154,9 @@ def message_rows(side: SideResult | None, source_ms: int | None) -> list[tuple[A
     if side is None:
         return []
     rows: list[tuple[Any, ...]] = []
-    for part in (side.relations, side.audience, side.replies, side.edges, side.tweets):
+    for part in (side.relations, side.replies, side.edges, side.tweets):
         for m in part:
-            op, _, field = _MESSAGE_ROUTES[type(m)]
+            op, field = _MESSAGE_ROUTES[type(m)]
             rows.append(("per_reader", op, None, None, None, None, None, None, None, getattr(m, field), None, None,
                          None, m.ts, *_NO_LETTER, source_ms, None, None, None, None, None,
                          pickle.dumps(m, protocol=5)))
@@ -173,11 +164,9 @@ def message_rows(side: SideResult | None, source_ms: int | None) -> list[tuple[A
 
 
 def message_of(row: Any) -> tuple[str, str, tuple[Any, int | None]]:
-    """A ``per_reader`` row back to (the step it goes to, its destination key, (the message, the
+    """A ``per_reader`` row back to (the stage it goes to, the user it is about, (the message, the
     Kafka timestamp of the change that caused it: what the freshness of its rows is measured from))."""
-    message = pickle.loads(row["message"])
-    _, stage, _ = _MESSAGE_ROUTES[type(message)]
-    return stage, row["user_id"], (message, row["source_ms"])
+    return STAGE, row["user_id"], (pickle.loads(row["message"]), row["source_ms"])
 
 
 def dead_letter_rows(letters: Iterable[Any]) -> list[tuple[Any, ...]]:

@@ -48,7 +48,7 @@ SERVER_TABLES = ("home_timeline", "home_extras", "tweets", "profiles", "author_t
 #: Tables only the writers use: the per-reader steps' state, nothing the read service needs, and
 #: the follow graph and hidden relations of every user in one place; the driver's record of each
 #: reader's last read (docs/activity.md), which the server reports through Kafka, never reads.
-STATE_TABLES = ("per_reader_state", "reader_activity")
+STATE_TABLES = ("per_reader_inputs", "reader_activity")
 
 #: Consumer-group name prefixes each role's readers use: Spark's Kafka source and batch relation name
 #: their groups ``spark-kafka-source-<uuid>-…`` / ``spark-kafka-relation-<uuid>`` (executors add

@@ -19,7 +19,7 @@ from feed_service.security.roles import BACKFILL
 from feed_service.settings import Settings
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.backfill.join import count_timelines, join_timelines_batch
-from spark_jobs.backfill.per_reader import per_reader_steps, write_per_reader_states
+from spark_jobs.backfill.per_reader import per_reader_stage, write_per_reader_inputs
 from spark_jobs.backfill.progress import Progress, format_summary
 from spark_jobs.backfill.read import classify, count_records, read_snapshot, send_dead_letters, valid_events
 from spark_jobs.backfill.snapshot import snapshot_offsets
@@ -130,8 +130,8 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
             with progress.stage("per_reader"):
                 per_reader_path = out_dir / PER_READER_DIR
                 messages = messages_of(engine)
-                per_reader = per_reader_steps(messages, backfill_ts, keep, settings.reposter_threshold)
-                summary["per_reader"] = write_per_reader_states(spark, messages, per_reader, per_reader_path)
+                per_reader = per_reader_stage(spark, messages, backfill_ts, settings.reposter_threshold)
+                summary["per_reader"] = write_per_reader_inputs(per_reader, per_reader_path)
                 progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["per_reader"].items())
                              + f" -> {per_reader_path}")
 

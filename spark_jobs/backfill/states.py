@@ -17,15 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from feed_service.core.event_kinds import EDGE_KINDS
-from feed_service.core.per_reader.messages import (
-    READER_STAGE,
-    REPOSTER_STAGE,
-    AudienceDelta,
-    ConditionalReply,
-    Relation,
-    RepostedTweet,
-    RepostEdge,
-)
+from feed_service.core.per_reader.messages import STAGE, ConditionalTweet, Relation, RepostedTweet, RepostEdge
 from spark_jobs.backfill.join import TIMELINE_COLUMNS
 from spark_jobs.backfill.winners import Winners
 from spark_jobs.envelope import EVENT_COLUMNS
@@ -40,14 +32,13 @@ ENGINE_OUTPUT_SCHEMA = "key string, state binary, step string, dest string, mess
 """Rows of :func:`engine_states`: a key's state (``step``, ``dest``, ``message`` null), or one of its
 messages (``state`` null)."""
 
-#: A message's class -> (the per-reader step it goes to, its destination key's field), as the stream
+#: A message's class -> (the stage it goes to, the field naming the user it is about), as the stream
 #: routes them (spark_jobs/output_rows.py).
 MESSAGE_ROUTES: dict[type, tuple[str, str]] = {
-    AudienceDelta: (REPOSTER_STAGE, "user"),
-    RepostEdge: (REPOSTER_STAGE, "reposter"),
-    RepostedTweet: (REPOSTER_STAGE, "reposter"),
-    Relation: (READER_STAGE, "reader"),
-    ConditionalReply: (READER_STAGE, "reader"),
+    RepostEdge: (STAGE, "reposter"),
+    RepostedTweet: (STAGE, "author_id"),
+    Relation: (STAGE, "reader"),
+    ConditionalTweet: (STAGE, "author_id"),
 }
 
 
@@ -104,7 +95,7 @@ def side_messages(side: "SideResult") -> tuple[tuple[str, str, bytes], ...]:
     """The messages of an author key's side as (step, destination key, pickled message): what the
     stream's operator emits as ``per_reader`` rows (spark_jobs/output_rows.py), here as columns."""
     out = []
-    for part in (side.relations, side.audience, side.replies, side.edges, side.tweets):
+    for part in (side.relations, side.replies, side.edges, side.tweets):
         for m in part:
             step, field = MESSAGE_ROUTES[type(m)]
             out.append((step, getattr(m, field), pickle.dumps(m, protocol=5)))

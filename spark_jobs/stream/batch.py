@@ -53,7 +53,7 @@ class BatchTimes:
     """The background trims' total time when the previous batch ended."""
     per_reader: Any = None
     """The last batch's :class:`~spark_jobs.stream.per_reader.PerReaderReport`, None when it had no
-    messages for the per-reader steps."""
+    messages for the per-reader stage."""
     completed: "deque[tuple[PartitionReport, int]]" = field(default_factory=lambda: deque(maxlen=MAX_PENDING_REPORTS))
     """What each completed batch wrote (its partitions' reports merged) and the rows its trim pass
     deleted, until the supervisor hands them to the metrics (:meth:`take_completed`)."""
@@ -62,13 +62,13 @@ class BatchTimes:
         out = {"batch_id": self.batch_id, "job_ms": round(self.job), "writes_ms": round(self.writes),
                "trim_ms": round(self.trim), "trim_background_ms": round(self.trim_background)}
         steps = self.per_reader
-        if steps is not None:  # the per-reader steps ran in this batch (inside job_ms)
-            out["per_reader"] = {"messages": steps.messages, "candidates": steps.candidates,
-                                 "reposters": steps.reposters.keys, "readers": steps.readers.keys,
-                                 "reposter_ms": round(steps.reposters.seconds * 1000),
-                                 "reader_ms": round(steps.readers.seconds * 1000),
-                                 "pull_reposter_rows": steps.reposters.counts.pull_reposters,
-                                 "hidden_rows": steps.readers.counts.hidden}
+        if steps is not None:  # the per-reader stage ran in this batch (inside job_ms)
+            out["per_reader"] = {"messages": steps.messages, "extras_rows": steps.extras_rows,
+                                 "inputs_saved": steps.inputs_saved, "restored": steps.restored,
+                                 "step_ms": round(steps.step_seconds * 1000),
+                                 "write_ms": round(steps.write_seconds * 1000),
+                                 "pull_reposter_rows": steps.counts.pull_reposters,
+                                 "hidden_rows": steps.counts.hidden}
         return out
 
     def take_completed(self) -> "list[tuple[PartitionReport, int]]":
@@ -136,10 +136,8 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
         steps = None
         if report.messages:
             steps = run_steps(batch_df.sparkSession.sparkContext, settings, batch_id, clock_start, report.messages)
-            report = replace(report, messages=[],
-                             counts=report.counts + steps.reposters.counts + steps.readers.counts,
-                             changes_published=(report.changes_published + steps.reposters.changes_published
-                                                + steps.readers.changes_published))
+            report = replace(report, messages=[], counts=report.counts + steps.counts,
+                             changes_published=report.changes_published + steps.changes_published)
         if times is not None:
             times.per_reader = steps
         joined = time.perf_counter()

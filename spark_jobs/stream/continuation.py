@@ -19,7 +19,7 @@ from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from feed_service.store.per_reader_state import StepStates
+    from feed_service.store.stage_inputs import StageInputs
 
 log = logging.getLogger("feed.stream")
 
@@ -49,43 +49,46 @@ def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[
                      "clock_start": boot.clock_start}
 
 
-#: Per-reader states per save call on an executor (each a blob; the store writes them concurrently).
-SEED_CHUNK = 500
+#: Per-reader inputs per save call on an executor (the store writes them concurrently).
+SEED_CHUNK = 2000
 
 
 def seed_per_reader_states(spark: "SparkSession", settings: Settings, path: Path, clock_start: int, *,
-                           states_for: Callable[[Settings], "StepStates"] | None = None) -> int:
-    """Save the backfill's reposter and reader states (``step, key, state`` parquet at ``path``) as
-    this checkpoint's (stage :func:`~spark_jobs.stream.per_reader.state_stage` of ``clock_start``)
-    at batch :data:`~spark_jobs.bootstrap.BOOTSTRAP_BATCH_ID`, from the executors; returns the
-    states saved.
+                           inputs_for: Callable[[Settings], "StageInputs"] | None = None) -> int:
+    """Save the backfill's per-reader stage inputs (``identity, value`` parquet at ``path``) as this
+    checkpoint's (stage :func:`~spark_jobs.stream.per_reader.state_stage` of ``clock_start``) at batch
+    :data:`~spark_jobs.bootstrap.BOOTSTRAP_BATCH_ID`, from the executors; returns the inputs saved.
 
     Run before the query starts, at every start that bootstraps (only a checkpoint without a
-    committed batch may): batch 0, or a replay of it, then starts each key from the backfill's
-    state, whatever a failed earlier attempt saved (its rows say batch 0 and hold the seed as
-    ``previous``; a new seed overwrites them with the same state).
+    committed batch may): batch 0, or a replay of it, then restores the stage from the backfill's
+    inputs, whatever a failed earlier attempt saved (its rows say batch 0 and hold the seed as
+    ``previous``; a new seed overwrites them with the same value).
     """
+    import json
+    import pickle
+
     from spark_jobs.stream.per_reader import state_stage
 
-    if states_for is None:
-        from spark_jobs.cassandra_writers import states_for
+    if inputs_for is None:
+        from spark_jobs.cassandra_writers import inputs_for
     stream_settings = settings.as_role(STREAM)
+    stage = state_stage(clock_start)
 
     def save(rows: Iterable[Any]) -> Iterator[int]:
-        store = states_for(stream_settings)
+        store = inputs_for(stream_settings)
         saved = 0
-        chunks: dict[str, dict[str, tuple[bytes, None]]] = {}
+        chunk: list[tuple[tuple[str, ...], Any, None]] = []
         for row in rows:
-            chunk = chunks.setdefault(row["step"], {})
-            chunk[row["key"]] = (bytes(row["state"]), None)
+            chunk.append((tuple(json.loads(row["identity"])), pickle.loads(bytes(row["value"])), None))
             if len(chunk) >= SEED_CHUNK:
-                saved += store.save(state_stage(row["step"], clock_start), chunks.pop(row["step"]), BOOTSTRAP_BATCH_ID)
-        for step, chunk in chunks.items():
-            saved += store.save(state_stage(step, clock_start), chunk, BOOTSTRAP_BATCH_ID)
+                saved += store.save(stage, chunk, BOOTSTRAP_BATCH_ID)
+                chunk = []
+        if chunk:
+            saved += store.save(stage, chunk, BOOTSTRAP_BATCH_ID)
         yield saved
 
-    states = spark.read.schema(PER_READER_SCHEMA).parquet(str(path))
-    return sum(states.rdd.mapPartitions(save).collect())
+    inputs = spark.read.schema(PER_READER_SCHEMA).parquet(str(path))
+    return sum(inputs.rdd.mapPartitions(save).collect())
 
 
 def _has_commits(checkpoint: Path) -> bool:

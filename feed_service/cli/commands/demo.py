@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     for report in provision(settings):
         say(f"    topic {report}")
     say(f"    keyspace {settings.keyspace}: home_timeline, author_timeline, pull_follows, tweets, profiles, blocks,"
-        " home_extras, user_reposts, reader_visible, per_reader_state")
+        " home_extras, user_reposts, reader_visible, per_reader_inputs")
 
     checkpoint = stack_config.data_dir / "checkpoints" / "stream"
     say(f"2/6 streaming join (Spark, checkpoint {checkpoint}; log {logs / 'stream.log'}); authors with at least"

@@ -1,8 +1,8 @@
 """A pull reposter's reposts, decided at read (docs/reposts-and-replies.md, hybrid fan-out).
 
-A pull reposter P fans its reposts out to nobody (:mod:`.reposter_step`); a reader R who sees P
+A pull reposter P fans its reposts out to nobody (:mod:`.audience_stage`); a reader R who sees P
 merges P's own timeline of reposts (``user_reposts``) into its home timeline at read, as it merges a
-pull author's tweets. The reader step decided R's ``home_extras`` entries from the candidates of
+pull author's tweets. The stage decided R's ``home_extras`` entries from the candidates of
 push reposters only, so a read settles what the two kinds of reposters decide together. For a tweet
 T by A, the entry the definition gives is at the earliest ``(reposted_at, reposter)`` among all
 reposters R sees, unless T is direct for R or A is hidden from R. Hence:
@@ -79,7 +79,7 @@ def lookups(reader: str, extras_rows: Iterable[Entry], pulled_rows: Iterable[Ent
 
 
 def shows_extras_row(entry: Entry, facts: RepostFacts) -> bool:
-    """Whether the reader's ``home_extras`` row ``entry`` shows: a reply always (the reader step
+    """Whether the reader's ``home_extras`` row ``entry`` shows: a reply always (the stage
     decided it), a repost entry unless a pull reposter the reader merges in reposted it earlier."""
     if entry.reposted_by is None:
         return True

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult
 from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostedTweet, RepostEdge
-from feed_service.core.rows import Entry
 from feed_service.store.stage_inputs import identity_key
 from spark_jobs.bootstrap import PER_READER_SCHEMA
 
@@ -89,26 +88,45 @@ class PerReaderFrames(NamedTuple):
         return self.pull_reposters
 
 
+class StageRows(NamedTuple):
+    """The stage's outputs from an empty stage as table rows (columns as the frames'), and its inputs."""
+
+    extras: list[tuple]
+    """``timeline_id`` and an entry's columns."""
+    user_reposts: list[tuple]
+    visible: list[tuple[str, str]]
+    hidden: list[tuple[str, str]]
+    pull_reposters: list[tuple[str, str]]
+    """``reader_id, reposter_id``."""
+    inputs: list[tuple[str, bytes]]
+    """:data:`PER_READER_SCHEMA` rows."""
+
+
+def stage_rows(done: StageResult) -> StageRows:
+    """The rows of a step from an empty stage (inserts only)."""
+    return StageRows(
+        [(d.reader, *d.entry) for fanout in _inserts(done.extras, "home_extras") for d in fanout.rows()],
+        [tuple(d.entry) for d in _inserts(done.own_reposts, "user_reposts")],
+        [(d.reader, d.user) for d in _inserts(done.visible, "reader_visible")],
+        [(d.reader, d.user) for d in _inserts(done.hidden, "reader_hidden")],
+        [(d.reader, d.reposter) for d in _inserts(done.pull_readers, "pull_reposters")],
+        [(identity_key(identity), pickle.dumps(value, protocol=5)) for identity, value, _ in done.inputs
+         if value is not None])
+
+
 def per_reader_stage(spark: "SparkSession", messages: "DataFrame", backfill_ts: int,
                      reposter_threshold: int | None = None) -> PerReaderFrames:
     """The stage over ``messages`` (``step, dest, message``: the author keys' messages,
     :func:`~spark_jobs.backfill.states.messages_of`), collected to the driver."""
     collected = [pickle.loads(bytes(row["message"])) for row in messages.select("message").toLocalIterator()]
-    done = step_stage(collected, backfill_ts, reposter_threshold)
-    extras = [(d.reader, *d.entry) for fanout in _inserts(done.extras, "home_extras") for d in fanout.rows()]
-    own = [tuple(d.entry) for d in _inserts(done.own_reposts, "user_reposts")]
-    visible = [(d.reader, d.user) for d in _inserts(done.visible, "reader_visible")]
-    hidden = [(d.reader, d.user) for d in _inserts(done.hidden, "reader_hidden")]
-    pulls = [(d.reader, d.reposter) for d in _inserts(done.pull_readers, "pull_reposters")]
-    inputs = [(identity_key(identity), pickle.dumps(value, protocol=5))
-              for identity, value, _ in done.inputs if value is not None]
+    rows = stage_rows(step_stage(collected, backfill_ts, reposter_threshold))
     return PerReaderFrames(
-        spark.createDataFrame(extras, f"timeline_id string, {_ENTRY_SCHEMA}"),
-        spark.createDataFrame(own, _ENTRY_SCHEMA),
-        spark.createDataFrame(visible, "reader_id string, user_id string"),
-        spark.createDataFrame(hidden, "reader_id string, user_id string"),
-        spark.createDataFrame(pulls, "reader_id string, reposter_id string"),
-        spark.createDataFrame(inputs, PER_READER_SCHEMA),
+        spark.createDataFrame(rows.extras, f"timeline_id string, {_ENTRY_SCHEMA}"),
+        spark.createDataFrame(rows.user_reposts, _ENTRY_SCHEMA),
+        spark.createDataFrame(rows.visible, "reader_id string, user_id string"),
+        spark.createDataFrame(rows.hidden, "reader_id string, user_id string"),
+        spark.createDataFrame(rows.pull_reposters, "reader_id string, reposter_id string"),
+        spark.createDataFrame(rows.inputs, PER_READER_SCHEMA),
         len(collected))
 
 
@@ -118,7 +136,3 @@ def write_per_reader_inputs(frames: PerReaderFrames, path: Any) -> dict[str, int
     frames.inputs.write.mode("overwrite").parquet(str(path))
     return {"messages": frames.messages, "inputs": frames.inputs.count(), "extras_rows": frames.extras.count()}
 
-
-def entry_of(row: Any) -> Entry:
-    """An :class:`Entry` from a row with the entry columns."""
-    return Entry(*(row[name] for name, _ in ENTRY_COLUMNS))

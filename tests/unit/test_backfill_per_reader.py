@@ -1,11 +1,12 @@
-"""The backfill's reposts and replies without Spark: the functions its executors run (each author key's
-step with its messages, the reposter and reader steps over every message as one batch, the rows they
-turn into), written to a :class:`MemoryStore` at ``backfill_ts``, give the reference's timelines; and
-the stream bootstrapped from those states (author states as the operator's initial state, per-reader
-states seeded at the bootstrap batch id), fed more batches, still does."""
+"""The backfill's reposts and replies without Spark: the functions it runs (each author key's step with
+its messages, the per-reader stage over every message as one batch, the rows they turn into), written
+to a :class:`MemoryStore` at ``backfill_ts``, give the reference's timelines; and the stream
+bootstrapped from them (author states as the operator's initial state, the stage's inputs seeded at
+the bootstrap batch id), fed more batches, still does."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 
@@ -13,8 +14,6 @@ import pandas as pd
 import pytest
 
 from feed_service.core.events import Event, join_keys, parse_event
-from feed_service.core.per_reader.codec import decode_reader_state, decode_reposter_state
-from feed_service.core.per_reader.messages import READER_STAGE, REPOSTER_STAGE
 from feed_service.core.reference import reference_entries, reference_tables, reference_user_timelines
 from feed_service.core.rows import Entry, PullFollowWrite
 from feed_service.core.state import decode_state, visible_followers
@@ -22,13 +21,7 @@ from feed_service.core.stored_step import stored_parts
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.backfill.join import TIMELINE_COLUMNS
-from spark_jobs.backfill.per_reader import (
-    ENTRY_COLUMNS,
-    STEP_OUTPUT_FIELDS,
-    output_frame,
-    reader_outputs,
-    reposter_outputs,
-)
+from spark_jobs.backfill.per_reader import ENTRY_COLUMNS, stage_rows, step_stage
 from spark_jobs.backfill.states import key_state, state_inbox_rows
 from spark_jobs.backfill.write import (
     author_timeline_writes,
@@ -41,7 +34,8 @@ from spark_jobs.backfill.write import (
 )
 from spark_jobs.bootstrap import BOOTSTRAP_BATCH_ID
 from spark_jobs.output_rows import OUTPUT_COLUMNS, writes_of
-from spark_jobs.stream.per_reader import run_locally, state_stage
+from spark_jobs.stream.per_reader import StreamStage, state_stage
+from feed_service.store.stage_inputs import MemoryStageInputs
 from spark_jobs.timeline_join import JoinConfig, run_key
 from tests.unit.test_backfill_units import _frame as _event_frame, _row, _winners
 from tests.unit.test_stream_per_reader import OUTPUTS, Fakes, Routed, _reset
@@ -55,36 +49,27 @@ def _history(seed: int, events: int = 900) -> list[Event]:
                                              repost_share=0.15, reply_share=0.3, hide_share=0.05)]
 
 
-def _frame(rows: list[tuple], kind: str, key: str) -> pd.DataFrame:
-    """The ``kind`` rows of step outputs as the write stage's frame (``key`` renamed)."""
-    frame = output_frame([r for r in rows if r[0] == kind])
-    return frame.rename(columns={"key": key})
+def _frame(rows: list[tuple], columns: list[str]) -> pd.DataFrame:
+    """Rows as the write stage's frame."""
+    return pd.DataFrame(rows, columns=columns, dtype=object)
 
 
 def backfill(events: list[Event], *, inbox_cap: int, pull_threshold: int,
              pull_reposters: bool = False) -> tuple[dict[str, bytes], dict]:
     """The backfill's stages in this process, its rows written to ``Fakes.store`` at :data:`TS`;
-    returns the author states and the per-reader states (``{(step, key): blob}``)."""
+    returns the author states and the per-reader stage's inputs (``[(identity, value)]``)."""
     by_key: dict[str, list] = {}
     for ev in _winners(events):
         for key in join_keys(ev):
             by_key.setdefault(key, []).append(ev)
     states: dict[str, bytes] = {}
-    messages: dict[tuple[str, str], list] = {}
+    messages: list = []
     for key, evs in by_key.items():
         frame = _event_frame([_row(ev, key) for ev in evs])
         done = key_state(frame, inbox_cap=inbox_cap, pull_threshold=pull_threshold, backfill_ts=TS)
         states[done.key] = done.state
-        for step, dest, blob in done.messages:
-            messages.setdefault((step, dest), []).append(blob)
-    reposter_rows = [row for (step, dest), blobs in sorted(messages.items()) if step == REPOSTER_STAGE
-                     for row in reposter_outputs(dest, map(pickle.loads, blobs), TS,
-                                                 pull_threshold if pull_reposters else None)]
-    to_readers = {dest: list(map(pickle.loads, blobs)) for (step, dest), blobs in messages.items() if step == READER_STAGE}
-    for row in reposter_rows:
-        if row[0] == "candidate":
-            to_readers.setdefault(row[1], []).append(pickle.loads(row[2]))
-    reader_rows = [row for dest in sorted(to_readers) for row in reader_outputs(dest, to_readers[dest], TS)]
+        messages += [pickle.loads(blob) for _, _, blob in done.messages]
+    rows = stage_rows(step_stage(messages, TS, pull_threshold if pull_reposters else None))
 
     store = Fakes.store
     inbox = pd.DataFrame([r for blob in states.values() for r in state_inbox_rows(blob)], columns=list(TIMELINE_COLUMNS))
@@ -95,26 +80,24 @@ def backfill(events: list[Event], *, inbox_cap: int, pull_threshold: int,
     store.write(timeline=timeline_writes(inbox, TS),
                 author_timeline=author_timeline_writes(pd.DataFrame(retained, columns=list(TIMELINE_COLUMNS[1:])), TS),
                 pull_follows=pulls,
-                extras=extras_writes(_frame(reader_rows, "row", "timeline_id"), TS),
-                user_reposts=user_repost_writes(_frame(reposter_rows, "row", "user"), TS),
-                visible=visible_writes(_frame(reader_rows, "visible", "reader_id"), TS),
-                hidden=hidden_writes(_frame(reader_rows, "hidden", "reader_id"), TS),
-                pull_reposters=pull_reposter_writes(
-                    _frame(reposter_rows, "pull_reposter", "reposter_id").rename(columns={"user_id": "reader_id"}), TS))
-    per_reader = {(REPOSTER_STAGE, r[1]): r[2] for r in reposter_rows if r[0] == "state"}
-    per_reader.update({(READER_STAGE, r[1]): r[2] for r in reader_rows if r[0] == "state"})
-    return states, per_reader
+                extras=extras_writes(_frame(rows.extras, ["timeline_id", *ENTRY_NAMES]), TS),
+                user_reposts=user_repost_writes(_frame(rows.user_reposts, ENTRY_NAMES), TS),
+                visible=visible_writes(_frame(rows.visible, ["reader_id", "user_id"]), TS),
+                hidden=hidden_writes(_frame(rows.hidden, ["reader_id", "user_id"]), TS),
+                pull_reposters=pull_reposter_writes(_frame(rows.pull_reposters, ["reader_id", "reposter_id"]), TS))
+    return states, [(tuple(json.loads(identity)), pickle.loads(value)) for identity, value in rows.inputs]
 
 
 def stream(batches: list[list[Event]], states: dict[str, bytes], *, inbox_cap: int, pull_threshold: int,
            clock_start: int, replay: random.Random, pull_reposters: bool = False) -> None:
     """The stream's operator (``run_key``, the author states seeded with ``states``) and sink (rows
-    to ``Fakes.store``, then the per-reader steps), batch by batch; some batches' per-reader steps
-    run twice, as a failed micro-batch's would."""
+    to ``Fakes.store``, then the per-reader stage), batch by batch; some batches run twice, as a
+    failed micro-batch's would."""
     config = JoinConfig(inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=clock_start)
     # as the operator's initial-state handler seeds a new checkpoint
     cores: dict[str, tuple[bytes | None, bytes | None]] = {k: stored_parts(blob) for k, blob in states.items()}
     settings = Settings(pull_threshold=pull_threshold, pull_reposters=pull_reposters)
+    stage = StreamStage(OUTPUTS)
     for batch_id, batch in enumerate(batches):
         groups: dict[str, list[Routed]] = {}
         for event in batch:
@@ -131,9 +114,10 @@ def stream(batches: list[list[Event]], states: dict[str, bytes], *, inbox_cap: i
         Fakes.store.write(timeline_fanout=writes.timeline, author_timeline=writes.author_timeline,
                           pull_follows=writes.pull_follows)
         if writes.messages:
+            messages = [m for _, _, m in writes.messages]
             if replay.random() < 0.3:
-                run_locally(settings, batch_id, clock_start, writes.messages, outputs=OUTPUTS)
-            run_locally(settings, batch_id, clock_start, writes.messages, outputs=OUTPUTS)
+                stage.run(settings, batch_id, clock_start, messages)
+            stage.run(settings, batch_id, clock_start, messages)
 
 
 def _sorted(entries: list[Entry]) -> list[Entry]:
@@ -187,12 +171,10 @@ def test_backfill_then_bootstrapped_stream_equal_the_reference(seed: int, pull_t
     assert read_users(cap) == users
     # every key's clock is backfill_ts, whether it wrote or not
     assert {decode_state(b).clock for b in states.values()} == {TS}
-    assert {(decode_reposter_state if step == REPOSTER_STAGE else decode_reader_state)(b).clock
-            for (step, _), b in per_reader.items()} == {TS}
+    assert dict(per_reader)[("clock",)] == TS
 
-    # The stream bootstrapped from it: the per-reader states under its stages at the bootstrap batch id.
-    for (step, key), blob in per_reader.items():
-        Fakes.states.save(state_stage(step, TS), {key: (blob, None)}, BOOTSTRAP_BATCH_ID)
+    # The stream bootstrapped from it: the stage's inputs under its stage at the bootstrap batch id.
+    Fakes.inputs.save(state_stage(TS), [(identity, value, None) for identity, value in per_reader], BOOTSTRAP_BATCH_ID)
     rnd = random.Random(seed)
     cuts = sorted(rnd.sample(range(1, len(rest)), 8))
     batches = [rest[a:b] for a, b in zip([0, *cuts], [*cuts, len(rest)])]
@@ -200,23 +182,6 @@ def test_backfill_then_bootstrapped_stream_equal_the_reference(seed: int, pull_t
     home, users = _reference(events, cap)
     assert read_home(cap) == home
     assert read_users(cap) == users
-
-
-def test_the_steps_outputs_convert_to_their_spark_schema() -> None:
-    """What ``applyInPandas`` ships back: integer columns stay integers with nulls, never floats."""
-    from pyspark.sql.conversion import PandasToArrowConversion
-    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
-
-    types = {"string": StringType(), "bigint": LongType(), "binary": BinaryType()}
-    schema = StructType([StructField(name, types[t], True) for name, t in STEP_OUTPUT_FIELDS])
-    entry = Entry("t1", "bob", 2**50, 3, "hi", 1, None, None, "ann", 2**50 + 1, 7)
-    rows = [("state", "ann", b"\x01", *(None,) * len(ENTRY_COLUMNS), None), ("row", "ann", None, *entry, None),
-            ("visible", "ann", None, *(None,) * len(ENTRY_COLUMNS), "bob")]
-    batch = PandasToArrowConversion.convert(output_frame(rows), schema, timezone="UTC", safecheck=True,
-                                            arrow_cast=True, assign_cols_by_name=True)
-    back = batch.to_pylist()
-    assert Entry(*(back[1][n] for n in ENTRY_NAMES)) == entry
-    assert back[0]["blob"] == b"\x01" and back[2]["user_id"] == "bob" and back[0]["created_at"] is None
 
 
 class _FakeRead:
@@ -240,21 +205,20 @@ class _FakeRead:
         return self.done
 
 
-def test_seeding_saves_the_states_under_the_checkpoints_stages_below_its_first_batch(monkeypatch) -> None:
+def test_seeding_saves_the_inputs_under_the_checkpoints_stage_below_its_first_batch(monkeypatch) -> None:
     import spark_jobs.stream.continuation as continuation
-    from feed_service.store.per_reader_state import MemoryStepStates
 
     monkeypatch.setattr(continuation, "SEED_CHUNK", 2)
-    store = MemoryStepStates()
-    rows = [{"step": step, "key": f"u{i}", "state": f"{step}{i}".encode()}
-            for step in (REPOSTER_STAGE, READER_STAGE) for i in range(5)]
+    store = MemoryStageInputs()
+    rows = [{"identity": json.dumps(["rel", f"u{i}", "bob"]), "value": pickle.dumps((i, True, False))}
+            for i in range(5)]
     fake = _FakeRead([rows[:3], rows[3:], []])
-    saved = continuation.seed_per_reader_states(fake, Settings(), "unused", 77, states_for=lambda settings: store)
-    assert saved == 10
-    assert store.load(state_stage(READER_STAGE, 77), ["u4"], 0) == {"u4": b"reader4"}
-    # a batch 0 that saved a key, then failed: its replay, and a new seed, start from the seed again
-    store.save(state_stage(READER_STAGE, 77), {"u4": (b"after 0", b"reader4")}, 0)
-    assert store.load(state_stage(READER_STAGE, 77), ["u4"], 0) == {"u4": b"reader4"}
-    continuation.seed_per_reader_states(fake, Settings(), "unused", 77, states_for=lambda settings: store)
-    assert store.load(state_stage(READER_STAGE, 77), ["u4"], 0) == {"u4": b"reader4"}
-    assert store.rows[(state_stage(REPOSTER_STAGE, 77), "u0")][0] == BOOTSTRAP_BATCH_ID
+    saved = continuation.seed_per_reader_states(fake, Settings(), "unused", 77, inputs_for=lambda settings: store)
+    assert saved == 5
+    assert (("rel", "u4", "bob"), (4, True, False)) in store.load(state_stage(77), 0)
+    # a batch 0 that saved an input, then failed: its replay, and a new seed, start from the seed again
+    store.save(state_stage(77), [(("rel", "u4", "bob"), (9, False, False), (4, True, False))], 0)
+    assert (("rel", "u4", "bob"), (4, True, False)) in store.load(state_stage(77), 0)
+    continuation.seed_per_reader_states(fake, Settings(), "unused", 77, inputs_for=lambda settings: store)
+    assert (("rel", "u4", "bob"), (4, True, False)) in store.load(state_stage(77), 0)
+    assert store.rows[(state_stage(77), '["rel","u4","bob"]')][0] == BOOTSTRAP_BATCH_ID

@@ -1,8 +1,8 @@
-"""The stream's path through the per-reader steps (spark_jobs/stream/per_reader.py), without Spark:
+"""The stream's path through the per-reader stage (spark_jobs/stream/per_reader.py), without Spark:
 the author keys stepped by the operator's ``run_key``, their ``per_reader`` rows turned into messages
-as the sink does, and the reposter and reader steps run with their states in a batch-versioned
-store. The rows they write must be the in-memory Materializer's, batch after batch, also when a
-batch's per-reader steps run again (a replayed micro-batch).
+as the sink does, and the stage run by the driver's :class:`StreamStage` with its inputs in a
+batch-versioned store. The rows it writes must be the in-memory Materializer's, batch after batch,
+also when a batch runs again (a replayed micro-batch) and when a new driver restores the stage.
 
 The tables key a row by tweet id and position, not by author (a tweet id names one tweet: the
 ``tweets`` table's key), while the core's histories reuse tweet ids across authors to provoke wrong
@@ -35,10 +35,10 @@ from feed_service.core.view import Materializer
 from feed_service.errors import InvalidEvent
 from feed_service.settings import Settings
 from feed_service.store.memory import MemoryStore
-from feed_service.store.per_reader_state import MemoryStepStates
+from feed_service.store.stage_inputs import MemoryStageInputs
 from spark_jobs.envelope import EVENT_COLUMNS
 from spark_jobs.output_rows import OUTPUT_COLUMNS, writes_of
-from spark_jobs.stream.per_reader import PerReaderOutputs, run_locally, state_stage
+from spark_jobs.stream.per_reader import PerReaderOutputs, StreamStage, state_stage
 from spark_jobs.timeline_join import JoinConfig, run_key
 from tests.unit.test_reposts_replies_properties import SETTINGS, Run, runs
 
@@ -58,11 +58,11 @@ class Routed:
 
 
 class Fakes:
-    """One store and one state store shared by every 'worker', reached by module-level functions
-    (as :class:`PerReaderOutputs` requires)."""
+    """One store and one store of the stage's inputs, reached by module-level functions (as
+    :class:`PerReaderOutputs` requires)."""
 
     store = MemoryStore()
-    states = MemoryStepStates()
+    inputs = MemoryStageInputs()
     published: list[Any] = []
 
 
@@ -70,8 +70,8 @@ def _writer(settings: Settings) -> MemoryStore:
     return Fakes.store
 
 
-def _states(settings: Settings) -> MemoryStepStates:
-    return Fakes.states
+def _inputs(settings: Settings) -> MemoryStageInputs:
+    return Fakes.inputs
 
 
 def _publish(settings: Settings, changes: Any) -> int:
@@ -79,7 +79,7 @@ def _publish(settings: Settings, changes: Any) -> int:
     return len(changes)
 
 
-OUTPUTS = PerReaderOutputs(_writer, _states, _publish)
+OUTPUTS = PerReaderOutputs(_writer, _inputs, _publish)
 
 
 def _own_ids(run: Run) -> Run:
@@ -110,11 +110,12 @@ def _events(batch: list[str]) -> list[Event]:
 
 def run_stream(run: Run, *, inbox_cap: int, pull_threshold: int, replay: random.Random | None = None,
                pull_reposters: bool = False) -> None:
-    """The operator (``run_key`` per join key), then the sink's per-reader steps, batch by batch;
-    with ``replay``, some batches' per-reader steps run twice, as a failed micro-batch would."""
+    """The operator (``run_key`` per join key), then the driver's per-reader stage, batch by batch;
+    with ``replay``, some batches run twice, as a failed micro-batch would, and some by a new driver."""
     config = JoinConfig(inbox_cap=inbox_cap, pull_threshold=pull_threshold, clock_start=1000)
     settings = Settings(pull_threshold=pull_threshold, pull_reposters=pull_reposters)
     cores: dict[str, tuple[bytes | None, bytes | None]] = {}
+    stage = StreamStage(OUTPUTS)
     for batch_id, batch in enumerate(run.batches):
         groups: dict[str, list[Routed]] = {}
         for event in _events(batch):
@@ -130,14 +131,17 @@ def run_stream(run: Run, *, inbox_cap: int, pull_threshold: int, replay: random.
         messages = writes_of([dict(zip(OUTPUT_COLUMNS, r)) for r in rows]).messages
         if not messages:
             continue
+        messages = [m for _, _, m in messages]
         if replay is not None and replay.random() < 0.3:  # a first attempt whose batch then fails
-            run_locally(settings, batch_id, config.clock_start, messages, outputs=OUTPUTS)
-        run_locally(settings, batch_id, config.clock_start, messages, outputs=OUTPUTS)
+            stage.run(settings, batch_id, config.clock_start, messages)
+        if replay is not None and replay.random() < 0.2:  # a new driver restores the stage
+            stage = StreamStage(OUTPUTS)
+        stage.run(settings, batch_id, config.clock_start, messages)
 
 
 def _reset() -> None:
     Fakes.store = MemoryStore()
-    Fakes.states = MemoryStepStates()
+    Fakes.inputs = MemoryStageInputs()
     Fakes.published = []
 
 
@@ -175,4 +179,4 @@ def test_a_reply_to_an_unseen_parent_is_written_once_the_parent_is_followed() ->
 
 
 def test_states_are_kept_per_checkpoint() -> None:
-    assert state_stage("reader", 1000) != state_stage("reader", 2000)
+    assert state_stage(1000) != state_stage(2000)

@@ -92,8 +92,8 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> None:
         "winning_changes": lambda df: FakeWinners(),
         "winner_events": lambda winners: FakeFrame(), "engine_states": lambda *a, **k: FakeFrame(),
         "write_states": lambda *a, **k: 4, "messages_of": lambda engine: FakeFrame(),
-        "per_reader_steps": lambda *a: object(),
-        "write_per_reader_states": lambda *a: {"messages": 9, "candidates": 2, "reposter_keys": 1, "reader_keys": 3},
+        "per_reader_stage": lambda *a: object(),
+        "write_per_reader_inputs": lambda *a: {"messages": 9, "inputs": 7, "extras_rows": 3},
         "join_timelines_batch": lambda *a: FakeFrame(), "count_timelines": lambda *a: 2,
         "tables_to_write": lambda *a, **k: [("timeline", FakeFrame()), ("tweets", FakeFrame())],
         "write_table": lambda settings, table, df, ts, write: TableReport(table, 6, 0.5, ((0, 6),)),
@@ -122,7 +122,7 @@ def test_run_backfill_returns_and_reports_what_the_manifest_holds(tmp_path: Path
     assert _figures(printed) == _figures(format_summary(summary))
     assert (summary["records_read"], summary["invalid_by_reason"], summary["keys"], summary["timelines"]) == (
         5, {"bad_json": 1}, 4, 2)
-    assert summary["per_reader"] == {"messages": 9, "candidates": 2, "reposter_keys": 1, "reader_keys": 3}
+    assert summary["per_reader"] == {"messages": 9, "inputs": 7, "extras_rows": 3}
     assert summary["rows"] == {"timeline": 6, "tweets": 6} and summary["written"] is True
     assert on_disk["inbox_cap"] == summary["inbox_cap"] == 7 and on_disk["backfill_ts"] == 123
     assert set(summary["stage_seconds"]) == {"snapshot", "read", "winners", "states", "per_reader", "join",

@@ -150,7 +150,7 @@ def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inb
         once, side = step_with_side(None, evs, inbox_cap=inbox_cap, clock_start=ts - 1, key=key)
         assert got == replace(once.state, clock=ts), key
         assert [pickle.loads(m[2]) for m in messages] == [
-            *side.relations, *side.audience, *side.replies, *side.edges, *side.tweets], key
+            *side.relations, *side.replies, *side.edges, *side.tweets], key
         kinds.update(type(pickle.loads(m[2])).__name__ for m in messages)
         if inbox_cap >= len(evs):
             # Below the cap the state does not depend on batching either. At the cap it can: a
@@ -159,7 +159,7 @@ def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inb
             for i in range(0, len(evs), 7):
                 state = step_with_side(state, evs[i:i + 7], inbox_cap=inbox_cap, clock_start=0, key=key)[0].state
             assert replace(got, side=None) == replace(state, clock=ts, side=None), key
-    assert kinds == {"Relation", "AudienceDelta", "ConditionalReply", "RepostEdge", "RepostedTweet"}
+    assert kinds == {"Relation", "ConditionalTweet", "RepostEdge", "RepostedTweet"}
 
 
 def test_digest_column_matches_the_engine_digest() -> None:
@@ -175,7 +175,7 @@ def _manifest(folder: Path, settings: Settings, **overrides) -> None:
     (folder / "per_reader").mkdir(parents=True, exist_ok=True)
     manifest = {"format": MANIFEST_FORMAT, "backfill_ts": 10, "stream_clock_start": 10, "inbox_cap": 800,
                 "topics": source_topics(settings), "end_offsets": {settings.topic("tweets"): {"0": 4}},
-                "state": "state", "per_reader_state": "per_reader", **overrides}
+                "state": "state", "per_reader_inputs": "per_reader", **overrides}
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 

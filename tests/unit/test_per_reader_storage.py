@@ -1,5 +1,5 @@
 """The write side of the per-reader tables without Cassandra: MemoryStore resolves every write by its
-timestamp as Cassandra does (any order, any duplication, a delete winning a tie), MemoryStepStates
+timestamp as Cassandra does (any order, any duplication, a delete winning a tie), MemoryStageInputs
 loads by the batch rule, the writer's '' / 0 conventions, the schema's new tables and their grants.
 tests/integration/test_per_reader_tables.py checks the same on the real node."""
 
@@ -26,7 +26,7 @@ from feed_service.security.roles import (
 )
 from feed_service.store.cassandra_writer import _entry_values
 from feed_service.store.memory import MemoryStore
-from feed_service.store.per_reader_state import MemoryStepStates, loaded
+from feed_service.store.stage_inputs import MemoryStageInputs, loaded
 from feed_service.store.ports import WriteCounts
 from feed_service.store.schema import schema_statements
 
@@ -152,31 +152,28 @@ def test_write_counts_keep_their_positions_and_add_up() -> None:
     assert total == WriteCounts(1, extras_upserts=2, extras_deletes=3, user_reposts=4, visible=2)
 
 
-# --- step states: the batch rule -----------------------------------------------------------------
+# --- the stage's inputs: the batch rule ------------------------------------------------------------
 
-def test_a_replayed_batch_loads_what_the_batch_started_from() -> None:
-    states = MemoryStepStates()
-    assert states.load("reader", ["ann", "bob"], 7) == {"ann": None, "bob": None}
-    assert states.save("reader", {"ann": (b"a7", None)}, 7) == 1
-    assert states.load("reader", ["ann"], 7) == {"ann": None}  # batch 7 again: from before it
-    assert states.load("reader", ["ann"], 8) == {"ann": b"a7"}
-    states.save("reader", {"ann": (b"a8", b"a7"), "bob": (b"b8", None)}, 8)
-    # a task of batch 8 retried after it saved part of its keys: every key from before batch 8
-    assert states.load("reader", ["ann", "bob"], 8) == {"ann": b"a7", "bob": None}
-    states.save("reader", {"ann": (b"a8", b"a7"), "bob": (b"b8", None)}, 8)  # the replay saves the same
-    assert states.load("reader", ["ann", "bob"], 9) == {"ann": b"a8", "bob": b"b8"}
-    assert states.load("reposter", ["ann"], 9) == {"ann": None}  # stages are apart
-
-
-def test_a_late_save_of_an_earlier_batch_changes_nothing_when_timestamped() -> None:
-    states = MemoryStepStates()
-    states.save("reader", {"ann": (b"a8", b"a7")}, 8, ts=108)
-    states.save("reader", {"ann": (b"a7", b"a6")}, 7, ts=107)
-    assert states.load("reader", ["ann"], 9) == {"ann": b"a8"}
-    states.fail = StoreUnavailable("down")
+def test_a_replayed_batch_loads_the_inputs_the_batch_started_from() -> None:
+    inputs = MemoryStageInputs()
+    ann, bob = ("rel", "ann", "x"), ("rel", "bob", "x")
+    assert inputs.load("s", 7) == []
+    assert inputs.save("s", [(ann, "a7", None)], 7) == 1
+    assert inputs.load("s", 7) == []  # batch 7 again: from before it
+    assert inputs.load("s", 8) == [(ann, "a7")]
+    inputs.save("s", [(ann, "a8", "a7"), (bob, "b8", None)], 8)
+    # batch 8 replayed after it saved its inputs: every input as before batch 8
+    assert inputs.load("s", 8) == [(ann, "a7")]
+    inputs.save("s", [(ann, "a8", "a7"), (bob, "b8", None)], 8)  # the replay saves the same
+    assert sorted(inputs.load("s", 9)) == [(ann, "a8"), (bob, "b8")]
+    assert inputs.load("other", 9) == []  # stages are apart
+    inputs.save("s", [(bob, None, "b8")], 9)  # an input withdrawn
+    assert inputs.load("s", 10) == [(ann, "a8")] and sorted(inputs.load("s", 9)) == [(ann, "a8"), (bob, "b8")]
+    inputs.fail = StoreUnavailable("down")
     with pytest.raises(StoreUnavailable):
-        states.save("reader", {"ann": (b"a9", b"a8")}, 9)
-    assert states.rows[("reader", "ann")] == (8, b"a8", b"a7")
+        inputs.save("s", [(ann, "a10", "a8")], 10)
+    inputs.fail = None
+    assert inputs.load("s", 11) == [(ann, "a8")]
 
 
 def test_the_batch_rule() -> None:
@@ -192,12 +189,12 @@ def _tables() -> set[str]:
 def test_the_schema_has_the_per_reader_tables_keyed_as_their_writers_write() -> None:
     created = {m.group(1): s for s in schema_statements("ks")
                if (m := re.match(r"CREATE TABLE IF NOT EXISTS ks\.(\w+)", s))}
-    assert {"home_extras", "user_reposts", "reader_visible", "per_reader_state"} <= set(created)
+    assert {"home_extras", "user_reposts", "reader_visible", "per_reader_inputs"} <= set(created)
     squash = {t: " ".join(s.split()) for t, s in created.items()}
     assert "PRIMARY KEY ((timeline_id), at, tweet_id)" in squash["home_extras"]
     assert "PRIMARY KEY ((user_id), at, tweet_id)" in squash["user_reposts"]
     assert "CLUSTERING ORDER BY (at DESC, tweet_id DESC)" in squash["home_extras"]
-    assert "PRIMARY KEY ((stage, key))" in squash["per_reader_state"]
+    assert "PRIMARY KEY ((stage, bucket), identity)" in squash["per_reader_inputs"]
     for table in ("home_extras", "user_reposts"):  # the writer's columns, the entry's eleven and `at`
         for column in ("reposted_by text", "reposted_at bigint", "reposter_profile_version bigint",
                        "in_reply_to_tweet_id text", "in_reply_to_author_id text", "profile_version bigint"):
@@ -212,7 +209,7 @@ def test_every_table_is_either_read_by_the_server_or_state_it_may_not_read() -> 
     server = cassandra_role(SERVER)
     assert {g for g in grants if g.endswith(f"TO {server}")} == {
         f"GRANT SELECT ON TABLE ks.{t} TO {server}" for t in SERVER_TABLES}
-    assert not any("per_reader_state" in g or "MODIFY" in g for g in grants if g.endswith(server))
+    assert not any("per_reader_inputs" in g or "MODIFY" in g for g in grants if g.endswith(server))
     for role in (STREAM, BACKFILL):  # the writers: the whole keyspace, the state too
         assert {f"GRANT {p} ON KEYSPACE ks TO {cassandra_role(role)}" for p in ("SELECT", "MODIFY")} <= set(grants)
     assert cassandra_revocations("ks") == [("SELECT", "KEYSPACE ks", server)]

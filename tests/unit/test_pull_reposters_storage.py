@@ -309,8 +309,8 @@ def test_the_backfill_and_the_stream_it_bootstraps_write_the_materializers_table
     assert engine.view.pull_reposters and engine.view.hidden and all(view_indexes(engine.view).values())
     assert_tables_are_the_views(Fakes.store, engine.view)  # type: ignore[arg-type]
 
-    for (step, key), blob in per_reader.items():
-        Fakes.states.save(bf.state_stage(step, bf.TS), {key: (blob, None)}, bf.BOOTSTRAP_BATCH_ID)
+    Fakes.inputs.save(bf.state_stage(bf.TS), [(identity, value, None) for identity, value in per_reader],
+                      bf.BOOTSTRAP_BATCH_ID)
     rnd = random.Random(seed)
     cuts = sorted(rnd.sample(range(1, len(rest)), 8))
     batches = [rest[a:b] for a, b in zip([0, *cuts], [*cuts, len(rest)])]

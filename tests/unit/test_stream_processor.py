@@ -23,7 +23,7 @@ from typing import Any, Iterable
 import pandas as pd
 import pytest
 from pyspark.sql import Row
-from feed_service.core.per_reader.messages import AudienceDelta, Relation
+from feed_service.core.per_reader.messages import Relation
 from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
 
 from feed_service.core.events import (
@@ -282,10 +282,9 @@ def test_new_key_tweet_and_follow_in_one_batch() -> None:
     assert harness.peek(BOB) == AuthorState(key="bob", clock=1, followers={"ann": (1, True)}, active=("ann",),
                                             tweets={"t1": (1, 10, "hello", 1)}, cold={}, deleted=frozenset(),
                                             profiles={}, pull=False, side=({}, {}, {}, 1))
-    # ann starts seeing bob: a relation to ann's reader step, an audience delta to bob's reposter step
+    # ann starts seeing bob: one relation to the per-reader stage
     assert [(m.op, m.user_id, pickle.loads(m.message)) for m in harness.messages] == [
-        ("relation", "ann", Relation("ann", "bob", True, False, 1)),
-        ("audience", "bob", AudienceDelta("bob", "ann", True, 1))]
+        ("relation", "ann", Relation("ann", "bob", True, False, 1))]
     # What the sink makes of the compact rows: one timeline write to every follower, one tweet row.
     writes = writes_of(out)
     assert writes.timeline == [TimelineFanout("insert", ("ann",), entry(t1), 1)]

@@ -349,7 +349,7 @@ def test_run_key_fills_source_ms_from_the_event_times() -> None:
         _, out = run_key(None, no_edges, [timed(follow("ann"), 1_000), timed(tweet("t1", 10), 2_000)], config)
         source = OUTPUT_COLUMNS.index("source_ms")
         assert [(r[0], r[source]) for r in out] == [("timeline", 2_000), ("tweet", 2_000), ("author", 2_000),
-                                                    ("per_reader", 2_000), ("per_reader", 2_000)]
+                                                    ("per_reader", 2_000)]
     config = JoinConfig(800, 2000, 0, None)
     for missing in (None, float("nan")):
         _, out = run_key(None, no_edges, [timed(follow("ann"), missing), timed(tweet("t1", 10), missing)], config)

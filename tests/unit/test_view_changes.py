@@ -353,9 +353,9 @@ def test_run_key_fills_source_ms_from_the_event_times() -> None:
     config = JoinConfig(800, 2000, 0, None)
     for missing in (None, float("nan")):
         _, out = run_key(None, no_edges, [timed(follow("ann"), missing), timed(tweet("t1", 10), missing)], config)
-        assert [r[OUTPUT_COLUMNS.index("source_ms")] for r in out] == [None] * 5
+        assert [r[OUTPUT_COLUMNS.index("source_ms")] for r in out] == [None] * 4
     _, out = run_key(None, no_edges, [Routed(follow("ann")), Routed(tweet("t1", 10))], config)  # no column at all
-    assert [r[OUTPUT_COLUMNS.index("source_ms")] for r in out] == [None] * 5
+    assert [r[OUTPUT_COLUMNS.index("source_ms")] for r in out] == [None] * 4
 
 
 @pytest.mark.parametrize("rows_api", [True, False], ids=["transformWithState", "transformWithStateInPandas"])

@@ -74,7 +74,7 @@ def test_backfill_with_reposts_and_replies_equals_the_reference_the_stream_conti
     assert got_users == users
     for table in ("home_extras", "user_reposts", "reader_visible"):
         assert summary["rows"][table] == _count(pipeline, table) > 0, table
-    assert summary["per_reader"]["reader_keys"] > 0 and summary["per_reader"]["candidates"] > 0
+    assert summary["per_reader"]["inputs"] > 0 and summary["per_reader"]["extras_rows"] > 0
     stamps = {r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")}
     assert stamps == {backfill_ts}  # the reader step's clock started at backfill_ts - 1
 
@@ -143,7 +143,7 @@ def _check_the_dataframe_join_is_the_engine_states_at_a_small_cap(pipeline: Sett
         assert {(r.author_id, r.tweet_id) for r in author_timeline_rows(winners, 2).collect()} == retained
         # per class: more than the newest 2 of some author
         assert retained_tweets(winners.live_tweets, 2).groupBy("author_id").count().where("count > 2").count() > 0
-        assert json.loads((out / "manifest.json").read_text())["per_reader_state"] == "per_reader"
+        assert json.loads((out / "manifest.json").read_text())["per_reader_inputs"] == "per_reader"
     finally:
         for df in persisted:
             df.unpersist()

@@ -50,8 +50,8 @@ def test_the_stream_writes_the_per_reader_tables_and_the_server_reads_all_but_th
     from cassandra import Unauthorized
 
     from feed_service.store.cassandra_writer import CassandraWriter
-    from feed_service.store.per_reader_state import CassandraStepStates
     from feed_service.store.session import connect
+    from feed_service.store.stage_inputs import CassandraStageInputs
 
     ks = secured.keyspace
     repost = Entry("t1", "bob", 1_000, 1, "hi", 1, None, None, "cat", 2_000, 1)
@@ -61,9 +61,9 @@ def test_the_stream_writes_the_per_reader_tables_and_the_server_reads_all_but_th
             extras=[ExtrasDelta("insert", "ann", repost, 5)], user_reposts=[AuthorTimelineWrite("insert", repost, 5)],
             visible=[VisibleDelta("insert", "ann", "cat", 5)])
         assert (counts.extras_upserts, counts.user_reposts, counts.visible) == (1, 1, 1)
-        states = CassandraStepStates(session, ks)
-        assert states.save("reader", {"ann": (b"state", None)}, 1) == 1
-        assert states.load("reader", ["ann"], 2) == {"ann": b"state"}
+        inputs = CassandraStageInputs(session, ks)
+        assert inputs.save("s", [(("clock",), 3, None)], 1) == 1
+        assert inputs.load("s", 2) == [(("clock",), 3)]
     finally:
         cluster.shutdown()
 
@@ -74,7 +74,7 @@ def test_the_stream_writes_the_per_reader_tables_and_the_server_reads_all_but_th
         assert session.execute(f"SELECT tweet_id FROM {ks}.home_extras WHERE timeline_id = 'ann'").one() == ("t1",)
         assert session.execute(f"SELECT user_id FROM {ks}.reader_visible WHERE reader_id = 'ann'").one() == ("cat",)
         with pytest.raises(Unauthorized):
-            session.execute(f"SELECT * FROM {ks}.per_reader_state LIMIT 1")
+            session.execute(f"SELECT * FROM {ks}.per_reader_inputs LIMIT 1")
         for statement in (f"INSERT INTO {ks}.reader_visible (reader_id, user_id) VALUES ('ann', 'eve')",
                           f"DELETE FROM {ks}.home_extras WHERE timeline_id = 'ann'",
                           f"TRUNCATE {ks}.user_reposts"):
@@ -96,10 +96,10 @@ def test_provisioning_revokes_the_servers_keyspace_wide_select_of_earlier_releas
         assert list(admin.execute(listed))
         cluster, session = connect(secured.as_role(SERVER))
         try:
-            _eventually(session, f"SELECT * FROM {ks}.per_reader_state LIMIT 1", allowed=True)  # what it allowed
+            _eventually(session, f"SELECT * FROM {ks}.per_reader_inputs LIMIT 1", allowed=True)  # what it allowed
             provision(secured)
             assert not list(admin.execute(listed))
-            _eventually(session, f"SELECT * FROM {ks}.per_reader_state LIMIT 1", allowed=False)
+            _eventually(session, f"SELECT * FROM {ks}.per_reader_inputs LIMIT 1", allowed=False)
             for table in SERVER_TABLES:  # every table it reads, throughout
                 session.execute(f"SELECT * FROM {ks}.{table} LIMIT 1")
         finally:

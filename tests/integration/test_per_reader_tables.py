@@ -1,8 +1,8 @@
 """The per-reader tables on the real Cassandra (docs/reposts-and-replies.md, docs/idempotent-writes.md):
 ``home_extras``, ``user_reposts`` and ``reader_visible`` rows written in any order, batching and
 duplication end as the newest write of each row, equal to MemoryStore's outcome of the same writes;
-absent fields are stored as '' and 0; the steps' state loads by the batch rule, a replayed batch
-from what it started from; and a keyspace made before the tables gains them. With pull reposters on at a small threshold, the
+absent fields are stored as '' and 0; the per-reader stage's inputs load by the batch rule, a
+replayed batch from what it started from; and a keyspace made before the tables gains them. With pull reposters on at a small threshold, the
 stream's per-reader path writes the tables a read of pull reposters needs (``reader_hidden``,
 ``home_timeline.pull_reposters``, the indexes ``reposts_by_tweet`` and ``home_extras_reposts``) as
 ``Materializer(pull_reposters=True)``'s view has them, and the reader's lookups answer from them."""
@@ -18,7 +18,7 @@ from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import AuthorTimelineWrite, Entry
 from feed_service.settings import Settings
 
-NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_state", "reader_hidden", "reposts_by_tweet",
+NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_inputs", "reader_hidden", "reposts_by_tweet",
               "home_extras_reposts")
 ENTRY_COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
                  " in_reply_to_author_id, reposted_by, reposted_at, reposter_profile_version")
@@ -138,59 +138,48 @@ def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Setti
         cluster.shutdown()
 
 
-def test_step_states_load_by_the_batch_rule_and_a_replay_recomputes_the_same(settings: Settings,
+def test_stage_inputs_load_by_the_batch_rule_and_a_replay_recomputes_the_same(settings: Settings,
                                                                              unique: str) -> None:
     from feed_service.errors import StoreError, WriteFailed
-    from feed_service.store.per_reader_state import CassandraStepStates, MemoryStepStates
     from feed_service.store.session import connect
+    from feed_service.store.stage_inputs import BUCKETS, CassandraStageInputs, MemoryStageInputs
 
     pipeline = _isolated(settings, unique)
     cluster, session = connect(pipeline)
     try:
-        states = CassandraStepStates(session, pipeline.keyspace)
-        model = MemoryStepStates()
-        keys = [f"user{i}" for i in range(300)]  # concurrent reads and writes, more than one round of them
-        big = bytes(range(256)) * 1_000  # a large state: one request per row, never in a batch
+        inputs = CassandraStageInputs(session, pipeline.keyspace)
+        model = MemoryStageInputs()
+        # more inputs than one page of a bucket, more than one round of concurrent writes
+        identities = [("rel", f"user{i}", "bob") for i in range(12_000)] + [("clock",)]
 
-        def step(store, batch_id: int, touched: list[str]) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
-            """A toy step: a key's new state is its old one plus this batch's id; returns the new states."""
-            before = store.load("reader", touched + touched[:3], batch_id)  # duplicates asked once
-            assert set(before) == set(touched)
-            new = {k: (before[k] or b"") + b"|%d" % batch_id for k in touched}
-            if batch_id == 1:
-                new["user0"] += big
-            assert store.save("reader", {k: (new[k], before[k]) for k in touched}, batch_id) == len(touched)
+        def step(store, batch_id: int, touched: list) -> dict:  # type: ignore[no-untyped-def]
+            """A toy step: an input's new value is its old one plus this batch's id."""
+            before = dict(store.load("s", batch_id))
+            new = {k: (before.get(k) or ()) + (batch_id,) for k in touched}
+            assert store.save("s", [(k, new[k], before.get(k)) for k in touched], batch_id) == len(touched)
             return new
 
-        for store in (states, model):
-            assert store.load("reader", keys[:5], 1) == dict.fromkeys(keys[:5])
-            first = step(store, 1, keys)
-            # batch 2 saves part of its keys, then fails; its replay sees batch 1's states everywhere
-            part = keys[:120]
-            step(store, 2, part)
-            assert store.load("reader", keys, 2) == first
-            replay = step(store, 2, keys)
-            assert replay == {k: first[k] + b"|2" for k in keys}
-            again = step(store, 2, keys)  # and once more: the same outputs
-            assert again == replay
-            third = step(store, 3, keys[::2])
-            assert store.load("reader", keys, 4) == replay | third
-            assert store.load("reposter", keys[:3], 4) == dict.fromkeys(keys[:3])  # stages apart
-        rows = {r.key: (r.batch_id, r.state, r.previous) for r in session.execute(
-            f"SELECT key, batch_id, state, previous FROM {pipeline.keyspace}.per_reader_state WHERE stage = 'reader'"
-            " AND key IN ('user0', 'user1')")}
-        assert rows == {k: model.rows[("reader", k)] for k in ("user0", "user1")}
+        for store in (inputs, model):
+            assert store.load("s", 1) == []
+            first = step(store, 1, identities)
+            # batch 2 saves part of its inputs, then fails; its replay sees batch 1's values everywhere
+            step(store, 2, identities[:500])
+            assert dict(store.load("s", 2)) == first
+            replay = step(store, 2, identities)
+            assert replay == {k: first[k] + (2,) for k in identities}
+            assert step(store, 2, identities) == replay  # and once more: the same
+            third = step(store, 3, identities[::2])
+            store.save("s", [(identities[1], None, replay[identities[1]])], 3)  # an input withdrawn
+            assert dict(store.load("s", 4)) == {k: v for k, v in (replay | third).items() if k != identities[1]}
+            assert store.load("other", 4) == []  # stages apart
+        assert len({r.bucket for r in session.execute(
+            f"SELECT DISTINCT stage, bucket FROM {pipeline.keyspace}.per_reader_inputs")}) == BUCKETS
 
-        # an explicit timestamp: a late save of an earlier batch changes nothing
-        states.save("ts", {"k": (b"b8", b"b7")}, 8, ts=1_000_008)
-        states.save("ts", {"k": (b"b7", b"b6")}, 7, ts=1_000_007)
-        assert states.load("ts", ["k"], 9) == {"k": b"b8"}
-
-        session.execute(f"DROP TABLE {pipeline.keyspace}.per_reader_state", timeout=60)
+        session.execute(f"DROP TABLE {pipeline.keyspace}.per_reader_inputs", timeout=60)
         with pytest.raises(WriteFailed):
-            states.save("reader", {"user0": (b"x", None)}, 9)
+            inputs.save("s", [(("clock",), 1, None)], 9)
         with pytest.raises(StoreError):
-            states.load("reader", ["user0"], 9)
+            inputs.load("s", 9)
         _drop(session, pipeline.keyspace)
     finally:
         cluster.shutdown()
@@ -198,8 +187,8 @@ def test_step_states_load_by_the_batch_rule_and_a_replay_recomputes_the_same(set
 
 def test_a_keyspace_from_before_the_tables_gains_them(settings: Settings, unique: str) -> None:
     from feed_service.store.cassandra_writer import CassandraWriter
-    from feed_service.store.per_reader_state import CassandraStepStates
     from feed_service.store.schema import apply_schema, schema_statements
+    from feed_service.store.stage_inputs import CassandraStageInputs
     from feed_service.store.session import connect
 
     keyspace = f"feed_{unique}"
@@ -218,8 +207,8 @@ def test_a_keyspace_from_before_the_tables_gains_them(settings: Settings, unique
         assert grace["home_extras"] == grace["user_reposts"] == grace["reader_visible"] == 3_600
         # and the writers use them
         CassandraWriter(session, keyspace).write(visible=[VisibleDelta("insert", "ann", "bob", 1)])
-        CassandraStepStates(session, keyspace).save("reader", {"ann": (b"s", None)}, 1)
-        assert CassandraStepStates(session, keyspace).load("reader", ["ann"], 2) == {"ann": b"s"}
+        CassandraStageInputs(session, keyspace).save("s", [(("clock",), 7, None)], 1)
+        assert CassandraStageInputs(session, keyspace).load("s", 2) == [(("clock",), 7)]
         _drop(session, keyspace)
     finally:
         cluster.shutdown()
@@ -227,8 +216,9 @@ def test_a_keyspace_from_before_the_tables_gains_them(settings: Settings, unique
 
 def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializers_tables(settings: Settings,
                                                                                          unique: str) -> None:
-    """The stream's reposter and reader steps (``run_locally``, batch by batch, some batches twice as
-    a replayed micro-batch would) on the real writer and state table, against the in-memory view."""
+    """The stream's per-reader stage (:class:`StreamStage`, batch by batch, some batches twice as a
+    replayed micro-batch would, some by a new driver) on the real writer and inputs table, against
+    the in-memory view."""
     import asyncio
     import json
 
@@ -236,8 +226,8 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
     from feed_service.core.view import Materializer
     from feed_service.store.cassandra_reader import CassandraReader
     from feed_service.store.cassandra_writer import CassandraWriter
-    from feed_service.store.per_reader_state import CassandraStepStates
     from feed_service.store.session import connect
+    from feed_service.store.stage_inputs import CassandraStageInputs
     from tests.unit.test_backfill_per_reader import _history
     from tests.unit.test_pull_reposters_storage import view_indexes
     from tests.unit.test_reposts_replies_properties import Run
@@ -256,7 +246,7 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
     cluster, session = connect(pipeline)
     try:
         _reset()
-        Fakes.store, Fakes.states = CassandraWriter(session, ks), CassandraStepStates(session, ks)  # type: ignore[assignment]
+        Fakes.store, Fakes.inputs = CassandraWriter(session, ks), CassandraStageInputs(session, ks)  # type: ignore[assignment]
         run_stream(Run([], batches, 0), inbox_cap=500, pull_threshold=threshold, replay=random.Random(4),
                    pull_reposters=True)
 

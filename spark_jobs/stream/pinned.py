@@ -116,3 +116,35 @@ def state_partitions_for(checkpoint: Path, requested: int) -> int:
                     " keeps its %d; to change them stop the stream and run `feedctl reshard --checkpoint %s"
                     " --partitions %d`", requested, checkpoint, pinned, checkpoint, requested)
     return pinned
+
+
+PER_READER_LAYOUT_FILE = "per_reader_layout"
+PER_READER_LAYOUT = "audience-stage"
+"""The per-reader state a checkpoint keeps: the stage's inputs in ``per_reader_inputs``
+(docs/reposts-and-replies.md, "In the stream")."""
+
+
+def per_reader_layout_for(checkpoint: Path) -> str:
+    """The checkpoint's per-reader layout, recorded at its first start. A checkpoint that committed
+    batches before it was recorded kept its per-reader state as the reposter and reader steps' blobs,
+    which the stage cannot read: :class:`CheckpointError`, naming the way to move it (a backfill and
+    a new checkpoint bootstrapped from it: docs/reposts-and-replies.md, "Moving a checkpoint")."""
+    path = checkpoint / PER_READER_LAYOUT_FILE
+    try:
+        recorded = path.read_text().strip()
+    except FileNotFoundError:
+        info = inspect_checkpoint(checkpoint) if (checkpoint / "join").exists() else None
+        if info is not None and not info.is_new:
+            raise CheckpointError(
+                f"checkpoint {checkpoint} keeps its reposts and replies in the reposter and reader steps' state,"
+                " which this release replaced by the per-reader stage; move it with `feedctl backfill --out DIR`"
+                f" and `feedctl stream --checkpoint NEW --bootstrap-from DIR` (docs/reposts-and-replies.md,"
+                " \"Moving a checkpoint\")") from None
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        tmp = checkpoint / f".{PER_READER_LAYOUT_FILE}.tmp"
+        tmp.write_text(PER_READER_LAYOUT)
+        tmp.replace(path)
+        return PER_READER_LAYOUT
+    if recorded != PER_READER_LAYOUT:
+        raise CheckpointError(f"{path} says {recorded!r}; this release runs {PER_READER_LAYOUT!r}")
+    return recorded

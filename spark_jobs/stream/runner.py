@@ -23,7 +23,7 @@ from spark_jobs.state_stats import stream_stats
 from spark_jobs.stream.continuation import continue_from_backfill, seed_per_reader_states
 from spark_jobs.stream.metrics_endpoint import serve_metrics
 from spark_jobs.stream.options import StreamOptions
-from spark_jobs.stream.pinned import clock_start_for, operator_for, state_partitions_for
+from spark_jobs.stream.pinned import clock_start_for, operator_for, per_reader_layout_for, state_partitions_for
 from spark_jobs.stream.query import RunningStream, start_stream
 from spark_jobs.stream.restarts import Restarts
 from spark_jobs.stream.supervisor import STATUS_INTERVAL_SECONDS, supervise
@@ -84,6 +84,7 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
     lock = CheckpointLock.acquire(options.checkpoint, "feedctl stream")
     try:
         operator = operator_for(options.checkpoint, options.operator)
+        per_reader_layout_for(options.checkpoint)
         partitions = state_partitions_for(options.checkpoint, settings.state_partitions)
         spark = deps.build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": str(partitions)})
     except BaseException:
@@ -96,7 +97,7 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
             # The clock the query will run with (fixed now if new): it names the per-reader stages.
             clock_start = clock_start_for(options.checkpoint, bootstrap_kwargs["clock_start"])
             seeded = seed_per_reader_states(spark, settings, bootstrap_kwargs.pop("per_reader_path"), clock_start)
-            log.info("bootstrap: %d reposter and reader states seeded (clock start %d)", seeded, clock_start)
+            log.info("bootstrap: %d per-reader stage inputs seeded (clock start %d)", seeded, clock_start)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             deps.install_signal(sig, lambda *_: stop.set())

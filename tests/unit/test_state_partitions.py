@@ -15,7 +15,12 @@ from feed_service.cli.main import main as feedctl
 from feed_service.errors import CheckpointError
 from feed_service.settings import Settings
 from spark_jobs import reshard, stream
-from spark_jobs.stream.pinned import state_partitions_for
+from spark_jobs.stream.pinned import (
+    PER_READER_LAYOUT,
+    PER_READER_LAYOUT_FILE,
+    per_reader_layout_for,
+    state_partitions_for,
+)
 from spark_jobs.checkpoint import (
     LOCK_NAME, CheckpointLock, inspect_checkpoint, pinned_partitions, recent_progress,
 )
@@ -106,6 +111,7 @@ def test_an_existing_checkpoint_keeps_its_own_and_says_how_to_change_it(
 
 def test_the_stream_session_gets_the_pinned_partitions(tmp_path: Path) -> None:
     checkpoint = _checkpoint(tmp_path, (0, 8, True))
+    (checkpoint / PER_READER_LAYOUT_FILE).write_text(PER_READER_LAYOUT)  # made by this release
     seen: dict[str, str] = {}
 
     def session(*_: object, extra_conf: dict[str, str], **__: object) -> object:
@@ -349,3 +355,16 @@ def test_a_damaged_layout_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / STATE_BUCKETS_FILE).write_text("many")
     with pytest.raises(CheckpointError, match="number of state buckets"):
         state_buckets_for(tmp_path, 16, "transformWithState")
+
+
+def test_a_checkpoint_of_the_reposter_and_reader_steps_is_refused_with_the_way_to_move_it(tmp_path: Path) -> None:
+    new = tmp_path / "new"
+    assert per_reader_layout_for(new) == PER_READER_LAYOUT  # recorded at the first start
+    assert per_reader_layout_for(new) == PER_READER_LAYOUT
+    old = _checkpoint(tmp_path, (0, 2, True))  # committed batches, no layout recorded: an earlier release's
+    with pytest.raises(CheckpointError, match="feedctl backfill --out DIR.*--bootstrap-from DIR"):
+        per_reader_layout_for(old)
+    with pytest.raises(CheckpointError, match="feedctl backfill"):
+        stream.run_stream(Settings(), stream.StreamOptions(checkpoint=old),
+                          dependencies=stream.StreamDependencies(build_session=lambda *a, **k: 1 / 0))
+    CheckpointLock.acquire(old, "test").release()  # the refusal released the lock

@@ -48,6 +48,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("package", ("feed_service",)),  # the root __init__: a docstring and a version
     Layer("errors", ("feed_service.errors",)),
     Layer("distribution", ("feed_service.distribution",)),  # pure size summaries (feedctl state-stats)
+    Layer("heap", ("feed_service.heap",)),  # the collector's view of an engine process's heap
     Layer("core", ("feed_service.core",), ("errors",)),
     Layer("roles", ("feed_service.security.roles",), ("errors",)),  # pure: who may do what
     Layer("settings", ("feed_service.settings", "feed_service.resources"), ("core", "errors", "roles")),
@@ -68,7 +69,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops", "roles", "security",
                                              "feed_service.store.session"),
           ("confluent_kafka", "cassandra", "pyspark")),
-    Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
+    Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "heap", "settings", "kafka", "store",
                                           "roles", "security",
                                           # the Kafka connector's jars of a session not spark-submitted
                                           "feed_service.stack.spark_connector"),

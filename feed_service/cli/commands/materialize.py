@@ -14,6 +14,7 @@ import sys
 from itertools import islice
 from typing import Any, BinaryIO, TextIO
 
+from feed_service import heap
 from feed_service.cli.arg_types import default_inbox_cap, default_pull_threshold, inbox_cap, pull_threshold
 from feed_service.cli.arg_types import default_trim_slack, trim_slack as _trim_slack
 from feed_service.cli.arg_types import positive_int as _positive
@@ -63,6 +64,7 @@ def materialize(
         records = [(line_no + 1 + i, raw) for i, raw in enumerate(chunk) if raw.strip()]
         line_no += len(chunk)
         report = engine.process_batch([raw for _, raw in records])
+        heap.settle()  # the state survives the run: keep the collector off it
         if errors is not None:
             for rej in report.rejections:
                 errors.write(f"line {records[rej.position][0]}: {rej.code}: {rej.reason}\n")

@@ -76,7 +76,7 @@ def test_backfill_with_reposts_and_replies_equals_the_reference_the_stream_conti
         assert summary["rows"][table] == _count(pipeline, table) > 0, table
     assert summary["per_reader"]["inputs"] > 0 and summary["per_reader"]["extras_rows"] > 0
     stamps = {r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")}
-    assert stamps == {backfill_ts}  # the reader step's clock started at backfill_ts - 1
+    assert stamps == {backfill_ts}  # the stage's clock started at backfill_ts - 1
 
     # The stream bootstrapped from it continues exactly: the continuation unreposts, follows and
     # edits what the backfill holds, so it needs the per-reader states the backfill left.
@@ -86,7 +86,7 @@ def test_backfill_with_reposts_and_replies_equals_the_reference_the_stream_conti
         publish(pipeline, second)
         stream.wait_caught_up()
         assert read_views(pipeline) == _reference(events, pipeline.inbox_cap)
-    assert "reposter and reader states seeded" in (tmp_path / "stream.log").read_text(errors="replace")
+    assert "per-reader stage inputs seeded" in (tmp_path / "stream.log").read_text(errors="replace")
     stamps = [r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")]
     assert min(stamps) == backfill_ts and max(stamps) > backfill_ts
 

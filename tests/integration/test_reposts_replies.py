@@ -1,7 +1,7 @@
 """Reposts and replies end to end on the real stack: Kafka -> the stream (author operator, then the
-reposter and reader steps in its sink) -> Cassandra, compared entry for entry with the batch
+per-reader stage in its driver) -> Cassandra, compared entry for entry with the batch
 reference (docs/reposts-and-replies.md). A home timeline is its inbox (``home_timeline``, written
-by author keys) and its per-reader entries (``home_extras``, written by its reader step); a user
+by author keys) and its per-reader entries (``home_extras``, written by its per-reader stage); a user
 timeline is the user's tweets (``author_timeline``) and reposts (``user_reposts``)."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_stream_with_reposts_and_replies_equals_the_reference(settings: Settings
         assert any(e.in_reply_to_author_id for entries in got_home.values() for e in entries)
         assert got_home == home
         assert got_users == users
-        # a restart from the checkpoint continues the per-reader steps' states
+        # a restart from the checkpoint restores the per-reader stage from its inputs
         stop_cleanly(stream)
     publish(pipeline, second)
     # the second run steps every batch's per-reader messages on the executors (no local limit)

@@ -137,7 +137,7 @@ def test_the_server_role_reads_but_cannot_write(secured: Settings, unchanged: No
         tables = [r.table_name for r in session.execute(
             "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,))]
         assert {"home_timeline", "tweets", "profiles", "author_timeline"} <= set(tables)
-        for table in tables:  # every table of the view reads; the per-reader steps' state is refused
+        for table in tables:  # every table of the view reads; the per-reader stage's inputs are refused
             if table in STATE_TABLES:
                 with pytest.raises(Unauthorized):
                     session.execute(f"SELECT * FROM {ks}.{table} LIMIT 1")

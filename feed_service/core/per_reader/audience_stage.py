@@ -181,14 +181,20 @@ class AudienceStage:
                     self._replace_one(t, reader, self._decide_one(t, reader), extras, ts)
             else:
                 self._replace(t, self._decide(t, readers), extras, ts, readers)
-        visible = [VisibleDelta("insert" if self.rel[p][1] else "delete", p[0], p[1], ts)
-                   for p, (was_seen, _) in sorted(changed_pairs.items()) if was_seen != self.rel[p][1]]
-        hidden = [HiddenDelta("insert" if self.rel[p][2] else "delete", p[0], p[1], ts)
-                  for p, (_, was_hidden) in sorted(changed_pairs.items()) if was_hidden != self.rel[p][2]]
+        visible: list[VisibleDelta] = []
+        hidden: list[HiddenDelta] = []
+        rel = self.rel
+        for p in sorted(changed_pairs):
+            was_seen, was_hidden = changed_pairs[p]
+            _, seen, hides = rel[p]
+            if was_seen != seen:
+                visible.append(VisibleDelta("insert" if seen else "delete", p[0], p[1], ts))
+            if was_hidden != hides:
+                hidden.append(HiddenDelta("insert" if hides else "delete", p[0], p[1], ts))
         if extras or own or visible or hidden or pull_readers:
             self._note(("clock",), ts, self.clock if self.clock_saved else None)
             self.clock, self.clock_saved = ts, True
-        inputs = tuple((identity, value, before) for identity, (value, before) in self.written.items())
+        inputs = tuple([(identity, *pair) for identity, pair in self.written.items()])
         self.written = {}
         return StageResult(tuple(extras), tuple(own), tuple(visible), tuple(hidden), tuple(pull_readers), ts,
                            inputs)

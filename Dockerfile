@@ -12,7 +12,8 @@
 # wheel's, is what the Kafka connector's jars are matched against (feed_service/stack/spark_connector.py).
 # What Spark on Kubernetes needs of an image is taken from the official ones: Spark's entrypoint script
 # (k8s/image/entrypoint.sh), tini, libnss-wrapper and the `spark` user, uid 185.
-# tests/unit/test_k8s_validation.py checks this file against the pins (no Docker on the build machines).
+# tests/unit/test_k8s_validation.py checks this file against the pins; scripts/image builds it with podman
+# on local stand-ins of the base images and checks the built image (tests/image/, docs/operations.md#the-image).
 
 # The base images, as build arguments whose defaults are the registry's: a real build leaves them as
 # they are; scripts/image passes local stand-ins made from Debian packages where no registry is reached

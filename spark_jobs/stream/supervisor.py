@@ -1,5 +1,7 @@
 """Keeps the stream's query running: restarts a failed query from its checkpoint (spark_jobs/stream/restarts.py
-decides when to give up), rewrites the progress file, hands completed batches to the metrics."""
+decides when to give up), rewrites the progress file, hands completed batches to the metrics. A query
+that failed with a fatal error (a missing grant, lost input: spark_jobs/fatal.py) is never restarted:
+the error ends the run (docs/operations.md#failure-modes-the-streams-inputs-and-grants)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from spark_jobs.fatal import fatal_error
 from spark_jobs.state_stats import PeriodicStats
 from spark_jobs.stream.metrics import StreamMetrics
 from spark_jobs.stream.progress import progress_record, write_status
@@ -48,7 +51,9 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
     A query that fails (a Cassandra timeout, a Python worker that did not start in time) is
     restarted from its checkpoint after ``restarts.backoff()``; when ``restarts`` says give up
     (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
-    supervisor to act. The progress record, with the restart counts, goes to ``status_file``, with
+    supervisor to act. A failure :func:`~spark_jobs.fatal.fatal_error` finds fatal is not restarted:
+    it is written to the progress record (``fatal``) and raised (a :class:`~feed_service.errors.FeedError`),
+    as is a refusal of ``start()`` itself (the input guard's, before a restart). The progress record, with the restart counts, goes to ``status_file``, with
     the latest result of ``stats`` (started here, stopped on the way out) if given; ``metrics`` gets
     every completed batch and every restart (:func:`observe`, once per ``status_interval`` seconds);
     ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out).
@@ -68,6 +73,12 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                     write_status(status_file, {**progress_record(stream, stats), **restarts.record()})
                     break
                 may_restart = restarts.failed(error)
+                fatal = fatal_error(error)
+                if fatal is not None:
+                    log.error("query %s stopped, not restarted: %s: %s", stream.join.name, type(fatal).__name__, fatal)
+                    write_status(status_file, {**progress_record(stream, stats), **restarts.record(),
+                                               "fatal": {"error": type(fatal).__name__, "message": str(fatal)}})
+                    raise fatal
                 log.error("query %s failed (%d in a row): %s", stream.join.name, restarts.consecutive, error)
                 stream.stop()
                 if not may_restart:

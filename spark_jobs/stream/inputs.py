@@ -45,9 +45,9 @@ SOURCE_TOPICS_VERSION = 1
 #: (``FEED_HISTORY_HORIZON_S=0``).
 KAFKA_DEFAULT_DELETE_RETENTION_MS = 86_400_000
 #: What an operator runs to recover; every refusal names them.
-RECOVERY = ("rebuild the view from the topics with `feedctl backfill` and start the stream on a new checkpoint"
-            " (`feedctl stream --checkpoint NEW --bootstrap-from BACKFILL_DIR`), or start it on a new"
-            " checkpoint alone (`feedctl stream --checkpoint NEW`: it reads the topics from their beginning)")
+RECOVERY = ("recover by rebuilding the view from the topics as they are: `feedctl backfill --out DIR` (into truncated"
+            " tables or a new keyspace: it does not remove rows), then `feedctl stream --checkpoint NEW --bootstrap-from"
+            " DIR`; docs/operations.md#failure-modes-the-streams-inputs-and-grants")
 
 
 class TopicsReader(Protocol):

@@ -7,9 +7,10 @@ Three checks, cheap (a few admin requests, no records read):
 
 - **Topic ids.** ``<checkpoint>/source-topics.json`` records the Kafka topic id of every topic the
   stream reads, written at the first start of a checkpoint (and, for a checkpoint made before this
-  file existed or a topic new to the stream, at its next start). A topic deleted and created again
-  has a new id: :class:`~feed_service.errors.TopicRecreated` (Spark would resume the new topic at the
-  old topic's offsets and skip its records).
+  file existed or a topic new to the stream, at its next start), compared before every start and
+  every micro-batch. A topic deleted and created again has a new id:
+  :class:`~feed_service.errors.TopicRecreated` (Spark would resume the new topic at the old topic's
+  offsets and skip its records).
 - **Records deleted unread.** A partition whose earliest offset is past the checkpoint's next offset
   for it lost records the stream never read (time retention, ``deleteRecords``); compaction never
   moves the earliest offset: :class:`~feed_service.errors.RecordsLost`.
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from feed_service.errors import CheckpointError, RecordsLost, TopicRecreated
+from feed_service.errors import CheckpointError, InputLost, PipelineError, RecordsLost, TopicRecreated
 from feed_service.kafka.offsets import SOURCE_ROLES, Offsets
 from feed_service.settings import Settings
 from spark_jobs.checkpoint import inspect_checkpoint, query_dir
@@ -199,7 +200,20 @@ class InputGuard:
 
     def before_start(self) -> None:
         """Check the topic ids and the checkpoint's next offsets; record the ids if there is no record
-        (a new checkpoint, or one made before the record existed: from then on it is checked)."""
+        (a new checkpoint, or one made before the record existed: from then on it is checked).
+
+        Raises :class:`~feed_service.errors.InputLost` (or :class:`CheckpointError` for a damaged
+        record). A broker that does not answer is logged, not raised: an outage is no reason to stop,
+        and every batch checks its input again before it reads (:meth:`before_batch`)."""
+        try:
+            self._before_start()
+        except (InputLost, CheckpointError):
+            raise
+        except PipelineError as exc:
+            log.warning("inputs of checkpoint %s not checked before this start (%s): each batch checks them"
+                        " before it reads", self.checkpoint, exc)
+
+    def _before_start(self) -> None:
         current = self.reader.topic_ids(self.topics)
         recorded = recorded_topic_ids(self.checkpoint)
         if recorded is None:
@@ -217,7 +231,12 @@ class InputGuard:
             record_topic_ids(self.checkpoint, {**(recorded or {}), **current})
 
     def before_batch(self, batch_id: int) -> None:
-        """Check the offsets micro-batch ``batch_id`` starts from (its rows are read after this)."""
+        """Check the topic ids and the offsets micro-batch ``batch_id`` starts from (its rows are read
+        after this). A broker that does not answer raises :class:`PipelineError`: the batch fails and
+        is run again from the checkpoint, a restart like any other."""
+        recorded = recorded_topic_ids(self.checkpoint)
+        if recorded:
+            check_topic_ids(recorded, self.reader.topic_ids(self.topics), self.checkpoint)
         start = batch_start_offsets(self.checkpoint, batch_id)
         if start:
             self._check_offsets(start, f"batch {batch_id}")

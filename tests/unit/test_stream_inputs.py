@@ -162,3 +162,35 @@ def test_a_restart_checks_the_inputs_again_and_a_refusal_ends_the_run(tmp_path: 
                       dependencies=driver.dependencies(input_guard=lambda *a: Guard()))
     assert code == 2 and checks == ["start", "start"] and driver.started == 1
     assert f"topic {TWEETS} was deleted and created again" in capsys.readouterr().err
+
+
+def test_a_running_stream_checks_the_topic_ids_before_each_batch(tmp_path: Path) -> None:
+    checkpoint, broker = tmp_path / "ckpt", Broker()
+    _offset_entry(checkpoint, 0, {TWEETS: {"0": 5}})
+    _guard(checkpoint, broker).before_start()
+    guard = _guard(checkpoint, broker)
+    guard.before_batch(1)
+    broker.ids[TWEETS] = "id-new"
+    with pytest.raises(TopicRecreated, match=f"topic {TWEETS} was deleted and created again"):
+        guard.before_batch(1)
+
+
+def test_a_broker_that_does_not_answer_at_start_is_logged_and_left_to_the_batches(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from feed_service.errors import PipelineError
+
+    class Unreachable(Broker):
+        def topic_ids(self, topics: Any) -> dict[str, str]:
+            raise PipelineError("topic ids not read: timed out")
+
+        def earliest_offsets(self, partitions: Offsets) -> Offsets:
+            raise PipelineError("offsets not read: timed out")
+
+    checkpoint = tmp_path / "ckpt"
+    _offset_entry(checkpoint, 0, {TWEETS: {"0": 5}})
+    caplog.set_level(logging.WARNING, logger="feed.stream")
+    _guard(checkpoint, Unreachable()).before_start()  # an outage is no reason to stop
+    assert any("each batch checks them" in r.getMessage() for r in caplog.records)
+    with pytest.raises(PipelineError) as failed:  # the batch fails and is run again: a restart, not a stop
+        _guard(checkpoint, Unreachable()).before_batch(1)
+    assert fatal_error(failed.value) is None

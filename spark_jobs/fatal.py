@@ -35,6 +35,8 @@ def fatal_error(error: object) -> FeedError | None:
     """
     if isinstance(error, FATAL_ERRORS):
         return error
+    if type(error).__name__ == "Unauthorized" and type(error).__module__.startswith("cassandra"):
+        return permission_denied(error)  # the driver's own session, untranslated
     text = str(error)
     found = _FATAL_LINE.search(text)
     if found is not None:

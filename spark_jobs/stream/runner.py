@@ -19,6 +19,7 @@ from feed_service.errors import FeedError
 from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 from spark_jobs.checkpoint import CheckpointLock
+from spark_jobs.fatal import fatal_error
 from spark_jobs.job_cli import refused
 from spark_jobs.state_stats import stream_stats
 from spark_jobs.stream.inputs import InputGuard
@@ -152,8 +153,14 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
 def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None,
         dependencies: StreamDependencies | None = None) -> int:
     """The command (``feedctl stream``, :func:`~spark_jobs.stream.cli.main`): :func:`run_stream`, with a
-    :class:`FeedError` turned into its message on stderr and exit code :data:`~spark_jobs.job_cli.EXIT_REFUSED`."""
+    :class:`FeedError` or a fatal failure (spark_jobs/fatal.py) turned into its message on stderr and exit code
+    :data:`~spark_jobs.job_cli.EXIT_REFUSED`."""
     try:
         return run_stream(settings, options, status_file=status_file, dependencies=dependencies)
     except FeedError as exc:
         return refused("stream", exc)
+    except Exception as exc:
+        fatal = fatal_error(exc)  # e.g. the driver's own Cassandra session refused for a grant
+        if fatal is None:
+            raise
+        return refused("stream", fatal)

@@ -194,3 +194,11 @@ def test_a_broker_that_does_not_answer_at_start_is_logged_and_left_to_the_batche
     with pytest.raises(PipelineError) as failed:  # the batch fails and is run again: a restart, not a stop
         _guard(checkpoint, Unreachable()).before_batch(1)
     assert fatal_error(failed.value) is None
+
+
+def test_the_drivers_own_cassandra_refusal_is_fatal_too() -> None:
+    from cassandra import Unauthorized
+
+    refusal = Unauthorized('Error from server: code=2100 [Unauthorized] message="User feed_backfill has no'
+                           ' SELECT permission on <table ks.reader_activity> or any of its parents"')
+    assert str(fatal_error(refusal)).startswith("cassandra role feed_backfill lacks SELECT on ks.reader_activity")

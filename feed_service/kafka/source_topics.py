@@ -1,6 +1,5 @@
-"""What the broker says about the topics the stream reads: each topic's id, each partition's earliest
-offset and the first offset written since a time, read with the admin client as the stream's role
-(``describe`` on the topics is enough).
+"""What the broker says about the topics the stream reads: each topic's id and each partition's earliest
+and end offsets, read with the admin client as the stream's role (``describe`` on the topics is enough).
 
 The stream compares them with its checkpoint before every start and before every micro-batch
 (spark_jobs/stream/inputs.py, docs/operations.md#failure-modes-the-streams-inputs-and-grants): a
@@ -58,18 +57,11 @@ class SourceTopics:
 
         return self._list(partitions, OffsetSpec.earliest())
 
-    def offsets_for_time(self, partitions: Offsets, timestamp_ms: int) -> Offsets:
-        """The first offset of every partition named in ``partitions`` whose record's timestamp is
-        ``timestamp_ms`` or later; the partition's end offset when it has none (every record is older)."""
+    def latest_offsets(self, partitions: Offsets) -> Offsets:
+        """The end offset now (the next offset to be written) of every partition named in ``partitions``."""
         from confluent_kafka.admin import OffsetSpec
 
-        found = self._list(partitions, OffsetSpec.for_timestamp(timestamp_ms))
-        none = {t: {p: o for p, o in parts.items() if o < 0} for t, parts in found.items()}
-        none = {t: parts for t, parts in none.items() if parts}
-        if none:
-            for t, parts in self._list(none, OffsetSpec.latest()).items():
-                found[t].update(parts)
-        return found
+        return self._list(partitions, OffsetSpec.latest())
 
     def _list(self, partitions: Offsets, spec: Any) -> Offsets:
         from confluent_kafka import KafkaException, TopicPartition

@@ -14,8 +14,14 @@ Three checks, cheap (a few admin requests, no records read):
 - **Records deleted unread.** A partition whose earliest offset is past the checkpoint's next offset
   for it lost records the stream never read (time retention, ``deleteRecords``); compaction never
   moves the earliest offset: :class:`~feed_service.errors.RecordsLost`.
-- **Delete markers maybe removed.** On a compacted topic, an unread record older than the topic's
-  ``delete.retention.ms`` may have been a delete marker the cleaner removed: ``RecordsLost`` too.
+- **Delete markers maybe removed.** The cleaner removes a delete marker of a compacted topic no
+  sooner than ``delete.retention.ms`` after it was written; a marker the stream had not read by then
+  may be gone. The stream keeps, in ``<checkpoint>/source-ends.json``, when it saw the compacted
+  topics' partitions end where (:class:`EndsSeen`: every record at or past those offsets was written
+  after that time), seeded with the checkpoint's first offsets at its first batch. If no sighting
+  younger than ``delete.retention.ms`` ends at or before the offset the stream reads next, records
+  it has not read may be older than that: ``RecordsLost`` too. Record timestamps are not used: they
+  are event times here, and a late event may carry an old one (docs/retention.md).
 
 The checkpoint's next offsets are the end offsets of its last committed batch in the offset log
 (``join/offsets/<n>``: a version line, the batch's metadata, one JSON line per source), else the
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +49,12 @@ log = logging.getLogger("feed.stream")
 #: The file of the topic ids a checkpoint reads, in the stream's ``--checkpoint`` folder.
 SOURCE_TOPICS_NAME = "source-topics.json"
 SOURCE_TOPICS_VERSION = 1
+#: Sightings of the compacted topics' end offsets, in the stream's ``--checkpoint`` folder.
+SOURCE_ENDS_NAME = "source-ends.json"
+SOURCE_ENDS_VERSION = 1
+#: A sighting is kept at most once per this fraction of the shortest ``delete.retention.ms`` (and at
+#: most once a second): the check errs on the safe side by at most that fraction of it.
+SIGHTINGS_PER_RETENTION = 100
 #: Kafka's own default ``delete.retention.ms``: what a compacted topic has when provisioning sets none
 #: (``FEED_HISTORY_HORIZON_S=0``).
 KAFKA_DEFAULT_DELETE_RETENTION_MS = 86_400_000
@@ -58,7 +71,16 @@ class TopicsReader(Protocol):
 
     def earliest_offsets(self, partitions: Offsets) -> Offsets: ...
 
-    def offsets_for_time(self, partitions: Offsets, timestamp_ms: int) -> Offsets: ...
+    def latest_offsets(self, partitions: Offsets) -> Offsets: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EndsSeen:
+    """At wall time ``time_ms`` the partitions ended at ``offsets``: every record at or past them was
+    written after ``time_ms``."""
+
+    time_ms: int
+    offsets: Offsets
 
 
 def source_topics_file(checkpoint: Path) -> Path:
@@ -160,19 +182,51 @@ def check_not_deleted(start: Offsets, earliest: Offsets, where: str) -> None:
                           f" {RECOVERY}")
 
 
-def check_markers_kept(start: Offsets, old_enough: Offsets, retention_ms: Mapping[str, int], where: str) -> None:
-    """:class:`RecordsLost` when an unread record of a compacted topic is older than its
-    ``delete.retention.ms``: ``old_enough[t][p]`` is the first offset written within that time (-1:
-    none), so one past ``start`` means records from ``start`` on are older, and a delete marker among
-    them may have been removed unread."""
-    stale = [(t, p) for t in sorted(start) if t in retention_ms for p in sorted(start[t], key=int)
-             if p in old_enough.get(t, {}) and (old_enough[t][p] < 0 or old_enough[t][p] > start[t][p])]
-    if stale:
-        parts = ", ".join(f"{t}[{p}] from offset {start[t][p]} (delete.retention.ms {retention_ms[t]})"
-                          for t, p in stale)
-        raise RecordsLost(f"unread records of compacted topics are older than their delete.retention.ms before"
-                          f" {where}: {parts}; delete markers among them may have been removed unread, and the"
-                          f" view would keep what they deleted; {RECOVERY}")
+def ends_file(checkpoint: Path) -> Path:
+    return checkpoint / SOURCE_ENDS_NAME
+
+
+def load_ends(checkpoint: Path) -> list[EndsSeen]:
+    """The sightings recorded for ``checkpoint``, oldest first; none for a checkpoint without the file."""
+    path = ends_file(checkpoint)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return [EndsSeen(int(e["time_ms"]), e["offsets"]) for e in record["ends"]]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from None
+
+
+def save_ends(checkpoint: Path, ends: list[EndsSeen]) -> None:
+    path = ends_file(checkpoint)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"version": SOURCE_ENDS_VERSION,
+                               "ends": [{"time_ms": e.time_ms, "offsets": e.offsets} for e in ends]}), encoding="utf-8")
+    tmp.replace(path)
+
+
+def markers_at_risk(start: Offsets, seen: list[EndsSeen], retention_ms: Mapping[str, int],
+                    now_ms: int) -> list[tuple[str, str]]:
+    """The partitions of ``start`` (compacted topics) whose records from ``start`` on may be older than
+    their topic's ``delete.retention.ms``: no sighting younger than that ends at or before ``start``.
+    A partition no sighting names (new to the stream) is not judged.
+
+    >>> seen = [EndsSeen(1_000, {"t": {"0": 0, "1": 0}}), EndsSeen(6_000, {"t": {"0": 5, "1": 9}})]
+    >>> markers_at_risk({"t": {"0": 6, "1": 6, "2": 0}}, seen, {"t": 5_000}, now_ms=10_000)  # 6..8 of 1 are older
+    [('t', '1')]
+    >>> markers_at_risk({"t": {"0": 6, "1": 6}}, seen, {"t": 5_000}, now_ms=12_000)  # both are, by now
+    [('t', '0'), ('t', '1')]
+    """
+    risky = []
+    for topic in sorted(start):
+        oldest_ok = now_ms - retention_ms[topic]
+        for part in sorted(start[topic], key=int):
+            sightings = [e for e in seen if part in e.offsets.get(topic, {})]
+            if sightings and not any(e.time_ms >= oldest_ok and e.offsets[topic][part] <= start[topic][part]
+                                     for e in sightings):
+                risky.append((topic, part))
+    return risky
 
 
 @dataclass
@@ -184,6 +238,8 @@ class InputGuard:
     checkpoint: Path
     reader: TopicsReader
     clock: Callable[[], float] = field(default=time.time, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    """The sightings' file is written by the batches' thread and the supervisor's (:meth:`sight`)."""
 
     @property
     def topics(self) -> list[str]:
@@ -239,16 +295,60 @@ class InputGuard:
             check_topic_ids(recorded, self.reader.topic_ids(self.topics), self.checkpoint)
         start = batch_start_offsets(self.checkpoint, batch_id)
         if start:
-            self._check_offsets(start, f"batch {batch_id}")
+            self._check_offsets(start, f"batch {batch_id}", first_batch=batch_id == 0)
 
-    def _check_offsets(self, start: Offsets, where: str) -> None:
+    def _check_offsets(self, start: Offsets, where: str, *, first_batch: bool = False) -> None:
         start = {t: parts for t, parts in start.items() if t in set(self.topics)}
         check_not_deleted(start, self.reader.earliest_offsets(start), where)
         retention = self.retention_ms()
+        compacted = {t: parts for t, parts in start.items() if t in retention}
+        if not compacted:
+            return
         now_ms = int(self.clock() * 1000)
-        by_age: dict[int, Offsets] = {}
-        for topic, ms in retention.items():
-            if topic in start:
-                by_age.setdefault(ms, {})[topic] = start[topic]
-        for ms, partitions in by_age.items():
-            check_markers_kept(partitions, self.reader.offsets_for_time(partitions, now_ms - ms), retention, where)
+        with self._lock:
+            seen = load_ends(self.checkpoint)
+            if not seen:
+                # Nothing seen yet: a checkpoint's first batch (it reads from where the topics begin, or
+                # from a backfill's snapshot), or a checkpoint made before the sightings were kept.
+                if not first_batch and any(o > compacted[t][p] for t, parts in
+                                           self.reader.latest_offsets(compacted).items() for p, o in parts.items()):
+                    log.warning("checkpoint %s has no record of when its topics ended where (made before the"
+                                " stream kept one): delete markers removed before %s cannot be told; recorded"
+                                " from now on", self.checkpoint, where)
+                save_ends(self.checkpoint, [EndsSeen(now_ms, compacted)])
+                return
+            seen = self._sighted(seen, compacted, now_ms)
+        risky = markers_at_risk(compacted, seen, retention, now_ms)
+        if risky and seen[-1].time_ms != now_ms:  # the ends seen now may settle it
+            seen = seen + [EndsSeen(now_ms, self.reader.latest_offsets(compacted))]
+            risky = markers_at_risk(compacted, seen, retention, now_ms)
+        if risky:
+            parts = ", ".join(f"{t}[{p}] from offset {compacted[t][p]} (delete.retention.ms {retention[t]})"
+                              for t, p in risky)
+            raise RecordsLost(f"the stream has not read records of compacted topics for longer than their"
+                              f" delete.retention.ms before {where}: {parts}; delete markers among them may have been"
+                              f" removed unread, and the view would keep what they deleted; {RECOVERY}")
+
+    def sight(self) -> None:
+        """Record where the compacted topics end now, if the last sighting is one interval old: what
+        tells later checks that records past those ends are younger. The supervisor calls it every
+        second, so that a stream with nothing to read (no batches) keeps sighting too."""
+        retention = self.retention_ms()
+        if not retention:
+            return
+        now_ms = int(self.clock() * 1000)
+        with self._lock:
+            seen = load_ends(self.checkpoint)
+            if seen:  # the first batch seeds them, with the partitions the stream reads
+                self._sighted(seen, seen[-1].offsets, now_ms)
+
+    def _sighted(self, seen: list[EndsSeen], partitions: Offsets, now_ms: int) -> list[EndsSeen]:
+        """``seen`` with the ends of ``partitions`` now added and saved, once an interval has passed
+        since the last sighting (those older than every retention dropped); else ``seen``."""
+        retention = self.retention_ms()
+        if now_ms - seen[-1].time_ms < max(1000, min(retention.values()) // SIGHTINGS_PER_RETENTION):
+            return seen
+        oldest = now_ms - max(retention.values())
+        seen = [e for e in seen if e.time_ms >= oldest] + [EndsSeen(now_ms, self.reader.latest_offsets(partitions))]
+        save_ends(self.checkpoint, seen)
+        return seen

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from spark_jobs.fatal import fatal_error
 from spark_jobs.state_stats import PeriodicStats
@@ -17,6 +17,9 @@ from spark_jobs.stream.progress import progress_record, write_status
 from spark_jobs.stream.query import RunningStream
 from spark_jobs.stream.restarts import Restarts
 from spark_jobs.stream.warm_workers import WorkerWarmer
+
+if TYPE_CHECKING:
+    from spark_jobs.stream.inputs import InputGuard
 
 log = logging.getLogger("feed.stream")
 
@@ -42,9 +45,19 @@ def observe(metrics: StreamMetrics | None, stream: RunningStream) -> None:
         log.warning("stream metrics not updated", exc_info=True)
 
 
+def sight(inputs: "InputGuard") -> None:
+    """:meth:`InputGuard.sight`, never raising: a sighting missed (a broker that does not answer) only
+    makes a later check stricter, never lets loss through."""
+    try:
+        inputs.sight()
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.warning("where the topics end not recorded this time", exc_info=True)
+
+
 def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
               restarts: Restarts, stats: PeriodicStats | None = None, metrics: StreamMetrics | None = None,
-              status_interval: float = STATUS_INTERVAL_SECONDS, warmer: WorkerWarmer | None = None) -> int:
+              status_interval: float = STATUS_INTERVAL_SECONDS, warmer: WorkerWarmer | None = None,
+              inputs: "InputGuard | None" = None) -> int:
     """Keep the query of ``start()`` running until ``stop`` is set, or until it ends by itself without
     an error when started ``until_caught_up``; returns the exit code.
 
@@ -56,7 +69,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
     as is a refusal of ``start()`` itself (the input guard's, before a restart). The progress record, with the restart counts, goes to ``status_file``, with
     the latest result of ``stats`` (started here, stopped on the way out) if given; ``metrics`` gets
     every completed batch and every restart (:func:`observe`, once per ``status_interval`` seconds);
-    ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out).
+    ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out);
+    ``inputs`` records where the topics end while the query runs, batches or not (:meth:`InputGuard.sight`).
     """
     stream = start()
     last_batch = None
@@ -107,6 +121,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
             write_status(status_file, record)
             if warmer is not None:
                 warmer.tick()
+            if inputs is not None:
+                sight(inputs)
             stop.wait(status_interval)
         return 0
     finally:

@@ -17,7 +17,7 @@ from feed_service.kafka.offsets import SOURCE_ROLES, Offsets
 from feed_service.settings import Settings
 from spark_jobs import stream
 from spark_jobs.fatal import fatal_error
-from spark_jobs.stream.inputs import InputGuard, next_offsets, recorded_topic_ids
+from spark_jobs.stream.inputs import EndsSeen, InputGuard, load_ends, next_offsets, recorded_topic_ids
 from tests.unit.test_stream_run import Driver, FakeQuery
 
 SETTINGS = Settings()
@@ -28,13 +28,13 @@ NOW_MS = 100 * DAY_MS
 
 
 class Broker:
-    """What the guard asks, answered from fields: topic ids, earliest offsets, and every record's age."""
+    """What the guard asks, answered from fields: topic ids, earliest and end offsets."""
 
     def __init__(self) -> None:
         self.ids = {SETTINGS.topic(role): f"id-{role}" for role in SOURCE_ROLES}
         self.earliest: dict[tuple[str, str], int] = {}
-        self.written_since: dict[tuple[str, str], int] = {}
-        """(topic, partition) -> the first offset younger than any retention asked about; absent: all are."""
+        self.latest: dict[tuple[str, str], int] = {}
+        """(topic, partition) -> end offset; absent: the partition ends where it is asked about."""
 
     def topic_ids(self, topics: Any) -> dict[str, str]:
         return {t: self.ids[t] for t in topics}
@@ -42,8 +42,8 @@ class Broker:
     def earliest_offsets(self, partitions: Offsets) -> Offsets:
         return {t: {p: self.earliest.get((t, p), 0) for p in parts} for t, parts in partitions.items()}
 
-    def offsets_for_time(self, partitions: Offsets, timestamp_ms: int) -> Offsets:
-        return {t: {p: self.written_since.get((t, p), 0) for p in parts} for t, parts in partitions.items()}
+    def latest_offsets(self, partitions: Offsets) -> Offsets:
+        return {t: {p: self.latest.get((t, p), o) for p, o in parts.items()} for t, parts in partitions.items()}
 
 
 def _offset_entry(checkpoint: Path, batch: int, offsets: Offsets, *, committed: bool = True) -> None:
@@ -57,8 +57,8 @@ def _offset_entry(checkpoint: Path, batch: int, offsets: Offsets, *, committed: 
         (query / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
 
 
-def _guard(checkpoint: Path, broker: Broker) -> InputGuard:
-    return InputGuard(SETTINGS, checkpoint, broker, clock=lambda: NOW_MS / 1000)
+def _guard(checkpoint: Path, broker: Broker, now_ms: int = NOW_MS) -> InputGuard:
+    return InputGuard(SETTINGS, checkpoint, broker, clock=lambda: now_ms / 1000)
 
 
 def test_a_new_checkpoint_records_its_topic_ids_and_a_recreated_topic_is_refused_by_name(tmp_path: Path) -> None:
@@ -105,15 +105,55 @@ def test_records_deleted_before_the_checkpoints_next_offset_are_refused_at_start
         _guard(checkpoint, broker).before_batch(1)
 
 
-def test_unread_records_older_than_delete_retention_are_refused_on_compacted_topics_only(tmp_path: Path) -> None:
+def test_records_unread_for_longer_than_delete_retention_are_refused_on_compacted_topics_only(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     checkpoint, broker = tmp_path / "ckpt", Broker()
+    retention = int(SETTINGS.topics["tweets"].config["delete.retention.ms"])  # the history horizon
     _offset_entry(checkpoint, 0, {TWEETS: {"0": 5}, REFILLS: {"0": 3}})
-    broker.written_since[(TWEETS, "0")] = 5  # every unread tweet record is younger than delete.retention.ms
-    broker.written_since[(REFILLS, "0")] = 9  # refills are time-retained: their check is the earliest offset
+    broker.latest[(TWEETS, "0")] = 9  # 5..8 unread
+    caplog.set_level(logging.WARNING, logger="feed.stream")
+    _guard(checkpoint, broker).before_start()  # made before the sightings were kept: cannot tell, says so
+    assert any("delete markers removed before this start cannot be told" in r.getMessage() for r in caplog.records)
+    assert load_ends(checkpoint) == [EndsSeen(NOW_MS, {TWEETS: {"0": 5}})]  # refills are time-retained: not here
+
+    _guard(checkpoint, broker, NOW_MS + retention).before_start()  # unread for exactly the retention: still kept
+    later = NOW_MS + retention + DAY_MS
+    with pytest.raises(RecordsLost, match=rf"{TWEETS}\[0\] from offset 5 \(delete.retention.ms {retention}\)"):
+        _guard(checkpoint, broker, later).before_start()
+    _offset_entry(checkpoint, 1, {TWEETS: {"0": 9}, REFILLS: {"0": 3}})  # once read up to the end seen now: fine
+    _guard(checkpoint, broker, later).before_start()
+
+
+def test_a_new_checkpoint_is_seeded_at_its_first_batch_and_a_stream_that_keeps_up_is_never_refused(
+        tmp_path: Path) -> None:
+    checkpoint, broker = tmp_path / "ckpt", Broker()
+    retention = int(SETTINGS.topics["tweets"].config["delete.retention.ms"])
+    checkpoint.mkdir()
     _guard(checkpoint, broker).before_start()
-    broker.written_since[(TWEETS, "0")] = 6  # offset 5 is older: a delete marker there may be gone
-    with pytest.raises(RecordsLost, match=rf"{TWEETS}\[0\] from offset 5 \(delete.retention.ms \d+\)"):
-        _guard(checkpoint, broker).before_start()
+    sources = checkpoint / "join" / "sources" / "0"
+    sources.mkdir(parents=True)
+    (sources / "0").write_text("\x00v1\n" + json.dumps({TWEETS: {"0": 0}}))  # Spark's initial offsets
+    broker.latest[(TWEETS, "0")] = 1_000_000  # an old topic read from its beginning
+    _guard(checkpoint, broker).before_batch(0)
+    assert load_ends(checkpoint) == [EndsSeen(NOW_MS, {TWEETS: {"0": 0}})]
+    # Batches keep up over twice the retention: each sighting in time is passed before it ages out.
+    for i, day in enumerate(range(1, 2 * retention // DAY_MS)):
+        _offset_entry(checkpoint, i, {TWEETS: {"0": day * 100}})
+        broker.latest[(TWEETS, "0")] = day * 100 + 50
+        _guard(checkpoint, broker, NOW_MS + day * DAY_MS).before_batch(i + 1)
+    assert all(e.time_ms >= NOW_MS + day * DAY_MS - retention for e in load_ends(checkpoint))  # old ones dropped
+
+
+def test_an_idle_stream_keeps_sighting_so_new_records_after_a_long_quiet_are_not_refused(tmp_path: Path) -> None:
+    checkpoint, broker = tmp_path / "ckpt", Broker()
+    retention = int(SETTINGS.topics["tweets"].config["delete.retention.ms"])
+    _offset_entry(checkpoint, 0, {TWEETS: {"0": 5}})
+    _guard(checkpoint, broker).before_batch(1)  # seeds: the topic ends at 5, where the stream reads next
+    for day in range(1, 2 * retention // DAY_MS):  # nothing written for twice the retention: no batches
+        _guard(checkpoint, broker, NOW_MS + day * DAY_MS).sight()
+    broker.latest[(TWEETS, "0")] = 7  # then two records, and their batch
+    _offset_entry(checkpoint, 1, {TWEETS: {"0": 7}})
+    _guard(checkpoint, broker, NOW_MS + 2 * retention).before_batch(1)
 
 
 def test_fatal_errors_are_found_in_the_text_of_a_spark_failure() -> None:
@@ -185,6 +225,8 @@ def test_a_broker_that_does_not_answer_at_start_is_logged_and_left_to_the_batche
 
         def earliest_offsets(self, partitions: Offsets) -> Offsets:
             raise PipelineError("offsets not read: timed out")
+
+        latest_offsets = earliest_offsets
 
     checkpoint = tmp_path / "ckpt"
     _offset_entry(checkpoint, 0, {TWEETS: {"0": 5}})

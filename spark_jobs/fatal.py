@@ -28,7 +28,7 @@ _UNAUTHORIZED_LINE = re.compile(r"cassandra\.Unauthorized: (?P<message>[^\n]*)")
 def fatal_error(error: object) -> FeedError | None:
     """The fatal error ``error`` is or carries (in its text: a Spark failure's Python traceback), else None.
 
-    >>> fatal_error(RuntimeError("Job aborted: ... Traceback ...\\nfeed_service.errors.RecordsLost: t[0] lost\\n  at ..."))
+    >>> fatal_error(RuntimeError("Job aborted: Traceback ...\\nfeed_service.errors.RecordsLost: t[0] lost\\n at ..."))
     RecordsLost('t[0] lost')
     >>> fatal_error(RuntimeError("feed_service.errors.WriteFailed: 1 of 9 writes failed")) is None
     True

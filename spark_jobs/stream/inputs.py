@@ -59,9 +59,9 @@ SIGHTINGS_PER_RETENTION = 100
 #: (``FEED_HISTORY_HORIZON_S=0``).
 KAFKA_DEFAULT_DELETE_RETENTION_MS = 86_400_000
 #: What an operator runs to recover; every refusal names them.
-RECOVERY = ("recover by rebuilding the view from the topics as they are: `feedctl backfill --out DIR` (into truncated"
-            " tables or a new keyspace: it does not remove rows), then `feedctl stream --checkpoint NEW --bootstrap-from"
-            " DIR`; docs/operations.md#failure-modes-the-streams-inputs-and-grants")
+RECOVERY = ("recover by rebuilding the view from the topics as they are: `feedctl backfill --out DIR` (into"
+            " truncated tables or a new keyspace: it does not remove rows), then `feedctl stream --checkpoint NEW"
+            " --bootstrap-from DIR`; docs/operations.md#failure-modes-the-streams-inputs-and-grants")
 
 
 class TopicsReader(Protocol):
@@ -251,7 +251,8 @@ class InputGuard:
         for role in SOURCE_ROLES:
             config = self.settings.topics[role].config
             if "compact" in str(config.get("cleanup.policy", "")):
-                out[self.settings.topic(role)] = int(config.get("delete.retention.ms", KAFKA_DEFAULT_DELETE_RETENTION_MS))
+                ms = config.get("delete.retention.ms", KAFKA_DEFAULT_DELETE_RETENTION_MS)
+                out[self.settings.topic(role)] = int(ms)
         return out
 
     def before_start(self) -> None:
@@ -277,7 +278,7 @@ class InputGuard:
                 log.info("checkpoint %s: recording the ids of the topics it reads", self.checkpoint)
             else:
                 log.warning("checkpoint %s has no record of its topics' ids (made before the stream kept one):"
-                            " recording them now; a topic re-created before today goes unnoticed", self.checkpoint)
+                            " recording them now; a topic re-created before this start goes unnoticed", self.checkpoint)
         else:
             check_topic_ids(recorded, current, self.checkpoint)
         start = next_offsets(self.checkpoint)

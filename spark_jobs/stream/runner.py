@@ -137,7 +137,8 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
 
         exit_code = supervise(start, stop,
                               status_file=status_file or options.checkpoint / "progress.json", restarts=restarts,
-                              stats=stats, metrics=metrics, status_interval=deps.status_interval, warmer=warmer, inputs=guard)
+                              stats=stats, metrics=metrics, status_interval=deps.status_interval, warmer=warmer,
+                              inputs=guard)
     finally:
         stop_metrics()
         spark.stop()

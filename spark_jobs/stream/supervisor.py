@@ -66,9 +66,10 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
     (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
     supervisor to act. A failure :func:`~spark_jobs.fatal.fatal_error` finds fatal is not restarted:
     it is written to the progress record (``fatal``) and raised (a :class:`~feed_service.errors.FeedError`),
-    as is a refusal of ``start()`` itself (the input guard's, before a restart). The progress record, with the restart counts, goes to ``status_file``, with
-    the latest result of ``stats`` (started here, stopped on the way out) if given; ``metrics`` gets
-    every completed batch and every restart (:func:`observe`, once per ``status_interval`` seconds);
+    as is a refusal of ``start()`` itself (the input guard's, before a restart). The progress record,
+    with the restart counts, goes to ``status_file``, with the latest result of ``stats`` (started
+    here, stopped on the way out) if given; ``metrics`` gets every completed batch and every restart
+    (:func:`observe`, once per ``status_interval`` seconds);
     ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out);
     ``inputs`` records where the topics end while the query runs, batches or not (:meth:`InputGuard.sight`).
     """

@@ -1,8 +1,9 @@
-"""The stream refuses input it would lose, on the real stack (docs/operations.md#failure-modes-the-streams-inputs-and-grants):
-records deleted before it read them (a changelog topic given time retention, its unread records
-deleted as retention deletes them: ``deleteRecords`` moves the earliest offset exactly so), and a topic
-deleted and created again under its checkpoint. One stream run makes the checkpoint; the refusals
-come before any Spark session, so each costs a process start, not a stream start."""
+"""The stream refuses input it would lose, on the real stack
+(docs/operations.md#failure-modes-the-streams-inputs-and-grants): records deleted before it read them
+(a changelog topic given time retention, its unread records deleted as retention deletes them:
+``deleteRecords`` moves the earliest offset exactly so), and a topic deleted and created again under
+its checkpoint. One stream run makes the checkpoint; the refusals come before any Spark session, so
+each costs a process start, not a stream start."""
 
 from __future__ import annotations
 

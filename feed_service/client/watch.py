@@ -126,7 +126,12 @@ class ReconnectingWatch:
             while not self._closed:
                 retrying = AsyncRetrying(retry=retry_if_exception(self._reconnects_after), wait=self._wait_s,
                                          stop=self._stop, before_sleep=self._count, reraise=True)
-                message = await retrying(self._next)
+                try:
+                    message = await retrying(self._next)
+                except grpc.aio.AioRpcError:
+                    if self._closed:  # the cancel close() asked for
+                        return
+                    raise
                 if message is None:  # closed
                     return
                 yield message

@@ -84,12 +84,13 @@ def scan_by_token(session: "Session", select: str, key: str, *, profile: Any = N
     from cassandra.query import SimpleStatement
 
     statement = SimpleStatement(f"{select} WHERE token({key}) > %s AND token({key}) <= %s", fetch_size=fetch_size)
+    options = {} if profile is None else {"execution_profile": profile}  # None: the session's default
     pending = list(reversed(token_ranges(start, end, initial_ranges)))  # a stack, lowest range on top
     while pending:
         low, high = pending.pop()
         last = low
         try:
-            for row in session.execute(statement, (low, high), execution_profile=profile):
+            for row in session.execute(statement, (low, high), **options):
                 last = row[-1]
                 yield row
         except Exception as exc:

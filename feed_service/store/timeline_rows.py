@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from feed_service.distribution import Distribution, summarize
 from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
-from feed_service.store.token_scan import scan_by_token
+from feed_service.store.token_scan import TooManyTombstones, scan_by_token, too_many_tombstones
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -153,9 +153,20 @@ class TimelineRows:
             return []
         count = self.session.prepare(f"SELECT COUNT(created_at) FROM {self._keyspace}.{table} WHERE {key} = ?")
         results = execute_concurrent_with_args(self.session, count, [(k,) for k in keys],
-                                               concurrency=COUNT_CONCURRENCY, raise_on_first_error=True,
+                                               concurrency=COUNT_CONCURRENCY, raise_on_first_error=False,
                                                execution_profile=self._profile)
-        return [result.one()[0] for _, result in results]
+        counts = []
+        for k, (ok, result) in zip(keys, results):
+            if ok:
+                counts.append(result.one()[0])
+            elif too_many_tombstones(result):
+                raise TooManyTombstones(
+                    f"{self._keyspace}.{table} partition {k!r} alone holds more tombstones than the cluster's"
+                    " tombstone_failure_threshold: compact the table or wait for gc_grace_seconds"
+                    " (docs/operations.md#failure-modes-reads-and-scans)") from result
+            else:
+                raise result
+        return counts
 
     def _count_sample(self, table: str, key: str, sample: int, rng: random.Random) -> TableRows:
         start = rng.randrange(_MIN_TOKEN + 1, 2**63)

@@ -98,7 +98,8 @@ def scan_by_token(session: "Session", select: str, key: str, *, profile: Any = N
                 raise
             if high - last < 2:
                 raise TooManyTombstones(
-                    f"token {high} alone holds more tombstones than tombstone_failure_threshold allows"
-                    f" ({select}): compact the table or raise the threshold") from exc
+                    f"the partitions of token {high} alone hold more tombstones than the cluster's"
+                    f" tombstone_failure_threshold ({select}): compact the table or wait for gc_grace_seconds"
+                    " (docs/operations.md#failure-modes-reads-and-scans)") from exc
             # what was returned stays returned: the rest of the range, in two
             pending.extend(reversed(token_ranges(last, high, 2)))

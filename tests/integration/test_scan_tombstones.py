@@ -9,20 +9,25 @@ one query across them fails, as the scans did before: a scan of the rows, and ``
 of the partition keys. The product's scans (rows per timeline, every partition and a sample; the
 token-range scan itself, made to split from one range; the reader-activity load) complete and count
 exactly what was written.
+
+And one inbox whose tombstones alone exceed the threshold: a whole read of it fails, so the trimmer
+reads its newest rows only and still cuts it to the cap, and rows per timeline names it in its error.
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 
 from feed_service.settings import Settings
 from feed_service.store.cassandra_activity import CassandraActivity
+from feed_service.store.cassandra_trimmer import CassandraTrimmer
 from feed_service.store.schema import apply_schema
 from feed_service.store.session import connect
 from feed_service.store.timeline_rows import TimelineRows
-from feed_service.store.token_scan import scan_by_token, too_many_tombstones
+from feed_service.store.token_scan import TooManyTombstones, scan_by_token, too_many_tombstones
 
 TRIMMED, TRIMMED_LIVE, TRIMMED_GONE = 100, 3, 100  # inboxes: live rows, trimmed rows behind them
 DROPPED, DROPPED_GONE = 20, 500  # dropped readers: every row deleted, inbox_dropped kept
@@ -67,7 +72,7 @@ def _write(session, keyspace: str) -> None:
 
 @pytest.fixture(scope="module")
 def tombstoned(settings: Settings):
-    keyspace = f"scan_{random.randrange(16**8):08x}"
+    keyspace = f"scan_{uuid.uuid4().hex[:8]}"
     cluster, session = connect(settings)
     try:
         apply_schema(session, keyspace)
@@ -118,3 +123,58 @@ def test_reader_activity_loads_every_reader(tombstoned) -> None:
     readers = {f"reader-{i}": (1_000 + i, "dropped" if i % 3 else "active") for i in range(READERS)}
     activity.save(readers)
     assert activity.load() == readers
+
+
+HOT_LIVE, HOT_GONE = 10, 201_000  # one inbox: its newest rows, then more tombstones than the threshold
+CAP, SLACK = 5, 2
+
+
+@pytest.fixture(scope="module")
+def hot(settings: Settings):
+    """A keyspace holding one inbox whose trimmed rows alone exceed the threshold."""
+    from cassandra.concurrent import execute_concurrent
+    from cassandra.query import BatchStatement, BatchType
+
+    keyspace = f"scan_{uuid.uuid4().hex[:8]}"
+    cluster, session = connect(settings)
+    try:
+        apply_schema(session, keyspace)
+        insert = session.prepare(f"INSERT INTO {keyspace}.home_timeline (timeline_id, created_at, tweet_id,"
+                                 " author_id, version, text, profile_version) VALUES ('hot', ?, ?, 'a', 1, 'x', 1)")
+        delete = session.prepare(f"DELETE FROM {keyspace}.home_timeline WHERE timeline_id = 'hot' AND created_at = ?"
+                                 " AND tweet_id = ?")
+        statements: list = [(insert, (10_000_000 + i, f"live-{i}")) for i in range(HOT_LIVE)]
+        for start in range(0, HOT_GONE, DELETES_PER_BATCH):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for i in range(start, start + DELETES_PER_BATCH):
+                batch.add(delete, (i, f"gone-{i}"))
+            statements.append((batch, None))
+        execute_concurrent(session, statements, concurrency=64, raise_on_first_error=True)
+        yield session, keyspace
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+    finally:
+        cluster.shutdown()
+
+
+def test_one_partition_over_the_threshold(hot) -> None:
+    """The trimmer still cuts such an inbox to the cap (from its newest rows), and rows per timeline
+    names the partition instead of failing as if Cassandra were down."""
+    session, keyspace = hot
+    newest = f"SELECT tweet_id FROM {keyspace}.home_timeline WHERE timeline_id = 'hot'"
+    with pytest.raises(Exception) as raised:  # a whole read of it is refused
+        list(session.execute(newest))
+    assert too_many_tombstones(raised.value)
+
+    trimmer = CassandraTrimmer(session, keyspace, inbox_cap=CAP, trim_slack=SLACK)
+    result = trimmer.trim(["hot"])
+    # it read the newest cap + slack + 1 rows and cut those beyond the cap; older live rows it could
+    # not reach may remain, so it reports no bound for the timeline
+    assert (result.trimmed_timelines, result.trimmed_rows, result.kept) == (1, SLACK + 1, {})
+    head = [r[0] for r in session.execute(newest + f" LIMIT {CAP}")]
+    assert head == [f"live-{i}" for i in range(HOT_LIVE - 1, HOT_LIVE - 1 - CAP, -1)]
+    line = session.execute(f"SELECT cut_created_at, cut_tweet_id FROM {keyspace}.home_timeline"
+                           " WHERE timeline_id = 'hot' LIMIT 1").one()
+    assert tuple(line) == (10_000_000 + HOT_LIVE - CAP, f"live-{HOT_LIVE - CAP}")  # the oldest row kept
+
+    with pytest.raises(TooManyTombstones, match="'hot'"):
+        TimelineRows(session, keyspace).count("home_timeline", "timeline_id")

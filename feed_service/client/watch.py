@@ -23,6 +23,7 @@ opens failed.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Sequence
 
@@ -96,8 +97,9 @@ class ReconnectingWatch:
     ``metadata``: the call metadata, or a function returning it for each open (a fresh token).
     ``resume_token``: where the first stream starts (empty: at the timeline's head). ``timeout``: each
     stream's deadline (None: none). Attributes the caller may read: ``resume_token`` (the last one the
-    server sent), ``started`` (set once a stream has started), ``opens`` (streams started) and
-    ``reconnects`` (waits before opening again).
+    server sent), ``started`` (set once a stream has started), ``opens`` (streams started),
+    ``reconnects`` (waits before opening again) and ``ends`` (the ends reconnected after, by status
+    name: "OK", "CANCELLED", "UNAVAILABLE", "RESOURCE_EXHAUSTED").
     """
 
     def __init__(self, stub: pb_grpc.TimelineServiceStub, user_id: str, *,
@@ -111,6 +113,7 @@ class ReconnectingWatch:
         self.started = asyncio.Event()
         self.opens = 0
         self.reconnects = 0
+        self.ends: Counter[str] = Counter()
         self._metadata = metadata
         self._call: grpc.aio.UnaryStreamCall | None = None
         self._closed = False
@@ -194,11 +197,15 @@ class ReconnectingWatch:
         self._drop_call()
         if self._closed:
             return False
-        reconnect = isinstance(error, ServerEnded) or (
-            isinstance(error, grpc.aio.AioRpcError) and error.code() in RECONNECT_CODES)
-        if reconnect:
-            self._failures += 1
-        return reconnect
+        if isinstance(error, ServerEnded):
+            code = "OK"
+        elif isinstance(error, grpc.aio.AioRpcError) and error.code() in RECONNECT_CODES:
+            code = error.code().name
+        else:
+            return False
+        self._failures += 1
+        self.ends[code] += 1
+        return True
 
     def _wait_s(self, state: RetryCallState) -> float:
         """Tenacity's jittered exponential wait of the failures since the last start (not of the

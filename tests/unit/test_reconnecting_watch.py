@@ -92,6 +92,7 @@ def test_reconnects_on_unasked_ends_and_resumes_from_the_last_token() -> None:
                 got.extend(e.tweet_id for e in m.entries)
         assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED  # not an end to reconnect after
         assert (watch.opens, watch.reconnects, watch.resume_token) == (3, 5, "t3")
+        assert watch.ends == {"UNAVAILABLE": 2, "RESOURCE_EXHAUSTED": 1, "CANCELLED": 1, "OK": 1}
         assert watch.started.is_set()
 
     asyncio.run(serve(servicer, body))

@@ -3,7 +3,7 @@
 # driver and executors of the stream (k8s/stream-sparkapplication.yaml). Build from the repository root:
 #   docker build -t registry.example.internal/feed-service:0.1.0 .
 #
-# Base: python:<PYTHON_VERSION>-slim-bookworm + the Eclipse Temurin 17 JRE + the pyspark wheel, which is a
+# Base: python:3.11-slim-bookworm + the Eclipse Temurin 17 JRE + the pyspark wheel, which is a
 # whole Spark (jars, bin/spark-submit, the Kubernetes scheduler: spark-kubernetes_2.13). Not the official
 # apache/spark:<v>-scala2.13-java17-python3-ubuntu: it is built on Ubuntu 22.04, whose python3 is 3.10,
 # below this project's requires-python (>=3.11), and installing the project there would put a second
@@ -12,17 +12,24 @@
 # wheel's, is what the Kafka connector's jars are matched against (feed_service/stack/spark_connector.py).
 # What Spark on Kubernetes needs of an image is taken from the official ones: Spark's entrypoint script
 # (k8s/image/entrypoint.sh), tini, libnss-wrapper and the `spark` user, uid 185.
-# tests/unit/test_k8s_validation.py checks this file against the pins (no Docker on the build machines).
+# tests/unit/test_k8s_validation.py checks this file against the pins; scripts/image builds it with podman
+# on local stand-ins of the base images and checks the built image (tests/image/, docs/operations.md#the-image).
 
-ARG PYTHON_VERSION=3.11
+# The base images, as build arguments whose defaults are the registry's: a real build leaves them as
+# they are; scripts/image passes local stand-ins made from Debian packages where no registry is reached
+# (docs/operations.md#the-image). PYTHON_IMAGE needs `python` >= 3.11 with venv and apt; JRE_IMAGE a Java
+# 17 runtime, self-contained, at /opt/java/openjdk; MAVEN_IMAGE a Maven at /usr/share/maven.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG JRE_IMAGE=eclipse-temurin:17-jre
+ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
 ARG SPARK_VERSION=4.2.0
 
 # A JRE copied into the Python image, as https://hub.docker.com/_/eclipse-temurin describes.
-FROM eclipse-temurin:17-jre AS jre
-FROM maven:3.9-eclipse-temurin-17 AS maven
+FROM ${JRE_IMAGE} AS jre
+FROM ${MAVEN_IMAGE} AS maven
 
 # ---- build: the project and its dependencies into a virtualenv, the Kafka connector's jars into a cache
-FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+FROM ${PYTHON_IMAGE} AS build
 ARG SPARK_VERSION
 ENV JAVA_HOME=/opt/java/openjdk \
     PATH=/opt/venv/bin:/opt/java/openjdk/bin:/usr/share/maven/bin:$PATH \
@@ -52,7 +59,7 @@ RUN python -c "import os, shutil, pyspark; from feed_service.stack.spark_connect
     && rm -rf /opt/feed/cache/m2
 
 # ---- runtime
-FROM python:${PYTHON_VERSION}-slim-bookworm
+FROM ${PYTHON_IMAGE}
 RUN set -eux; \
     apt-get update; \
     apt-get install -y --no-install-recommends tini libnss-wrapper procps; \

@@ -18,11 +18,15 @@ point turns errors into exit codes (``feed_service.cli.main``)::
     │   └── ProducerClosed    used after close
     ├── StoreError            Cassandra
     │   ├── StoreUnavailable  no connection or replica, overloaded, session closed: retryable
+    │   ├── StorePermissionDenied  the role lacks a grant (role, permission, table): a deployment error, fatal
     │   ├── StoreTimeout      the call's time budget ran out: retryable
     │   └── WriteFailed       some writes of a batch failed after the driver's retries: retry the batch
     ├── PipelineError         the Spark jobs
     │   ├── CheckpointError   a checkpoint cannot continue as asked (other operator, other settings)
-    │   └── BootstrapError    a backfill folder cannot bootstrap a stream (missing, other format/topics)
+    │   ├── BootstrapError    a backfill folder cannot bootstrap a stream (missing, other format/topics)
+    │   └── InputLost         the stream's topics no longer hold what its checkpoint expects: fatal
+    │       ├── TopicRecreated  a topic was deleted and created again under the checkpoint
+    │       └── RecordsLost     records the stream had not read were deleted (retention, deleteRecords)
     ├── AuthError             a bearer token is missing, malformed, forged or expired (UNAUTHENTICATED)
     ├── PageTokenError        a page or resume token is malformed, forged or for another call (INVALID_ARGUMENT)
     └── StackError            the local development stack (downloads, start-up, the stream process)
@@ -31,6 +35,11 @@ point turns errors into exit codes (``feed_service.cli.main``)::
 Two subclasses live beside their only user because they never leave it: ``RpcFailure``
 (``server/calls.py``, a call's end as a gRPC status, turned into an abort in one place) and the
 local stack's ``_Exited``.
+
+The fatal ones (``StorePermissionDenied``, ``InputLost``) stop a running job at once: the stream's
+supervisor never restarts a query that failed with one (spark_jobs/stream/restarts.py,
+docs/operations.md#failure-modes-the-streams-inputs-and-grants). Their messages are one line, so
+that the supervisor can find them again in the text of a Spark failure.
 
 Errors that callers tell apart by meaning also derive from the matching built-in (``ValueError``
 for bad input and settings, ``RuntimeError`` for state), so generic code keeps working.
@@ -127,7 +136,7 @@ class StoreUnavailable(StoreError):
 
 class StorePermissionDenied(StoreError):
     """Cassandra refused the call for this process's role: a deployment error (the role's grants,
-    docs/security.md), which no retry mends."""
+    docs/security.md), which no retry mends. The message names the role, the permission and the table."""
 
 
 class StoreTimeout(StoreError):
@@ -151,6 +160,22 @@ class CheckpointError(PipelineError):
 
 class BootstrapError(PipelineError):
     """A backfill's output cannot be used (no manifest, other format or topics, missing state)."""
+
+
+class InputLost(PipelineError):
+    """The stream's topics no longer hold what its checkpoint expects to read next: running on would
+    skip records silently, so the stream stops and never restarts (docs/operations.md). The message
+    names the topic and the recovery commands."""
+
+
+class TopicRecreated(InputLost):
+    """A topic the checkpoint read was deleted and created again (its Kafka topic id changed)."""
+
+
+class RecordsLost(InputLost):
+    """Records of a partition the stream had not read yet are gone: the partition's earliest offset is
+    past the checkpoint's next offset (time retention, ``deleteRecords``), or delete markers of a
+    compacted topic may have been removed while the stream was stopped longer than ``delete.retention.ms``."""
 
 
 # --- read service --------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 A job refuses to start with one line on stderr and exit code :data:`EXIT_REFUSED` when a
 :class:`~feed_service.errors.FeedError` stops it before it runs (an invalid setting, a checkpoint
-or backfill folder it cannot use): an operator's mistake, not a crash to page anyone about.
+or backfill folder it cannot use): an operator's mistake, not a crash to page anyone about. A fatal
+error while it runs (a missing Cassandra grant, the stream's lost input: spark_jobs/fatal.py) ends
+it the same way: a deployment to mend, which no restart would (docs/operations.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each command module exposes ``register(subparsers)`` which adds its parser and sets
 ``handler`` (a callable ``(args) -> int``). Keeping them apart lets each adapter be
 imported lazily, so ``feedctl materialize`` never pays for importing pyspark. This is the one
-place errors become exit codes: a configuration, pipeline or stack error is printed on one line
+place errors become exit codes: a configuration, pipeline, stack or grant error is printed on one line
 with exit code 2; any other exception is a bug and keeps its traceback.
 """
 
@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Sequence
 
-from feed_service.errors import ConfigError, PipelineError, StackError
+from feed_service.errors import ConfigError, PipelineError, StackError, StorePermissionDenied
 
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("cassandra").setLevel(logging.WARNING)  # driver start-up chatter
     try:
         return int(args.handler(args) or 0)
-    except (ConfigError, PipelineError, StackError) as exc:
-        # What the user can act on (a setting, a checkpoint, the local stack): one line, exit 2.
+    except (ConfigError, PipelineError, StackError, StorePermissionDenied) as exc:
+        # What the user can act on (a setting, a checkpoint, the local stack, a role's grants): one line, exit 2.
         print(f"feedctl {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -143,7 +143,10 @@ class TimelineServer:
                      ("grpc.max_receive_message_length", cfg.max_request_bytes),
                      # soft and hard limit alike: above the soft one gRPC refuses calls at random
                      ("grpc.max_metadata_size", cfg.max_metadata_bytes),
-                     ("grpc.absolute_max_metadata_size", cfg.max_metadata_bytes)],
+                     ("grpc.absolute_max_metadata_size", cfg.max_metadata_bytes),
+                     # calls waiting for the service: a reconnect storm of watches (docs/api.md#limits)
+                     ("grpc.server.max_pending_requests", cfg.max_pending_requests),
+                     ("grpc.server.max_pending_requests_hard_limit", cfg.max_pending_requests_hard_limit)],
             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
         )
         add_timeline_service(self._servicer, server)

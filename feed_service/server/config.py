@@ -18,7 +18,10 @@ Environment variables (the config file has the same keys, lower-case, without ``
 ``FEED_PULL_CACHE_TTL_S``            1.0        reuse of pull authors' newest entries and users' pull authors (0: off)
 ``FEED_PROFILE_CACHE_SIZE``          100000     cached profile versions (immutable, so never stale)
 ``FEED_SHUTDOWN_GRACE_S``            10.0       SIGTERM: time given to in-flight calls to finish
-``FEED_MAX_CONCURRENT_RPCS``         (none)     beyond this many in-flight calls: RESOURCE_EXHAUSTED
+``FEED_MAX_CONCURRENT_RPCS``         (none)     beyond this many in-flight calls: RESOURCE_EXHAUSTED (an open watch is one)
+``FEED_GRPC_MAX_PENDING_REQUESTS``   10000      calls gRPC holds before the service takes them; beyond: CANCELLED at
+                                                random, beyond ``FEED_GRPC_MAX_PENDING_REQUESTS_HARD_LIMIT`` (20000)
+                                                every one (docs/api.md#limits)
 ``FEED_GRPC_TLS_CERT_FILE``                     server certificate chain (PEM); with the key: TLS (docs/api.md#tls)
 ``FEED_GRPC_TLS_KEY_FILE``                      its private key (PEM); one of the two alone is an error
 ``FEED_GRPC_CLIENT_CA_FILE``                    mutual TLS: every client presents a certificate signed by this CA
@@ -78,6 +81,12 @@ class ServerConfig:
     read_cache_depth: int = 41
     shutdown_grace_s: float = 10.0
     max_concurrent_rpcs: int | None = None
+    #: gRPC core's queue of calls not yet taken by the service (``grpc.server.max_pending_requests``
+    #: and its ``_hard_limit``): beyond the first it refuses new calls at random, beyond the second all,
+    #: with CANCELLED. grpc.aio takes calls one at a time, so a reconnect storm fills it: the defaults
+    #: let 5,000 watches opened at once all start (gRPC's own: 1,000 and 3,000; docs/api.md#limits)
+    max_pending_requests: int = 10_000
+    max_pending_requests_hard_limit: int = 20_000
     #: TLS (docs/api.md#tls): the certificate chain and key files (PEM), both or neither; read at start
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -132,6 +141,11 @@ class ServerConfig:
             raise ConfigError("rate_limit_burst must be >= 1")
         if self.max_watches_per_user < 0:
             raise ConfigError("max_watches_per_user must be >= 0 (0: no cap)")
+        if self.max_concurrent_rpcs is not None and self.max_concurrent_rpcs < 1:
+            raise ConfigError("max_concurrent_rpcs must be >= 1 (unset or 0: no cap)")
+        if self.max_pending_requests < 1 or self.max_pending_requests_hard_limit < self.max_pending_requests:
+            raise ConfigError("max_pending_requests must be >= 1 and max_pending_requests_hard_limit >= it"
+                              " (FEED_GRPC_MAX_PENDING_REQUESTS, FEED_GRPC_MAX_PENDING_REQUESTS_HARD_LIMIT)")
         if self.max_request_bytes < 1024 or self.max_metadata_bytes < 1024:
             raise ConfigError("max_request_bytes and max_metadata_bytes must be >= 1024")
         if not 0 <= self.port <= 65535 or (self.metrics_port is not None and not 0 <= self.metrics_port <= 65535):
@@ -179,7 +193,8 @@ def _apply(values: dict[str, Any], raw: Mapping[str, Any], source: str) -> None:
             port = _number(int, value, name)
             values[key] = None if port == 0 else port
         elif key in ("profile_cache_size", "read_cache_keys", "read_cache_depth", "rate_limit_burst",
-                     "max_watches_per_user", "max_request_bytes", "max_metadata_bytes"):
+                     "max_watches_per_user", "max_request_bytes", "max_metadata_bytes", "max_pending_requests",
+                     "max_pending_requests_hard_limit"):
             values[key] = _number(int, value, name)
         elif key == "max_concurrent_rpcs":
             values[key] = None if value in ("", None, 0, "0") else _number(int, value, name)
@@ -210,7 +225,8 @@ _ENV_KEYS = {
     "FEED_GRPC_CLIENT_CA_FILE": "client_ca_file", "FEED_RATE_LIMIT_PER_S": "rate_limit_per_s",
     "FEED_RATE_LIMIT_BURST": "rate_limit_burst", "FEED_RATE_LIMIT_SERVICE_PER_S": "rate_limit_service_per_s",
     "FEED_MAX_WATCHES_PER_USER": "max_watches_per_user", "FEED_MAX_REQUEST_BYTES": "max_request_bytes",
-    "FEED_MAX_METADATA_BYTES": "max_metadata_bytes",
+    "FEED_MAX_METADATA_BYTES": "max_metadata_bytes", "FEED_GRPC_MAX_PENDING_REQUESTS": "max_pending_requests",
+    "FEED_GRPC_MAX_PENDING_REQUESTS_HARD_LIMIT": "max_pending_requests_hard_limit",
 }
 
 

@@ -7,7 +7,11 @@ A stream starts at the timeline's head (or after its resume token) and then eith
   what its subscription receives, reading nothing while nothing changes; or
 - polls: without the topic, it reads entries newer than its position every ``watch_poll_s``.
 
-Every message carries a resume token (:mod:`.page_token`, kind ``KIND_WATCH``). A pushed change's
+Once it knows where it starts (subscribed, the head read or the resume token checked), a stream
+sends its initial metadata: ``feed-resume-token``, the token of its starting position, so a client
+knows the watch is open before any entry arrives and can resume from there without a gap
+(:data:`BEFORE_ALL` on an empty timeline; docs/api.md#watch). Every message carries a resume token
+too (:mod:`.page_token`, kind ``KIND_WATCH``). A pushed change's
 message is sent as bytes: its entries encoded once for all the watchers it reaches, around each
 watcher's own token (:mod:`.watch_frames`).
 
@@ -57,6 +61,12 @@ from feed_service.store.ports import TimelineStore
 
 #: Entries per WatchHomeTimeline poll; a longer backlog is sent over the following polls.
 WATCH_BATCH = 200
+
+#: Initial metadata of a started stream: the resume token of its starting position (docs/api.md#watch).
+RESUME_TOKEN_HEADER = "feed-resume-token"
+#: The position before every entry: where a stream of an empty timeline starts, so that resuming
+#: from its start token sends whatever arrived meanwhile.
+BEFORE_ALL: Cursor = (-(2**63), "")
 
 #: A stream's responses: messages, or (pushed changes) their encoding, which gRPC sends as it is.
 Messages = AsyncIterator[pb.WatchHomeTimelineResponse | bytes]
@@ -113,6 +123,8 @@ class HomeWatch:
             if not resume_token:  # start at the current head: only entries materialized from now on
                 head = await self.reads.home_page(store, user_id, None, 1, self.calls.budget(context))
                 position = head[0].cursor if head else None
+            start = resume_token or self.tokens.encode(PageCursor(user_id, position or BEFORE_ALL, 0, KIND_WATCH))
+            await context.send_initial_metadata(((RESUME_TOKEN_HEADER, start),))
             if sub is None:
                 async for message in self._polling(store, user_id, position, context):
                     yield message

@@ -118,6 +118,16 @@ class StreamProcess:
             time.sleep(0.5)
         raise StreamNotReady(f"stream not caught up within {timeout}s: want {target}, progress {self.progress()}")
 
+    def wait_exited(self, timeout: float = 120) -> int:
+        """Until the job ends by itself (a refusal, a fatal error: docs/operations.md); its exit code.
+        :class:`StreamNotReady` if it still runs after ``timeout`` seconds (it is left running)."""
+        if self.proc is None:
+            raise StreamNotReady("the stream was never started")
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise StreamNotReady(f"stream still running after {timeout}s; log {self.log_file}") from None
+
     def kill(self) -> None:
         """SIGKILL the whole process group: a crash, not a graceful stop."""
         if self.proc is None:

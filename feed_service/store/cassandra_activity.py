@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
 from feed_service.store.concurrent_statements import all_rows, execute_all
+from feed_service.store.token_scan import scan_by_token
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -44,7 +45,7 @@ class CassandraActivity:
         self.cluster = cluster
         self.concurrency = concurrency
         self._profile = session.execution_profile_clone_update(EXEC_PROFILE_DEFAULT, row_factory=tuple_factory)
-        self._load = f"SELECT reader_id, last_read_at, state FROM {keyspace}.reader_activity"
+        self._load = f"SELECT reader_id, last_read_at, state, token(reader_id) FROM {keyspace}.reader_activity"
         self._save = session.prepare(
             f"UPDATE {keyspace}.reader_activity SET last_read_at = ?, state = ? WHERE reader_id = ?")
         self._flag = session.prepare(
@@ -74,9 +75,10 @@ class CassandraActivity:
             self.cluster.shutdown()
 
     def load(self) -> dict[str, tuple[int, str]]:
-        """Every reader the driver has recorded: reader -> (last read, state)."""
+        """Every reader the driver has recorded: reader -> (last read, state). Read one token range at
+        a time (:mod:`.token_scan`): the table is never scanned in one query across partitions."""
         try:
-            rows = list(self.session.execute(self._load, execution_profile=self._profile))
+            rows = list(scan_by_token(self.session, self._load, "reader_id", profile=self._profile))
         except Exception as exc:
             raise translate_driver_error(exc) from exc
         return {r[0]: (r[1] or 0, r[2] or "active") for r in rows}

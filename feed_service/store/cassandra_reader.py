@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence,
 
 from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
-from feed_service.errors import StoreError, StorePermissionDenied, StoreTimeout, StoreUnavailable
+from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
 from feed_service.security.roles import SERVER
+from feed_service.store.permission import permission_denied
 from feed_service.store.ports import InboxSlice
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def translate_driver_error(exc: BaseException) -> BaseException:
     if isinstance(exc, StoreError):
         return exc
     if isinstance(exc, Unauthorized):
-        return StorePermissionDenied(f"cassandra refused this role: {exc} (its grants: docs/security.md)")
+        return permission_denied(exc)
     if isinstance(exc, (OperationTimedOut, ReadTimeout, asyncio.TimeoutError, TimeoutError)):
         return StoreTimeout(f"cassandra read timed out: {exc}")
     if isinstance(exc, (NoHostAvailable, RequestExecutionException, DriverException, OSError)):

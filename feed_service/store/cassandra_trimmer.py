@@ -35,6 +35,7 @@ from feed_service.errors import StoreError, WriteFailed
 from feed_service.security.roles import STREAM
 from feed_service.store.concurrent_statements import execute_concurrently
 from feed_service.store.cassandra_reader import connected, translate_driver_error
+from feed_service.store.token_scan import too_many_tombstones
 from feed_service.store.ports import TrimResult
 
 if TYPE_CHECKING:
@@ -132,24 +133,22 @@ class CassandraTrimmer:
         timelines = rows = 0
         for start in range(0, len(ids), TIMELINES_PER_ROUND):
             chunk = ids[start : start + TIMELINES_PER_ROUND]
-            scans = self._run([self._read(tid, bounds.get(tid)) for tid in chunk], reading=True)
+            scans, _ = execute_concurrently(self.session, [self._read(tid, bounds.get(tid)) for tid in chunk],
+                                            concurrency=self.concurrency, profile=self._profile)
             deletes: list[tuple[Any, Any]] = []
             for tid, result in zip(chunk, scans):
-                try:
-                    # later pages, if any, are fetched here; a partition holding only its statics
-                    # reads as one row without a clustering key
-                    rows_read = list(result)
-                except Exception as exc:
-                    raise translate_driver_error(exc) from exc
+                rows_read, whole = self._rows(tid, result, limit)
                 keys = [r for r in rows_read if r[0] is not None]
                 if len(keys) <= limit:
-                    kept[tid] = len(keys)
+                    if whole:
+                        kept[tid] = len(keys)
                     continue
                 keys.sort(key=lambda r: (r[0], r[1]), reverse=True)  # clustering order, to be sure
                 beyond = keys[self.inbox_cap :]
                 cut = [(r[0], r[1], max(t for t in r[_FIRST_WRITETIME:] if t is not None)) for r in beyond
                        if any(t is not None for t in r[_FIRST_WRITETIME:])]
-                kept[tid] = len(keys) - len(cut)
+                if whole:  # else older rows the read did not reach may be live: the bound is unknown
+                    kept[tid] = len(keys) - len(cut)
                 oldest_kept = (keys[self.inbox_cap - 1][0], keys[self.inbox_cap - 1][1])
                 line = _line_of(rows_read[0])
                 raised = oldest_kept if line is None or oldest_kept > line else None
@@ -158,6 +157,34 @@ class CassandraTrimmer:
                 rows += len(cut)
             self._run(deletes, reading=False)
         return TrimResult(kept, timelines, rows)
+
+    def _rows(self, timeline_id: str, result: Any, limit: int) -> tuple[list[tuple[Any, ...]], bool]:
+        """The rows of a partition's read (``result``: its first page, or its failure), and whether
+        they are all its live rows.
+
+        A partition whose tombstones alone exceed Cassandra's ``tombstone_failure_threshold`` fails
+        any read that reaches them: it is read again up to ``limit + 1`` rows only, which stops at its
+        newest live rows before the tombstones at its old end when it holds more than ``limit``
+        (then the trim cuts what it read, and the timeline's bound is unknown: older live rows may
+        lie among the tombstones); when that read fails too it holds at most ``limit`` live rows and
+        nothing is cut (docs/operations.md#failure-modes-reads-and-scans)."""
+        try:
+            if isinstance(result, BaseException):
+                raise result
+            # later pages, if any, are fetched here; a partition holding only its statics reads as
+            # one row without a clustering key
+            return list(result), True
+        except Exception as exc:
+            if not too_many_tombstones(exc):
+                raise translate_driver_error(exc) from exc
+        try:
+            rows = list(self.session.execute(self._scan_bounded, (timeline_id, limit + 1),
+                                             execution_profile=self._profile))
+        except Exception as exc:
+            if not too_many_tombstones(exc):
+                raise translate_driver_error(exc) from exc
+            return [], False
+        return rows, False
 
     def _read(self, timeline_id: str, bound: int | None) -> tuple[Any, Any]:
         if bound is None:

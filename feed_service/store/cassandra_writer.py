@@ -50,6 +50,7 @@ from feed_service.core.rows import (
     TweetWrite,
 )
 from feed_service.errors import WriteFailed
+from feed_service.store.permission import permission_denied
 from feed_service.store.ports import WriteCounts
 
 if TYPE_CHECKING:
@@ -145,6 +146,13 @@ def _entry_values(e: Entry) -> tuple:
     repost = (e.reposted_by, e.reposted_at, e.reposter_profile_version or 0) if e.reposted_by else ("", 0, 0)
     return (e.at, e.tweet_id, e.author_id, e.created_at, e.version, e.text, e.profile_version,
             e.in_reply_to_tweet_id or "", e.in_reply_to_author_id or "", *repost)
+
+
+def _is_unauthorized(failure: object) -> bool:
+    """Whether a failed statement's exception is Cassandra's grant refusal."""
+    from cassandra import Unauthorized
+
+    return isinstance(failure, Unauthorized)
 
 
 class CassandraWriter:
@@ -412,7 +420,9 @@ class CassandraWriter:
         hidden: Iterable[HiddenDelta] = (),
     ) -> WriteCounts:
         """Write rows (any order: timestamps decide) and the indexes by tweet of ``extras`` and
-        ``user_reposts`` (:func:`index_changes`); raises :class:`WriteFailed` if any write failed."""
+        ``user_reposts`` (:func:`index_changes`); raises :class:`WriteFailed` if any write failed, or
+        :class:`~feed_service.errors.StorePermissionDenied` (role, permission, table) if Cassandra refused
+        one for the role's grants."""
         from cassandra.concurrent import execute_concurrent
 
         timeline, tweets, profiles = list(timeline), list(tweets), list(profiles)
@@ -446,6 +456,9 @@ class CassandraWriter:
                 results_generator=True,
             )
             failures = [r.result_or_exc for r in results if not r.success]
+            refused = next((f for f in failures if _is_unauthorized(f)), None)
+            if refused is not None:  # the role's grants: no retry mends it (docs/operations.md)
+                raise permission_denied(refused)
             if failures:
                 raise WriteFailed(f"{len(failures)} of {len(statements)} writes failed; first: {failures[0]!r}")
         rows = len(timeline) + sum(len(f.timeline_ids) for f in fanout)

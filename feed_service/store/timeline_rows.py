@@ -4,12 +4,18 @@
 
 Two ways to count, both read-only and at consistency ONE like every read of this service:
 
-* **every partition** (default): one paged scan of the partition key and the first clustering column
-  (``SELECT timeline_id, created_at FROM home_timeline``), rows counted per key in Python (a partition
-  holding only its static ``pull_authors`` reads as one row without ``created_at``: not counted). It reads every row once,
-  so it costs about what a full read of the table costs: right for the local and test scale.
-* **a sample** of ``n`` partitions: ``SELECT DISTINCT`` partition keys in token order from a random
-  token (a uniform sample, since tokens are hashes), then one ``COUNT(created_at)`` per sampled partition. The
+* **every partition** (default): the partition keys (``SELECT DISTINCT timeline_id``) one token range
+  at a time (:mod:`feed_service.store.token_scan`: a range refused for its tombstones is split), then
+  one ``COUNT(created_at)`` per partition, a few at once. Never one scan of the rows across
+  partitions: such a scan's page reads on through every trimmed or dropped row (tombstones) of every
+  partition until it has a page of live rows, and a table of trimmed inboxes and dropped readers fails
+  it with ``ReadFailure`` (Cassandra's ``tombstone_failure_threshold``,
+  docs/operations.md#failure-modes-reads-and-scans); a per-partition count scans the tombstones of
+  that partition only. It
+  reads every row once, so it costs about what a full read of the table costs: right for the local
+  and test scale.
+* **a sample** of ``n`` partitions: ``SELECT DISTINCT`` partition keys in token order (by token
+  range, as above) from a random token (a uniform sample, since tokens are hashes), then one ``COUNT(created_at)`` per sampled partition. The
   number of partitions is then estimated from the share of the token ring the sample covered; a
   sample that wraps the whole ring is exact.
 
@@ -20,13 +26,14 @@ Driver errors become :mod:`feed_service.errors` store errors (:func:`translate_d
 from __future__ import annotations
 
 import random
-from collections import Counter
+from itertools import chain, islice
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from feed_service.distribution import Distribution, summarize
 from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
+from feed_service.store.token_scan import TooManyTombstones, scan_by_token, too_many_tombstones
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -35,8 +42,8 @@ if TYPE_CHECKING:
 
 #: The timeline-shaped tables, by partition key column.
 TABLES: tuple[tuple[str, str], ...] = (("home_timeline", "timeline_id"), ("author_timeline", "author_id"))
-#: Rows per page of the full scan: big pages, since only one short column comes back.
-SCAN_FETCH_SIZE = 5000
+#: Partitions whose counts are held at once in a full count (bounds the futures in memory).
+KEYS_PER_ROUND = 2000
 #: Sampled partitions counted at once.
 COUNT_CONCURRENCY = 16
 _RING = 2**64
@@ -123,29 +130,52 @@ class TimelineRows:
         return {table: self.count(table, key, sample=sample) for table, key in TABLES}
 
     def _count_all(self, table: str, key: str) -> TableRows:
-        from cassandra.query import SimpleStatement
-
-        statement = SimpleStatement(f"SELECT {key}, created_at FROM {self._keyspace}.{table}", fetch_size=SCAN_FETCH_SIZE)
-        # a home_timeline partition holding only its static pull_authors reads as a row without created_at
-        counts = Counter(row[0] for row in self.session.execute(statement, execution_profile=self._profile)
-                         if row[1] is not None)
-        rows = summarize(counts.values())
+        """Every partition: its key from a paged ``SELECT DISTINCT``, its rows from its own count (a
+        multi-partition scan of the rows would read every partition's tombstones in one page)."""
+        distinct = f"SELECT DISTINCT {key}, token({key}) FROM {self._keyspace}.{table}"
+        counts: list[int] = []
+        chunk: list[str] = []
+        for row in scan_by_token(self.session, distinct, key, profile=self._profile):
+            chunk.append(row[0])
+            if len(chunk) >= KEYS_PER_ROUND:
+                counts += self._partition_counts(table, key, chunk)
+                chunk = []
+        counts += self._partition_counts(table, key, chunk)
+        # a home_timeline partition holding only its statics counts no row: not counted
+        rows = summarize(n for n in counts if n > 0)
         return TableRows(table, rows, rows.count, True, rows.count)
 
-    def _count_sample(self, table: str, key: str, sample: int, rng: random.Random) -> TableRows:
+    def _partition_counts(self, table: str, key: str, keys: list[str]) -> list[int]:
+        """``COUNT(created_at)`` of each partition of ``keys``, in order (one read per partition)."""
         from cassandra.concurrent import execute_concurrent_with_args
 
-        start = rng.randrange(_MIN_TOKEN + 1, 2**63)
-        distinct = f"SELECT DISTINCT {key}, token({key}) FROM {self._keyspace}.{table} WHERE token({key})"
-        keys = list(self.session.execute(f"{distinct} > %s LIMIT %s", (start, sample), execution_profile=self._profile))
-        if len(keys) < sample:  # on around the ring, from its start up to where the sample began
-            keys += list(self.session.execute(f"{distinct} <= %s LIMIT %s", (start, sample - len(keys)),
-                                              execution_profile=self._profile))
+        if not keys:
+            return []
         count = self.session.prepare(f"SELECT COUNT(created_at) FROM {self._keyspace}.{table} WHERE {key} = ?")
-        results = execute_concurrent_with_args(self.session, count, [(k,) for k, _ in keys],
-                                               concurrency=COUNT_CONCURRENCY, raise_on_first_error=True,
+        results = execute_concurrent_with_args(self.session, count, [(k,) for k in keys],
+                                               concurrency=COUNT_CONCURRENCY, raise_on_first_error=False,
                                                execution_profile=self._profile)
-        rows = summarize(n for n in (result.one()[0] for _, result in results) if n > 0)
+        counts = []
+        for k, (ok, result) in zip(keys, results):
+            if ok:
+                counts.append(result.one()[0])
+            elif too_many_tombstones(result):
+                raise TooManyTombstones(
+                    f"{self._keyspace}.{table} partition {k!r} alone holds more tombstones than the cluster's"
+                    " tombstone_failure_threshold: compact the table or wait for gc_grace_seconds"
+                    " (docs/operations.md#failure-modes-reads-and-scans)") from result
+            else:
+                raise result
+        return counts
+
+    def _count_sample(self, table: str, key: str, sample: int, rng: random.Random) -> TableRows:
+        start = rng.randrange(_MIN_TOKEN + 1, 2**63)
+        distinct = f"SELECT DISTINCT {key}, token({key}) FROM {self._keyspace}.{table}"
+        # from the random token up, then on around the ring up to where the sample began
+        ring = chain(scan_by_token(self.session, distinct, key, profile=self._profile, start=start),
+                     scan_by_token(self.session, distinct, key, profile=self._profile, end=start))
+        keys = list(islice(ring, sample))
+        rows = summarize(n for n in self._partition_counts(table, key, [k for k, _ in keys]) if n > 0)
         if len(keys) < sample:  # the whole ring held fewer partitions than asked for: every one was counted
             return TableRows(table, rows, rows.count, True, len(keys))
         return TableRows(table, rows, estimate_partitions(len(keys), start, keys[-1][1]), False, len(keys))

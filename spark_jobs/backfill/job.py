@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TextIO
 from feed_service.errors import ConfigError, FeedError
 from feed_service.security.roles import BACKFILL
 from feed_service.settings import Settings
+from spark_jobs.fatal import fatal_error
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.backfill.join import count_timelines, join_timelines_batch
 from spark_jobs.backfill.per_reader import per_reader_stage, write_per_reader_inputs
@@ -250,7 +251,8 @@ def run(settings: Settings, options: BackfillOptions) -> int:
     """The command: apply the command line's settings, build a session, run the backfill.
 
     Exit code 0, or :data:`~spark_jobs.job_cli.EXIT_REFUSED` with the message on stderr when a :class:`FeedError` stops it
-    (options, settings and the out folder are checked before any Spark session starts).
+    (options, settings and the out folder are checked before any Spark session starts) or a fatal
+    failure does (a missing Cassandra grant: spark_jobs/fatal.py, docs/operations.md).
     """
     from spark_jobs.runtime.session import build_session
 
@@ -264,6 +266,11 @@ def run(settings: Settings, options: BackfillOptions) -> int:
         run_backfill(spark, settings, options)
     except FeedError as exc:
         return refused("backfill", exc)
+    except Exception as exc:
+        fatal = fatal_error(exc)  # a missing grant, seen by the driver or in a failed Spark job's text
+        if fatal is None:
+            raise
+        return refused("backfill", fatal)
     finally:
         spark.stop()
     return 0

@@ -247,9 +247,22 @@ class TableReport:
 
 
 def write_table(settings: Settings, table: Table, df: "DataFrame", ts: int, *, write: bool) -> TableReport:
-    """Write (or with ``write`` False only count) one table's rows from the executors."""
+    """Write (or with ``write`` False only count) one table's rows from the executors.
+
+    A write Cassandra refused for the backfill role's grants raises
+    :class:`~feed_service.errors.StorePermissionDenied` (role, permission, table): the backfill stops
+    with it (exit code 2), as it is no failure a rerun mends (docs/operations.md).
+    """
+    from spark_jobs.fatal import fatal_error
+
     t0 = time.monotonic()
-    reports = df.mapInPandas(write_frames(settings, table, ts, write=write), WRITE_REPORT_SCHEMA).collect()
+    try:
+        reports = df.mapInPandas(write_frames(settings, table, ts, write=write), WRITE_REPORT_SCHEMA).collect()
+    except Exception as exc:  # noqa: BLE001 - a Spark failure: its text says whether it is fatal
+        fatal = fatal_error(exc)
+        if fatal is None:
+            raise
+        raise fatal from None
     elapsed = time.monotonic() - t0
     return TableReport(table, sum(r.rows for r in reports), elapsed,
                        tuple(sorted((r.task, r.rows) for r in reports)))

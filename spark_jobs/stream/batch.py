@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from spark_jobs.stream.sink import PartitionReport
     from spark_jobs.stream.activity import StreamActivity
+    from spark_jobs.stream.inputs import InputGuard
     from spark_jobs.stream.refill import StreamRefill
     from spark_jobs.stream.trimming import StreamTrimming
 
@@ -85,7 +86,7 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
                   write_seconds: Any = None, times: BatchTimes | None = None, *,
                   partition_writer: PartitionWriter | None = None, clock_start: int = 0,
                   per_reader: "PerReaderRunner | None" = None, refill: "StreamRefill | None" = None,
-                  activity: "StreamActivity | None" = None) -> Any:
+                  activity: "StreamActivity | None" = None, input_guard: "InputGuard | None" = None) -> Any:
     """The foreachBatch function: the executors write the rows and each partition hands back its
     :class:`~spark_jobs.stream.sink.PartitionReport` (home-timeline upserts per timeline, rows
     written, dead letters, view changes); the driver then trims the timelines that may be over the
@@ -98,7 +99,9 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
     ``clock_start`` as the first clock of a key new to those steps. After the trims, ``refill`` checks
     the inboxes the batch deleted rows from and asks for the short ones to be refilled
     (docs/trimming.md#refill). ``activity`` decides before the batch whose inbox rows are left out
-    (inactive readers) and, after it, drops and rebuilds inboxes (docs/activity.md#the-stream)."""
+    (inactive readers) and, after it, drops and rebuilds inboxes (docs/activity.md#the-stream).
+    ``input_guard`` first checks that the topics still hold what the batch reads (its rows are read
+    after it): lost input fails the batch with a fatal error (docs/streaming.md#data-loss)."""
     from spark_jobs.stream.per_reader import run_per_reader
     from spark_jobs.stream.sink import merge_reports, without_readers, write_partition
 
@@ -123,6 +126,8 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
 
     def write(batch_df: "DataFrame", batch_id: int) -> None:
         started = time.perf_counter()
+        if input_guard is not None:
+            input_guard.before_batch(batch_id)
         written_before = write_seconds.value if write_seconds is not None else 0.0
         skip, skipped = skipping(batch_df.sparkSession.sparkContext) if activity is not None else (None, None)
         skipped_before = skipped.value if skipped is not None else 0

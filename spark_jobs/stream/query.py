@@ -23,6 +23,8 @@ from spark_jobs.timeline_join import JoinConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.stream.inputs import InputGuard
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("feed.stream")
@@ -97,8 +99,12 @@ def start_stream(
     *,
     initial_state: "DataFrame | None" = None,
     clock_start: int | None = None,
+    input_guard: "InputGuard | None" = None,
 ) -> RunningStream:
     """Start the query; returns at once (it runs in the background of this SparkSession).
+
+    ``input_guard`` checks each micro-batch's start offsets against the topics before its rows are
+    read (spark_jobs/stream/inputs.py); the caller checks it before the start.
 
     ``initial_state`` (``key``, ``state``) and ``clock_start`` bootstrap a new checkpoint from a
     backfill; ``options.starting_offsets`` then holds the backfill's snapshot offsets.
@@ -128,7 +134,8 @@ def start_stream(
         .option("checkpointLocation", str(options.checkpoint / "join"))
         .trigger(**trigger_of(options))
         .foreachBatch(foreach_batch(settings, counter, trimming, write_seconds, times,
-                                    clock_start=config.clock_start, refill=refill, activity=activity))
+                                    clock_start=config.clock_start, refill=refill, activity=activity,
+                                    input_guard=input_guard))
         .start()
     )
     return RunningStream(join_query, counter, trimming, until_caught_up=options.until_caught_up, times=times,

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from feed_service.errors import FeedError
+from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 from spark_jobs.checkpoint import CheckpointLock
+from spark_jobs.fatal import fatal_error
 from spark_jobs.job_cli import refused
 from spark_jobs.state_stats import stream_stats
+from spark_jobs.stream.inputs import InputGuard
 from spark_jobs.stream.continuation import continue_from_backfill, seed_per_reader_states
 from spark_jobs.stream.metrics_endpoint import serve_metrics
 from spark_jobs.stream.options import StreamOptions
@@ -42,6 +45,13 @@ RESTART_BACKOFF_SECONDS = 5.0
 STATE_STATS_TIMELINE_SAMPLE = 1000
 
 
+def _input_guard(settings: Settings, checkpoint: Path) -> InputGuard:
+    """Production's guard of the stream's inputs: it asks the broker as the stream (spark_jobs/stream/inputs.py)."""
+    from feed_service.kafka.source_topics import SourceTopics
+
+    return InputGuard(settings, checkpoint, SourceTopics(settings.as_role(STREAM)))
+
+
 def _build_session(app_name: str, **kwargs: Any) -> "SparkSession":
     """Production's session factory, looked up when called (``feedctl``'s tests replace it to refuse a session)."""
     from spark_jobs.runtime.session import build_session
@@ -56,7 +66,9 @@ class StreamDependencies:
     build_session: Callable[..., "SparkSession"] = _build_session
     """``(app_name, *, extra_conf)`` -> the session the query runs in (stopped at the end of the run)."""
     start: Callable[..., RunningStream] = start_stream
-    """``(spark, settings, options, **bootstrap)`` -> the started query (:func:`start_stream`)."""
+    """``(spark, settings, options, *, input_guard, **bootstrap)`` -> the started query (:func:`start_stream`)."""
+    input_guard: Callable[[Settings, Path], InputGuard | None] = _input_guard
+    """``(settings, checkpoint)`` -> the guard checked before every start and micro-batch; None: no checks."""
     install_signal: Callable[[int, Any], Any] = signal.signal
     """Installs the SIGTERM/SIGINT handlers that stop the run."""
     max_consecutive_restarts: int = MAX_CONSECUTIVE_RESTARTS
@@ -72,8 +84,10 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
     topics held at its start); writes progress to ``status_file`` every second.
 
     Returns 0 after a stop or once caught up, :data:`~spark_jobs.stream.supervisor.EXIT_GAVE_UP` if
-    the query kept failing (:func:`~spark_jobs.stream.supervisor.supervise`). Settings, checkpoint and
-    bootstrap are checked before the Spark session starts, so a refusal (a :class:`FeedError`) is quick.
+    the query kept failing (:func:`~spark_jobs.stream.supervisor.supervise`). Settings, checkpoint,
+    bootstrap and the topics (spark_jobs/stream/inputs.py) are checked before the Spark session starts,
+    so a refusal (a :class:`FeedError`) is quick; a fatal failure of the running query (a missing
+    grant, lost input) is raised too, never restarted.
     """
     deps = dependencies or StreamDependencies()
     settings = settings.replace(**options.settings_changes)
@@ -86,6 +100,9 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
         operator = operator_for(options.checkpoint, options.operator)
         per_reader_layout_for(options.checkpoint)
         partitions = state_partitions_for(options.checkpoint, settings.state_partitions)
+        guard = deps.input_guard(settings, options.checkpoint)
+        if guard is not None:  # before the session: a refusal is quick (docs/operations.md)
+            guard.before_start()
         spark = deps.build_session("feed-stream", extra_conf={"spark.sql.shuffle.partitions": str(partitions)})
     except BaseException:
         lock.release()
@@ -109,10 +126,20 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
         metrics, stop_metrics = serve_metrics(settings, options)
         warmer = (WorkerWarmer(spark, settings, tasks=spark.sparkContext.defaultParallelism,
                                after=deps.warm_after_seconds) if deps.warm_after_seconds > 0 else None)
-        # Every start gets the same initial state: if batch 0 never committed, a restart still bootstraps it.
-        exit_code = supervise(lambda: deps.start(spark, settings, options, **bootstrap_kwargs), stop,
+        starts = [0]
+
+        def start() -> RunningStream:
+            """The query, its inputs checked again before a restart (a topic may have been re-created meanwhile)."""
+            if starts[0] and guard is not None:
+                guard.before_start()
+            starts[0] += 1
+            # Every start gets the same initial state: if batch 0 never committed, a restart still bootstraps it.
+            return deps.start(spark, settings, options, input_guard=guard, **bootstrap_kwargs)
+
+        exit_code = supervise(start, stop,
                               status_file=status_file or options.checkpoint / "progress.json", restarts=restarts,
-                              stats=stats, metrics=metrics, status_interval=deps.status_interval, warmer=warmer)
+                              stats=stats, metrics=metrics, status_interval=deps.status_interval, warmer=warmer,
+                              inputs=guard)
     finally:
         stop_metrics()
         spark.stop()
@@ -128,8 +155,14 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
 def run(settings: Settings, options: StreamOptions, *, status_file: Path | None = None,
         dependencies: StreamDependencies | None = None) -> int:
     """The command (``feedctl stream``, :func:`~spark_jobs.stream.cli.main`): :func:`run_stream`, with a
-    :class:`FeedError` turned into its message on stderr and exit code :data:`~spark_jobs.job_cli.EXIT_REFUSED`."""
+    :class:`FeedError` or a fatal failure (spark_jobs/fatal.py) turned into its message on stderr and exit code
+    :data:`~spark_jobs.job_cli.EXIT_REFUSED`."""
     try:
         return run_stream(settings, options, status_file=status_file, dependencies=dependencies)
     except FeedError as exc:
         return refused("stream", exc)
+    except Exception as exc:
+        fatal = fatal_error(exc)  # e.g. the driver's own Cassandra session refused for a grant
+        if fatal is None:
+            raise
+        return refused("stream", fatal)

@@ -1,19 +1,25 @@
 """Keeps the stream's query running: restarts a failed query from its checkpoint (spark_jobs/stream/restarts.py
-decides when to give up), rewrites the progress file, hands completed batches to the metrics."""
+decides when to give up), rewrites the progress file, hands completed batches to the metrics. A query
+that failed with a fatal error (a missing grant, lost input: spark_jobs/fatal.py) is never restarted:
+the error ends the run (docs/operations.md#failure-modes-the-streams-inputs-and-grants)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from spark_jobs.fatal import fatal_error
 from spark_jobs.state_stats import PeriodicStats
 from spark_jobs.stream.metrics import StreamMetrics
 from spark_jobs.stream.progress import progress_record, write_status
 from spark_jobs.stream.query import RunningStream
 from spark_jobs.stream.restarts import Restarts
 from spark_jobs.stream.warm_workers import WorkerWarmer
+
+if TYPE_CHECKING:
+    from spark_jobs.stream.inputs import InputGuard
 
 log = logging.getLogger("feed.stream")
 
@@ -39,19 +45,33 @@ def observe(metrics: StreamMetrics | None, stream: RunningStream) -> None:
         log.warning("stream metrics not updated", exc_info=True)
 
 
+def sight(inputs: "InputGuard") -> None:
+    """:meth:`InputGuard.sight`, never raising: a sighting missed (a broker that does not answer) only
+    makes a later check stricter, never lets loss through."""
+    try:
+        inputs.sight()
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.warning("where the topics end not recorded this time", exc_info=True)
+
+
 def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, status_file: Path,
               restarts: Restarts, stats: PeriodicStats | None = None, metrics: StreamMetrics | None = None,
-              status_interval: float = STATUS_INTERVAL_SECONDS, warmer: WorkerWarmer | None = None) -> int:
+              status_interval: float = STATUS_INTERVAL_SECONDS, warmer: WorkerWarmer | None = None,
+              inputs: "InputGuard | None" = None) -> int:
     """Keep the query of ``start()`` running until ``stop`` is set, or until it ends by itself without
     an error when started ``until_caught_up``; returns the exit code.
 
     A query that fails (a Cassandra timeout, a Python worker that did not start in time) is
     restarted from its checkpoint after ``restarts.backoff()``; when ``restarts`` says give up
     (too many failures in a row without a completed batch) it returns :data:`EXIT_GAVE_UP` for the
-    supervisor to act. The progress record, with the restart counts, goes to ``status_file``, with
-    the latest result of ``stats`` (started here, stopped on the way out) if given; ``metrics`` gets
-    every completed batch and every restart (:func:`observe`, once per ``status_interval`` seconds);
-    ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out).
+    supervisor to act. A failure :func:`~spark_jobs.fatal.fatal_error` finds fatal is not restarted:
+    it is written to the progress record (``fatal``) and raised (a :class:`~feed_service.errors.FeedError`),
+    as is a refusal of ``start()`` itself (the input guard's, before a restart). The progress record,
+    with the restart counts, goes to ``status_file``, with the latest result of ``stats`` (started
+    here, stopped on the way out) if given; ``metrics`` gets every completed batch and every restart
+    (:func:`observe`, once per ``status_interval`` seconds);
+    ``warmer`` keeps the Python workers warm while no batch with input runs (stopped on the way out);
+    ``inputs`` records where the topics end while the query runs, batches or not (:meth:`InputGuard.sight`).
     """
     stream = start()
     last_batch = None
@@ -68,6 +88,12 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
                     write_status(status_file, {**progress_record(stream, stats), **restarts.record()})
                     break
                 may_restart = restarts.failed(error)
+                fatal = fatal_error(error)
+                if fatal is not None:
+                    log.error("query %s stopped, not restarted: %s: %s", stream.join.name, type(fatal).__name__, fatal)
+                    write_status(status_file, {**progress_record(stream, stats), **restarts.record(),
+                                               "fatal": {"error": type(fatal).__name__, "message": str(fatal)}})
+                    raise fatal
                 log.error("query %s failed (%d in a row): %s", stream.join.name, restarts.consecutive, error)
                 stream.stop()
                 if not may_restart:
@@ -96,6 +122,8 @@ def supervise(start: Callable[[], RunningStream], stop: threading.Event, *, stat
             write_status(status_file, record)
             if warmer is not None:
                 warmer.tick()
+            if inputs is not None:
+                sight(inputs)
             stop.wait(status_interval)
         return 0
     finally:

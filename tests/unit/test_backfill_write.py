@@ -116,3 +116,59 @@ def test_executors_write_through_the_cassandra_writer(executed: list, table: str
 def test_no_write_only_counts(executed: list) -> None:
     reports = list(write_frames(Settings(), "timeline", TS, write=False)(iter([TIMELINE])))
     assert executed == [] and int(reports[0]["rows"][0]) == 2
+
+
+# --- a missing grant: a deployment error, named, not a WriteFailed to retry (docs/operations.md) ----
+
+
+REFUSAL = 'Error from server: code=2100 [Unauthorized] message="User feed_backfill has no MODIFY permission on <table ks.tweets> or any of its parents"'
+
+
+def test_a_grant_refusal_is_a_permission_error_naming_role_permission_and_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cassandra import Unauthorized
+
+    from feed_service.errors import StorePermissionDenied, WriteFailed
+
+    class Failed:
+        success = False
+
+        def __init__(self, exc: Exception) -> None:
+            self.result_or_exc = exc
+
+    failures: list[Exception] = []
+    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent",
+                        lambda session, statements, **_: [Failed(f) for f in failures] + [Result() for _ in statements])
+    writer = CassandraWriter(FakeSession(), "ks", batch_rows=1)
+    failures[:] = [TimeoutError("slow"), Unauthorized(REFUSAL)]
+    with pytest.raises(StorePermissionDenied, match=r"^cassandra role feed_backfill lacks MODIFY on ks\.tweets: "):
+        writer.write(tweets=tweet_writes(TWEETS, TS))
+    failures[:] = [TimeoutError("slow")]
+    with pytest.raises(WriteFailed):  # an outage stays retryable
+        writer.write(tweets=tweet_writes(TWEETS, TS))
+
+
+class FailingFrame:
+    """A frame whose Spark job fails with ``text`` (what a failed executor task's Python error reads like)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def mapInPandas(self, *_: Any) -> "FailingFrame":  # noqa: N802 - Spark's name
+        return self
+
+    def collect(self) -> list:
+        raise RuntimeError(self.text)
+
+
+def test_the_backfill_stops_with_the_permission_error_a_task_failed_with() -> None:
+    from feed_service.errors import StorePermissionDenied
+    from spark_jobs.backfill.write import write_table
+
+    text = ("Job aborted due to stage failure: Task 0 in stage 9.0 failed: org.apache.spark.api.python.PythonException:"
+            " Traceback (most recent call last):\n  File \"write.py\", line 1, in fn\n"
+            "feed_service.errors.StorePermissionDenied: cassandra role feed_backfill lacks MODIFY on ks.tweets:"
+            " a deployment error, not retried\n\n\tat org.apache.spark.api.python.BasePythonRunner")
+    with pytest.raises(StorePermissionDenied, match=r"^cassandra role feed_backfill lacks MODIFY on ks\.tweets"):
+        write_table(Settings(), "tweets", FailingFrame(text), TS, write=True)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="lost an executor"):  # anything else: Spark's error as it is
+        write_table(Settings(), "tweets", FailingFrame("lost an executor"), TS, write=True)  # type: ignore[arg-type]

@@ -62,6 +62,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("server", ("feed_service.server",), ("core", "errors", "settings", "store", "api", "kafka", "roles",
                                                "security"),
           ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "google", "prometheus_client", "cachetools")),
+    # client-side helpers of the read service: over the generated stubs only
+    Layer("client", ("feed_service.client",), ("api",), ("grpc", "google", "tenacity")),
     Layer("workload", ("feed_service.workload",), ("core", "errors", "kafka")),
     Layer("ops", ("feed_service.ops",), ("kafka", "store", "settings", "roles", "security")),
     # The local stack starts processes; it probes Kafka and Cassandra (through the store's TLS and login

@@ -9,7 +9,8 @@ run is what they expect.
   templates they embed against the built-in schemas.
 - Spark settings, which no schema knows (``sparkConf`` is a string map, and Spark ignores a key it
   does not know): every key must be one that the installed Spark's jars define.
-- The Dockerfile (no Docker here): its pins against the project's, what the manifests name in it.
+- The Dockerfile's text: its pins against the project's, what the manifests name in it. The built
+  image itself is checked by tests/image/test_image.py (scripts/image).
 """
 
 from __future__ import annotations
@@ -339,14 +340,19 @@ def dockerfile() -> tuple[dict[str, str], list[Stage]]:
 
 
 def test_the_image_pins_the_projects_spark_python_and_java() -> None:
+    """The base images are build arguments (scripts/image passes local stand-ins) whose defaults are
+    the registry's images a real build uses: those defaults are held to the project's pins."""
     args, stages = dockerfile()
     assert args["SPARK_VERSION"] == SPARK_VERSION
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
-    assert args["PYTHON_VERSION"] in SpecifierSet(requires)
+    python = re.fullmatch(r"python:(\d+\.\d+)-slim-bookworm", args["PYTHON_IMAGE"])
+    assert python and python.group(1) in SpecifierSet(requires), args["PYTHON_IMAGE"]
     runtime, build = stages[-1], next(s for s in stages if s.alias == "build")
-    assert runtime.base == build.base == f"python:{args['PYTHON_VERSION']}-slim-bookworm"
+    assert runtime.base == build.base == args["PYTHON_IMAGE"]
     jre = next(s for s in stages if s.alias == "jre")
     assert re.fullmatch(r"eclipse-temurin:17-jre(-\w+)?", jre.base)
+    maven = next(s for s in stages if s.alias == "maven")
+    assert re.fullmatch(r"maven:3\.\d+(\.\d+)?-eclipse-temurin-17(-\w+)?", maven.base)
     assert "--from=jre /opt/java/openjdk /opt/java/openjdk" in runtime.values("COPY")
     # The build checks the wheel it installed against SPARK_VERSION.
     assert any("pip install ." in run and "pyspark.__version__ == '${SPARK_VERSION}'" in run for run in build.values("RUN"))
@@ -369,9 +375,16 @@ def test_the_image_runs_spark_and_feedctl_as_a_user() -> None:
     runtime = stages[-1]
     (user,) = runtime.values("USER")
     assert user.split(":")[0] not in {"root", "0"}
-    run_as = {d["spec"]["driverSpec"]["podTemplateSpec"]["spec"]["securityContext"]["runAsUser"]
-              for d in [load_doc("stream-sparkapplication.yaml", "SparkApplication")]}
-    assert run_as == {int(user.split(":")[0])}
+    # Every pod that runs the image declares the image's user (the server's and the provisioning's too:
+    # their Secrets, mounted 0400, are readable by it through fsGroup).
+    app = load_doc("stream-sparkapplication.yaml", "SparkApplication")
+    pods = [load_doc("server-deployment.yaml", "Deployment")["spec"]["template"]["spec"],
+            load_doc("provision-job.yaml", "Job")["spec"]["template"]["spec"],
+            *(template["spec"] for _, template in embedded_pod_templates(app))]
+    run_as = {(p["securityContext"]["runAsUser"], p["securityContext"]["runAsGroup"], p["securityContext"]["fsGroup"])
+              for p in pods}
+    uid, gid = (int(part) for part in user.split(":"))
+    assert run_as == {(uid, gid, gid)}
     # Spark's Kubernetes scheduler passes "driver ..."/"executor ..." as arguments to the entrypoint.
     (entrypoint,) = runtime.values("ENTRYPOINT")
     (script,) = json.loads(entrypoint)

@@ -118,3 +118,23 @@ def test_abuse_limits_from_the_environment() -> None:
             load_config(env={"FEED_AUTH_SECRET": SECRET, **bad}).validated()
     with pytest.raises(ConfigError, match="not a number"):
         load_config(env={"FEED_RATE_LIMIT_PER_S": "fast"})
+
+
+def test_pending_call_limits_from_the_environment_and_file(tmp_path: Path) -> None:
+    """gRPC's pending-call limits (a reconnect storm of watches, docs/api.md#limits): defaults that let
+    5,000 watches opened at once start, settable from the environment and the file, checked."""
+    assert (ServerConfig().max_pending_requests, ServerConfig().max_pending_requests_hard_limit) == (10_000, 20_000)
+    config = load_config(env={"FEED_AUTH_SECRET": SECRET, "FEED_GRPC_MAX_PENDING_REQUESTS": "500",
+                              "FEED_GRPC_MAX_PENDING_REQUESTS_HARD_LIMIT": "900"}).validated()
+    assert (config.max_pending_requests, config.max_pending_requests_hard_limit) == (500, 900)
+    path = tmp_path / "serve.toml"
+    path.write_text("[server]\nmax_pending_requests = 30000\nmax_pending_requests_hard_limit = 40000\n")
+    config = load_config(path=path, env={"FEED_AUTH_SECRET": SECRET}).validated()
+    assert (config.max_pending_requests, config.max_pending_requests_hard_limit) == (30_000, 40_000)
+    for bad in ({"FEED_GRPC_MAX_PENDING_REQUESTS": "0"},
+                {"FEED_GRPC_MAX_PENDING_REQUESTS": "5000", "FEED_GRPC_MAX_PENDING_REQUESTS_HARD_LIMIT": "4000"},
+                {"FEED_MAX_CONCURRENT_RPCS": "-5"}):
+        with pytest.raises(ConfigError, match="max_pending_requests|max_concurrent_rpcs"):
+            load_config(env={"FEED_AUTH_SECRET": SECRET, **bad}).validated()
+    with pytest.raises(ConfigError, match="not an integer"):
+        load_config(env={"FEED_GRPC_MAX_PENDING_REQUESTS": "many"})

@@ -316,6 +316,9 @@ class StubContext:
     def time_remaining(self) -> None:
         return None
 
+    async def send_initial_metadata(self, metadata) -> None:  # a stream's start token (docs/api.md#watch)
+        self.initial_metadata = metadata
+
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_read_cache_and_a_pushed_watch_follow_the_model_batch_by_batch(seed: int) -> None:

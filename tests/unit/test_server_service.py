@@ -444,6 +444,25 @@ def test_watch_delivers_new_entries_and_ends_on_cancel(store: MemoryStore, stub,
         del store.timelines["ann"][(int(entry_id[1:]), entry_id)]
 
 
+def test_watch_sends_its_start_token_before_any_entry(store: MemoryStore, stub, server) -> None:
+    """A started stream says so at once (initial metadata) with the token of where it starts: resuming
+    from it, even on an empty timeline, sends what arrived meanwhile (docs/api.md#watch)."""
+    from feed_service.server.watch import RESUME_TOKEN_HEADER
+
+    for user, arrived in (("ann", "t9100"), ("nobody-yet", "t9101")):
+        stream = stub.WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id=user), metadata=server.auth(user))
+        start = dict(stream.initial_metadata())[RESUME_TOKEN_HEADER]  # before any entry exists to send
+        assert start
+        stream.cancel()
+        store.add_entry(user, Entry(arrived, "bob", 9_100, 1, "while away", 2))
+        resumed = stub.WatchHomeTimeline(pb.WatchHomeTimelineRequest(user_id=user, resume_token=start),
+                                         metadata=server.auth(user))
+        assert dict(resumed.initial_metadata())[RESUME_TOKEN_HEADER] == start
+        assert [e.tweet_id for e in next(resumed).entries] == [arrived]
+        resumed.cancel()
+        del store.timelines[user][(9_100, arrived)]
+
+
 def test_watch_auth_and_validation(stub, server) -> None:
     watch = stub.WatchHomeTimeline
     assert rpc_error(lambda: next(watch(pb.WatchHomeTimelineRequest(user_id="ann")))).code() == Code.UNAUTHENTICATED

@@ -118,7 +118,7 @@ def test_changed_content_gets_another_file(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_executor_code_imports_from_the_archive_alone(tmp_path: Path) -> None:
-    """What a Spark task may import (all of spark_jobs, feed_service but the gRPC server) and the package
+    """What a Spark task may import (all of spark_jobs, feed_service but the gRPC server and client) and the package
     data load from the zip, with the editable install's finder out of the way."""
     archive = build_code_archive(tmp_path)
     script = f"""
@@ -130,7 +130,7 @@ from feed_service import resources
 assert feed_service.__file__.startswith({str(archive)!r}), feed_service.__file__
 assert resources.read_json(resources.TOPICS) and "CREATE TABLE" in resources.read_text(resources.CQL)
 failed = []
-server = ("feed_service.api", "feed_service.server")  # the gRPC stubs are not shipped
+server = ("feed_service.api", "feed_service.server", "feed_service.client")  # the gRPC stubs are not shipped
 for package in (spark_jobs, feed_service):
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + ".",
                                         onerror=lambda name: name.startswith(server) or failed.append(name)):

@@ -120,7 +120,7 @@ def test_the_stream_session_gets_the_pinned_partitions(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="stop here"):
         stream.run_stream(Settings(), stream.StreamOptions(checkpoint=checkpoint, settings_changes={"state_partitions": 3}),
-                          dependencies=stream.StreamDependencies(build_session=session))
+                          dependencies=stream.StreamDependencies(build_session=session, input_guard=lambda *a: None))
     assert seen["spark.sql.shuffle.partitions"] == "8"
     CheckpointLock.acquire(checkpoint, "test").release()  # the refusal released the lock
 

@@ -87,6 +87,7 @@ class Driver:
             "restart_backoff_seconds": 0.0,
             "status_interval": 0.01,
             "warm_after_seconds": 0.0,
+            "input_guard": lambda *a: None,  # no broker here: the guard has its own tests (test_stream_inputs.py)
         }
         return stream.StreamDependencies(**{**fakes, **changes})
 

@@ -44,13 +44,18 @@ class StubFeed:
 
 
 class Context:
-    """What a stream asks of its gRPC context: the time left before its deadline."""
+    """What a stream asks of its gRPC context: the time left before its deadline, and to send its
+    initial metadata."""
 
     def __init__(self, seconds: float | None = None) -> None:
         self.deadline = None if seconds is None else time.monotonic() + seconds
 
     def time_remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
+
+    async def send_initial_metadata(self, metadata) -> None:
+        """Where the stream starts (its start token, docs/api.md#watch): kept for the test to read."""
+        self.initial_metadata = metadata
 
 
 class Stream:

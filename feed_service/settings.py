@@ -236,9 +236,6 @@ def check_state_buckets(value: int) -> int:
 
 
 
-DEFAULT_PER_READER_LOCAL_LIMIT = 20_000
-"""Starting two Spark jobs (a shuffle each) costs more than stepping a few thousand small messages
-in the driver's process (docs/reposts-and-replies.md, "Where the steps run in the stream")."""
 
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -309,9 +306,6 @@ class Settings:
     """Buckets of join keys a new stream checkpoint groups its state by (0: one state per key)."""
     view_changes: bool = True
     """Whether the stream publishes the view's changes to the ``timeline_changes`` topic."""
-    per_reader_local_limit: int = DEFAULT_PER_READER_LOCAL_LIMIT
-    """Messages of a micro-batch up to which the reposter and reader steps run in the stream's driver
-    process; above it they run on the executors (docs/reposts-and-replies.md)."""
     inactive_after_s: int = DEFAULT_INACTIVE_AFTER_S
     """Seconds without a home-timeline read after which a reader is inactive (0: never; docs/activity.md)."""
     read_report_interval_s: int = DEFAULT_READ_REPORT_INTERVAL_S
@@ -352,8 +346,6 @@ class Settings:
         check_view_changes(self.view_changes)
         if type(self.pull_reposters) is not bool:
             raise ConfigError(f"pull_reposters must be a boolean, got {self.pull_reposters!r}")
-        if type(self.per_reader_local_limit) is not int or self.per_reader_local_limit < 0:
-            raise ConfigError(f"per-reader local limit must be an integer >= 0, got {self.per_reader_local_limit!r}")
         check_read_activity(self.inactive_after_s, self.read_report_interval_s)
         keyspace_replication(self.cassandra_replication)
         check_consistency(self.write_consistency, "write consistency")
@@ -375,7 +367,7 @@ class Settings:
 
     @property
     def reposter_threshold(self) -> int | None:
-        """The ``pull_threshold`` the reposter step is given: None (every reposter pushes) unless
+        """The ``pull_threshold`` the per-reader stage gives reposters: None (every reposter pushes) unless
         :attr:`pull_reposters`."""
         return self.pull_threshold if self.pull_reposters else None
 
@@ -431,8 +423,6 @@ class Settings:
                 state_partitions=int(env.get("FEED_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))),
                 state_buckets=int(env.get("FEED_STATE_BUCKETS", str(DEFAULT_STATE_BUCKETS))),
                 view_changes=parse_flag(env.get("FEED_VIEW_CHANGES", "1"), "FEED_VIEW_CHANGES"),
-                per_reader_local_limit=int(env.get("FEED_PER_READER_LOCAL_LIMIT",
-                                                   str(DEFAULT_PER_READER_LOCAL_LIMIT))),
                 inactive_after_s=int(env.get("FEED_INACTIVE_AFTER_S", str(DEFAULT_INACTIVE_AFTER_S))),
                 read_report_interval_s=int(env.get("FEED_READ_REPORT_INTERVAL_S",
                                                    str(DEFAULT_READ_REPORT_INTERVAL_S))),
@@ -477,7 +467,6 @@ class Settings:
             "FEED_STATE_PARTITIONS": str(self.state_partitions),
             "FEED_STATE_BUCKETS": str(self.state_buckets),
             "FEED_VIEW_CHANGES": "1" if self.view_changes else "0",
-            "FEED_PER_READER_LOCAL_LIMIT": str(self.per_reader_local_limit),
             "FEED_INACTIVE_AFTER_S": str(self.inactive_after_s),
             "FEED_READ_REPORT_INTERVAL_S": str(self.read_report_interval_s),
             "FEED_CASSANDRA_REPLICATION": self.cassandra_replication,

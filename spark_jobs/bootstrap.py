@@ -99,7 +99,7 @@ class Bootstrap:
     inbox_cap: int
     state_path: Path
     per_reader_path: Path
-    """The reposter and reader steps' states (``step, key, state``)."""
+    """The per-reader stage's inputs (``identity, value``)."""
 
 
 def load_bootstrap(folder: Path, settings: Settings) -> Bootstrap:

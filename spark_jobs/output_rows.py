@@ -6,7 +6,7 @@ into the write rows of :mod:`feed_service.core.rows` on the executors, a timelin
 compact (:class:`~feed_service.core.rows.TimelineFanout`: Cassandra writes it per chunk of
 timelines). :func:`result_rows` and :func:`writes_of` are inverses (a unit test holds them together).
 
-A row's ``kind`` says where it goes: ``per_reader`` (a message to the reposter or reader step of
+A row's ``kind`` says where it goes: ``per_reader`` (a message to the per-reader stage about
 ``user_id``, run by the sink after the rows are written), ``timeline`` (inboxes: ``timeline_ids`` holds the followers),
 ``tweet``, ``profile``, ``author`` (the author timeline), ``pull_follow`` (``timeline_ids`` holds
 the followers who start or stop merging ``author_id`` in) or ``block`` (``author_id`` starts or stops
@@ -73,7 +73,7 @@ OUTPUT_FIELDS: tuple[tuple[str, str], ...] = (
     ("reposted_by", "string"),
     ("reposted_at", "bigint"),
     ("reposter_profile_version", "bigint"),
-    # a message to the per-reader steps (kind ``per_reader``), pickled: docs/reposts-and-replies.md
+    # a message to the per-reader stage (kind ``per_reader``), pickled: docs/reposts-and-replies.md
     ("message", "binary"),
 )
 OUTPUT_SCHEMA = ", ".join(f"{name} {sql_type}" for name, sql_type in OUTPUT_FIELDS)
@@ -91,7 +91,7 @@ class Writes(NamedTuple):
     dead_letters: list[tuple[str, str]]
     blocks: list[BlockWrite]
     messages: list[tuple[str, str, tuple[Any, int | None]]]
-    """(step, destination key, (message, source_ms)) for the per-reader steps, run after the rows
+    """(step, destination key, (message, source_ms)) for the per-reader stage, run after the rows
     are written."""
 
 
@@ -148,7 +148,7 @@ _MESSAGE_ROUTES = {
 
 
 def message_rows(side: SideResult | None, source_ms: int | None) -> list[tuple[Any, ...]]:
-    """The messages an author key owes the per-reader steps, one ``per_reader`` row each: ``op`` names
+    """The messages an author key owes the per-reader stage, one ``per_reader`` row each: ``op`` names
     the message, ``user_id`` its destination key, ``message`` the pickled message (it travels only
     between the operator and the sink of one micro-batch, inside the job)."""
     if side is None:

@@ -40,7 +40,7 @@ class StoredStep:
     clear_edges: bool = False
     """The edges moved inside the core part: remove the separate part."""
     side: SideResult | None = None
-    """The messages the key owes the per-reader steps this batch (docs/reposts-and-replies.md)."""
+    """The messages the key owes the per-reader stage this batch (docs/reposts-and-replies.md)."""
 
 
 def _parts(state: AuthorState, *, had_separate_edges: bool, edges_changed: bool) -> tuple[bytes, bytes | None, bool]:

@@ -134,7 +134,7 @@ class TimelineView:
         self.blocks: set[tuple[str, str]] = set()
         """(blocker, blocked) of every block in force (the ``blocks`` table)."""
         self.extras: dict[str, dict[RowKey, Entry]] = {}
-        """reader -> the entries the reader step decided (``home_extras``: docs/reposts-and-replies.md)."""
+        """reader -> the entries the per-reader stage decided (``home_extras``: docs/reposts-and-replies.md)."""
         self.own_reposts: dict[str, dict[RowKey, Entry]] = {}
         """reposter -> its reposts of others' tweets (its own timeline's repost rows)."""
         self.visible: dict[str, set[str]] = {}
@@ -259,7 +259,7 @@ class TimelineView:
                 del self.own_reposts[reposter]
 
     def apply_visible(self, deltas: Iterable[VisibleDelta]) -> None:
-        """Apply the reader step's changes of the readers' visible sets."""
+        """Apply the per-reader stage's changes of the readers' visible sets."""
         for op, reader, user, _ in deltas:
             users = self.visible.setdefault(reader, set())
             (users.discard if op == "delete" else users.add)(user)
@@ -267,11 +267,11 @@ class TimelineView:
                 del self.visible[reader]
 
     def apply_hidden(self, deltas: Iterable[HiddenDelta]) -> None:
-        """Apply the reader step's changes of the users hidden from each reader."""
+        """Apply the per-reader stage's changes of the users hidden from each reader."""
         _apply_sets(self.hidden, ((op, reader, user) for op, reader, user, _ in deltas))
 
     def apply_pull_reposters(self, deltas: Iterable[PullReposterDelta]) -> None:
-        """Apply the reposter step's changes of which readers merge in which pull reposters."""
+        """Apply the per-reader stage's changes of which readers merge in which pull reposters."""
         for op, reader, reposter, _ in deltas:
             if (reposter in self.pull_reposters.get(reader, ())) != (op == "delete"):
                 self._fail(f"pull-reposter {op} of {'missing' if op == 'delete' else 'present'} edge "
@@ -333,7 +333,7 @@ class TimelineView:
     def merged_inbox(self, uid: str) -> list[Entry]:
         """What ``uid``'s inbox holds by definition, merged from its push authors' timelines: each
         one's tweets that are no reply, a self-reply or a reply to ``uid`` (a reply to a third
-        user is the reader step's, in the extras). The read of a reader whose inbox is not kept."""
+        user is the per-reader stage's, in the extras). The read of a reader whose inbox is not kept."""
         sources = []
         for author in self.inbox_authors(uid):
             rows = _newest_first(self.author_timelines.get(author, {}))
@@ -365,7 +365,7 @@ class TimelineView:
         return None if prow is None else prow.display_name
 
     def entries(self, user_id: str) -> list[Entry]:
-        """The ``inbox_cap`` newest entries of ``user_id``'s timeline (inbox, the reader step's
+        """The ``inbox_cap`` newest entries of ``user_id``'s timeline (inbox, the per-reader stage's
         entries and pull authors), newest first. A pull author's reply to a third user is merged in
         only if the reader sees that user (docs/reposts-and-replies.md, hybrid fan-out)."""
         extras = _newest_first(self.extras.get(user_id, {}))

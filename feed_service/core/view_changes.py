@@ -88,7 +88,7 @@ class BlockRowChange(NamedTuple):
 
 class ExtrasChange(NamedTuple):
     """``op`` on a row of ``timeline_id``'s ``home_extras`` partition (the per-reader entries: a
-    repost entry or a conditional reply, docs/reposts-and-replies.md), written by the reader step of
+    repost entry or a conditional reply, docs/reposts-and-replies.md), written by the per-reader stage for
     ``timeline_id``. The row's identity is ``(timeline_id, entry.at, entry.tweet_id)``."""
 
     op: DeltaOp
@@ -100,7 +100,7 @@ class ExtrasChange(NamedTuple):
 
 class UserRepostChange(NamedTuple):
     """``op`` on a row of ``entry.reposted_by``'s own reposts (``user_reposts``), written by that
-    user's reposter step; identity ``(entry.reposted_by, entry.at, entry.tweet_id)``."""
+    per-reader stage; identity ``(entry.reposted_by, entry.at, entry.tweet_id)``."""
 
     op: DeltaOp
     entry: Entry
@@ -110,7 +110,7 @@ class UserRepostChange(NamedTuple):
 
 class VisibleChange(NamedTuple):
     """``reader_id`` starts (``insert``) or stops (``delete``) seeing ``user_id`` (``reader_visible``:
-    what a read uses to filter a pull author's replies), written by the reader step of ``reader_id``."""
+    what a read uses to filter a pull author's replies), written by the per-reader stage."""
 
     op: FollowOp
     reader_id: str
@@ -121,7 +121,7 @@ class VisibleChange(NamedTuple):
 
 class PullReposterChange(NamedTuple):
     """``timeline_id`` starts (``insert``) or stops (``delete``) merging in pull reposter
-    ``reposter_id``'s reposts at read (``home_timeline.pull_reposters``), written by the reposter step
+    ``reposter_id``'s reposts at read (``home_timeline.pull_reposters``), written by the per-reader stage
     of ``reposter_id`` (docs/reposts-and-replies.md, hybrid fan-out)."""
 
     op: FollowOp
@@ -133,7 +133,7 @@ class PullReposterChange(NamedTuple):
 
 class HiddenChange(NamedTuple):
     """``user_id``'s tweets start (``insert``) or stop (``delete``) being hidden from ``reader_id``
-    (``reader_hidden``), written by the reader step of ``reader_id``."""
+    (``reader_hidden``), written by the per-reader stage."""
 
     op: FollowOp
     reader_id: str

@@ -45,7 +45,7 @@ READ_ACTIVITY_TOPICS = ("reads",)
 SERVER_TABLES = ("home_timeline", "home_extras", "tweets", "profiles", "author_timeline", "user_reposts",
                  "pull_follows", "reader_visible", "blocks", "reader_hidden", "reposts_by_tweet",
                  "home_extras_reposts")
-#: Tables only the writers use: the per-reader steps' state, nothing the read service needs, and
+#: Tables only the writers use: the per-reader stage' state, nothing the read service needs, and
 #: the follow graph and hidden relations of every user in one place; the driver's record of each
 #: reader's last read (docs/activity.md), which the server reports through Kafka, never reads.
 STATE_TABLES = ("per_reader_inputs", "reader_activity")

@@ -1,6 +1,6 @@
 """A pull author's replies, decided at read (docs/reposts-and-replies.md, hybrid fan-out).
 
-The stream decides for every reader which replies of a push author it sees (the reader step writes
+The stream decides for every reader which replies of a push author it sees (the per-reader stage writes
 them to ``home_extras``); a pull author's tweets are fanned out to nobody, so a read decides: the
 author's row that replies to X, X neither the author nor the reader, is shown only if the reader
 sees X (``reader_visible``). Rows a reader is not shown make a pull author's slice short, so a read

@@ -299,7 +299,7 @@ class HomeWatch:
         A tweet's entry comes from the inbox, a pull author's timeline or the reader's
         ``home_extras``; two of them may hold it at once while it moves between them (an author
         crossing the pull threshold, a follow that makes a reposted tweet direct), and their changes
-        interleave in any order (the author key's, the pull-follow's and the reader step's). So the
+        interleave in any order (the author key's, the pull-follow's and the per-reader stage's). So the
         watch notes which of them holds each tweet it heard of and sends the newest entry held,
         removing the tweet only when none holds it. A pull author's reply to a third user counts
         only if the reader sees that user (a visible-set change brings or takes those replies).

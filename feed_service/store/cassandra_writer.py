@@ -11,7 +11,7 @@ cell, the write with the highest timestamp (a tombstone wins a tie), so:
 
 Rows are the write rows of :mod:`feed_service.core.rows` (``TimelineWrite``, ``TweetWrite``,
 ``ProfileWrite``, ``AuthorTimelineWrite``, ``PullFollowWrite``, ``BlockWrite``) and of the
-per-reader steps (:class:`~feed_service.core.per_reader.messages.ExtrasDelta` for ``home_extras``,
+per-reader stage (:class:`~feed_service.core.per_reader.messages.ExtrasDelta` for ``home_extras``,
 ``AuthorTimelineWrite`` of repost entries for ``user_reposts``,
 :class:`~feed_service.core.per_reader.messages.VisibleDelta` for ``reader_visible``,
 :class:`~feed_service.core.per_reader.messages.HiddenDelta` for ``reader_hidden``,

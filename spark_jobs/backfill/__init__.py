@@ -9,9 +9,9 @@ A Spark batch job in stages, one module each, reported on stderr by :mod:`.progr
    tombstones skipped and counted, invalid records counted by reason (``--dead-letters`` sends them on).
 3. :mod:`.winners`: each entity's winning change, by the engine's rules.
 4. :mod:`.states`: each author key's whole step after those changes (its per-reader side included),
-   as parquet: the stream's initial state; and the messages the key owes the per-reader steps.
-5. :mod:`.per_reader`: the reposter and reader steps over those messages, as one batch; their
-   states as parquet, which the bootstrapped stream starts from.
+   as parquet: the stream's initial state; and the messages the key owes the per-reader stage.
+5. :mod:`.per_reader`: the per-reader stage over those messages, as one batch; its inputs as
+   parquet, which the bootstrapped stream restores the stage from.
 6. :mod:`.join`: each author's retained live tweets (newest ``inbox_cap`` per class) ⋈ the active
    follow edges that no block or mute hides, a reply to another user X only to X: exactly the rows
    the stream writes.

@@ -55,7 +55,7 @@ def retained_tweets(live_tweets: "DataFrame", inbox_cap: int) -> "DataFrame":
 def direct_rows(tweets: "DataFrame", visible: "DataFrame") -> "DataFrame":
     """``tweets ⋈ visible`` (``timeline_id, author_id``) on the author, keeping what the author key
     writes to an inbox: a plain tweet to every visible follower, a reply to another user X only to
-    X's own inbox (every other follower's is the reader step's decision, ``home_extras``)."""
+    X's own inbox (every other follower's is the per-reader stage's decision, ``home_extras``)."""
     from pyspark.sql import functions as F
 
     cls = reply_class()
@@ -111,7 +111,7 @@ def pull_follow_rows(winners: Winners, pull_threshold: int) -> "DataFrame":
 
 def count_timelines(winners: Winners, inbox_cap: int) -> int:
     """Timelines the author keys reach: visible followers of an author (push or pull) with a retained
-    tweet they see directly (plain, or a reply to them); what only the reader step brings
+    tweet they see directly (plain, or a reply to them); what only the per-reader stage brings
     (``home_extras``) is counted in its own rows."""
     return direct_rows(retained_tweets(winners.live_tweets, inbox_cap), _visible(winners)).select(
         "timeline_id").distinct().count()

@@ -82,7 +82,7 @@ def winner_events(winners: Winners) -> "DataFrame":
 
 class KeyStep(NamedTuple):
     """One author key's step over its winners: the state to bootstrap the stream with and the
-    messages it owes the per-reader steps."""
+    messages it owes the per-reader stage."""
 
     key: str
     state: bytes
@@ -155,7 +155,7 @@ def states_of(engine: "DataFrame") -> "DataFrame":
 
 
 def messages_of(engine: "DataFrame") -> "DataFrame":
-    """``step, dest, message`` of every message to the per-reader steps, from :func:`engine_states`' rows."""
+    """``step, dest, message`` of every message to the per-reader stage, from :func:`engine_states`' rows."""
     from pyspark.sql import functions as F
 
     return engine.where(F.col("message").isNotNull()).select("step", "dest", "message")
@@ -171,7 +171,7 @@ def write_states(spark: "SparkSession", engine: "DataFrame", path: Path) -> int:
 def state_inbox_rows(blob: bytes) -> list[tuple]:
     """The inbox rows an encoded author state holds (:data:`TIMELINE_COLUMNS`): for a push author,
     each retained tweet to each visible follower, a reply to another user X only to X (the others'
-    are conditional replies, the reader step's); none for a pull author (merged at read)."""
+    are conditional replies, the per-reader stage's); none for a pull author (merged at read)."""
     from feed_service.core.per_reader.author_side import reply_class
     from feed_service.core.state import decode_state, visible_followers
 

@@ -1,5 +1,5 @@
 """Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines, pull
-follows, blocks in force, and the per-reader steps' rows (``home_extras``, ``user_reposts``,
+follows, blocks in force, and the per-reader stage' rows (``home_extras``, ``user_reposts``,
 ``reader_visible``, ``reader_hidden``, ``home_timeline.pull_reposters``; the writer adds the
 indexes by tweet of ``home_extras`` and ``user_reposts``) to Cassandra.
 
@@ -104,30 +104,30 @@ def block_writes(pdf: "pd.DataFrame", ts: int) -> list[BlockWrite]:
 
 
 def extras_writes(pdf: "pd.DataFrame", ts: int) -> list[ExtrasDelta]:
-    """Rows of ``home_extras`` from the reader step's rows (``timeline_id`` and an entry's columns)."""
+    """Rows of ``home_extras`` from the per-reader stage's rows (``timeline_id`` and an entry's columns)."""
     return [ExtrasDelta("insert", reader, entry, ts) for reader, entry in zip(pdf["timeline_id"].tolist(), _entries(pdf))]
 
 
 def user_repost_writes(pdf: "pd.DataFrame", ts: int) -> list[AuthorTimelineWrite]:
-    """Rows of ``user_reposts`` from the reposter step's rows (an entry's columns; the partition is
+    """Rows of ``user_reposts`` from the per-reader stage's rows (an entry's columns; the partition is
     its ``reposted_by``)."""
     return [AuthorTimelineWrite("insert", entry, ts) for entry in _entries(pdf)]
 
 
 def visible_writes(pdf: "pd.DataFrame", ts: int) -> list[VisibleDelta]:
-    """Rows of ``reader_visible`` from the reader step's ``reader_id, user_id``."""
+    """Rows of ``reader_visible`` from the per-reader stage's ``reader_id, user_id``."""
     return [VisibleDelta("insert", reader, user, ts)
             for reader, user in zip(pdf["reader_id"].tolist(), pdf["user_id"].tolist())]
 
 
 def hidden_writes(pdf: "pd.DataFrame", ts: int) -> list[HiddenDelta]:
-    """Rows of ``reader_hidden`` from the reader step's ``reader_id, user_id``."""
+    """Rows of ``reader_hidden`` from the per-reader stage's ``reader_id, user_id``."""
     return [HiddenDelta("insert", reader, user, ts)
             for reader, user in zip(pdf["reader_id"].tolist(), pdf["user_id"].tolist())]
 
 
 def pull_reposter_writes(pdf: "pd.DataFrame", ts: int) -> list[PullReposterDelta]:
-    """Elements of ``home_timeline.pull_reposters`` from the reposter step's ``reader_id, reposter_id``."""
+    """Elements of ``home_timeline.pull_reposters`` from the per-reader stage's ``reader_id, reposter_id``."""
     return [PullReposterDelta("insert", reader, reposter, ts)
             for reader, reposter in zip(pdf["reader_id"].tolist(), pdf["reposter_id"].tolist())]
 
@@ -165,7 +165,7 @@ def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> C
     ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`), ``profiles`` (winning
     profiles), ``author_timeline``, ``pull_follows`` (:mod:`~spark_jobs.backfill.join`),
     ``blocks`` (blocks in force), or ``home_extras``, ``user_reposts``, ``reader_visible``,
-    ``reader_hidden``, ``pull_reposters`` (the per-reader steps' rows, :mod:`~spark_jobs.backfill.per_reader`). With ``write`` False rows are
+    ``reader_hidden``, ``pull_reposters`` (the per-reader stage' rows, :mod:`~spark_jobs.backfill.per_reader`). With ``write`` False rows are
     only counted (``--no-write``).
     """
 

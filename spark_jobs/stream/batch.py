@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from spark_jobs.stream.refill import StreamRefill
     from spark_jobs.stream.trimming import StreamTrimming
 
-#: ``(spark context, settings, batch id, clock start, messages)`` -> what the per-reader steps did.
+#: ``(spark context, settings, batch id, clock start, messages)`` -> what the per-reader stage did.
 PerReaderRunner = Callable[[Any, Settings, int, int, Any], Any]
 
 #: ``(settings, rows, counter, write_seconds)`` -> the partition's report: what each executor partition
@@ -94,7 +94,7 @@ def foreach_batch(settings: Settings, counter: Any, trimming: "StreamTrimming | 
     call completes, its merged report for the metrics (a failed call adds nothing; its replay does).
     ``partition_writer`` is what each partition runs (default: the sink's ``write_partition``, imported
     here so that the command line does not load the Cassandra and Kafka clients). Once every
-    partition's rows are written, the batch's messages to the per-reader steps run through
+    partition's rows are written, the batch's messages to the per-reader stage run through
     ``per_reader`` (default: :func:`spark_jobs.stream.per_reader.run_per_reader`), with
     ``clock_start`` as the first clock of a key new to those steps. After the trims, ``refill`` checks
     the inboxes the batch deleted rows from and asks for the short ones to be refilled

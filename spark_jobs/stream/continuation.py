@@ -27,7 +27,7 @@ log = logging.getLogger("feed.stream")
 def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
     """Options and :func:`~spark_jobs.stream.query.start_stream` arguments to continue from the backfill
     of ``options.bootstrap_from`` (its engine states as ``state_path`` and its per-reader states as
-    ``per_reader_path``, to read once a session exists: :func:`seed_per_reader_states`).
+    ``per_reader_path``, to read once a session exists: :func:`seed_per_reader_inputs`).
 
     Refuses a checkpoint that already committed a batch (:class:`CheckpointError`: its state and
     offsets are the truth then), an unusable backfill (:class:`BootstrapError`) and an inbox cap
@@ -53,7 +53,7 @@ def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[
 SEED_CHUNK = 2000
 
 
-def seed_per_reader_states(spark: "SparkSession", settings: Settings, path: Path, clock_start: int, *,
+def seed_per_reader_inputs(spark: "SparkSession", settings: Settings, path: Path, clock_start: int, *,
                            inputs_for: Callable[[Settings], "StageInputs"] | None = None) -> int:
     """Save the backfill's per-reader stage inputs (``identity, value`` parquet at ``path``) as this
     checkpoint's (stage :func:`~spark_jobs.stream.per_reader.state_stage` of ``clock_start``) at batch

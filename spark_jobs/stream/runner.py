@@ -23,7 +23,7 @@ from spark_jobs.fatal import fatal_error
 from spark_jobs.job_cli import refused
 from spark_jobs.state_stats import stream_stats
 from spark_jobs.stream.inputs import InputGuard
-from spark_jobs.stream.continuation import continue_from_backfill, seed_per_reader_states
+from spark_jobs.stream.continuation import continue_from_backfill, seed_per_reader_inputs
 from spark_jobs.stream.metrics_endpoint import serve_metrics
 from spark_jobs.stream.options import StreamOptions
 from spark_jobs.stream.pinned import clock_start_for, operator_for, per_reader_layout_for, state_partitions_for
@@ -113,7 +113,7 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
             bootstrap_kwargs["initial_state"] = spark.read.parquet(str(bootstrap_kwargs.pop("state_path")))
             # The clock the query will run with (fixed now if new): it names the per-reader stages.
             clock_start = clock_start_for(options.checkpoint, bootstrap_kwargs["clock_start"])
-            seeded = seed_per_reader_states(spark, settings, bootstrap_kwargs.pop("per_reader_path"), clock_start)
+            seeded = seed_per_reader_inputs(spark, settings, bootstrap_kwargs.pop("per_reader_path"), clock_start)
             log.info("bootstrap: %d per-reader stage inputs seeded (clock start %d)", seeded, clock_start)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -66,7 +66,7 @@ class PartitionReport:
     changes_published: int = 0
     """View-change messages published to ``timeline_changes`` (after splitting)."""
     messages: list[tuple[str, str, Any]] = field(default_factory=list)
-    """The batch's messages to the per-reader steps, (step, destination key, message): the driver
+    """The batch's messages to the per-reader stage, (step, destination key, message): the driver
     runs those steps once every partition's rows are written (spark_jobs/stream/per_reader.py)."""
     deletes: dict[str, int] = field(default_factory=dict)
     """Home-timeline rows deleted per timeline (the refill check's input: docs/trimming.md#refill)."""

@@ -213,12 +213,12 @@ def test_seeding_saves_the_inputs_under_the_checkpoints_stage_below_its_first_ba
     rows = [{"identity": json.dumps(["rel", f"u{i}", "bob"]), "value": pickle.dumps((i, True, False))}
             for i in range(5)]
     fake = _FakeRead([rows[:3], rows[3:], []])
-    saved = continuation.seed_per_reader_states(fake, Settings(), "unused", 77, inputs_for=lambda settings: store)
+    saved = continuation.seed_per_reader_inputs(fake, Settings(), "unused", 77, inputs_for=lambda settings: store)
     assert saved == 5
     assert (("rel", "u4", "bob"), (4, True, False)) in store.load(state_stage(77), 0)
     # a batch 0 that saved an input, then failed: its replay, and a new seed, start from the seed again
     store.save(state_stage(77), [(("rel", "u4", "bob"), (9, False, False), (4, True, False))], 0)
     assert (("rel", "u4", "bob"), (4, True, False)) in store.load(state_stage(77), 0)
-    continuation.seed_per_reader_states(fake, Settings(), "unused", 77, inputs_for=lambda settings: store)
+    continuation.seed_per_reader_inputs(fake, Settings(), "unused", 77, inputs_for=lambda settings: store)
     assert (("rel", "u4", "bob"), (4, True, False)) in store.load(state_stage(77), 0)
     assert store.rows[(state_stage(77), '["rel","u4","bob"]')][0] == BOOTSTRAP_BATCH_ID

@@ -1,4 +1,4 @@
-"""What an author key owes the per-reader steps after its step (docs/reposts-and-replies.md).
+"""What an author key owes the per-reader stage after its step (docs/reposts-and-replies.md).
 
 :func:`author_side` runs after :func:`feed_service.core.join.step` with the key's state before and
 the step's result, and returns:

@@ -1,4 +1,4 @@
-"""An author key's whole step: the join's step, then what it owes the per-reader steps.
+"""An author key's whole step: the join's step, then what it owes the per-reader stage.
 
 :func:`step_with_side` is what every runner of the author key calls (the stream's stateful
 operator through :func:`~feed_service.core.stored_step.step_stored`, the in-memory

@@ -20,7 +20,7 @@ of every message here."""
 
 
 class Relation(NamedTuple):
-    """To the reader step of ``reader``: whether ``reader`` sees ``user`` (actively follows, nothing
+    """To the per-reader stage: whether ``reader`` sees ``user`` (actively follows, nothing
     hides) and whether ``user``'s tweets are hidden from ``reader`` (a block or mute in force)."""
 
     reader: str
@@ -43,7 +43,7 @@ class ConditionalTweet(NamedTuple):
 
 
 class RepostEdge(NamedTuple):
-    """To the reposter step of ``reposter`` (from its own author key, where every change of the edge
+    """To the per-reader stage (from the author key of ``reposter``, where every change of the edge
     meets): the winning change of its edge to ``tweet_id``: ``(version, unreposted, author_id,
     created_at, profile_version)`` as :func:`~feed_service.core.events.repost_rank` ranks it."""
 
@@ -54,7 +54,7 @@ class RepostEdge(NamedTuple):
 
 
 class RepostedTweet(NamedTuple):
-    """To the reposter step of ``reposter`` (from the author key of ``author_id``, which a change of
+    """To the per-reader stage (from the author key of ``author_id``, which a change of
     the edge named): the tweet's current content as an entry, or None while it is not live."""
 
     reposter: str

@@ -14,6 +14,7 @@ from feed_service.core.rows import Entry
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
+from spark_jobs.state_stats import last_committed_batch
 
 from .pipeline import StreamProcess, publish, running, stop_cleanly
 
@@ -81,7 +82,8 @@ def _reference(settings: Settings, events: list[dict]) -> tuple[dict[str, list[E
     return home, reference_user_timelines(tables, inbox_cap=settings.inbox_cap)
 
 
-def test_stream_with_reposts_and_replies_equals_the_reference(settings: Settings, unique: str, tmp_path: Path) -> None:
+def test_stream_with_reposts_and_replies_equals_the_reference_through_a_restart_and_a_kill(
+        settings: Settings, unique: str, tmp_path: Path) -> None:
     pipeline = _isolated(settings, unique)
     events = _history(seed=3)
     kinds = {(e["type"], e.get("op")) for e in events}
@@ -100,7 +102,19 @@ def test_stream_with_reposts_and_replies_equals_the_reference(settings: Settings
         # a restart from the checkpoint restores the per-reader stage from its inputs
         stop_cleanly(stream)
     publish(pipeline, second)
-    # the second run is a new driver: its stage is restored from the inputs the first one saved
-    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream2.log")) as stream:
+    # The second run is a new driver: its stage is restored from the inputs the first one saved. In
+    # small batches, it is killed (-9) in the middle of the rest of the history, wherever a batch then
+    # is (writing rows, stepping or saving the stage); the third restores the stage as it was before
+    # the batch the kill interrupted, replays it, and ends exactly at the reference.
+    checkpoint = tmp_path / "ckpt"
+    done = last_committed_batch(checkpoint / "join")
+    killed = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream2.log",
+                           extra_args=["--max-offsets-per-trigger", "40"]).start()
+    try:
+        killed.wait_for_batch(done + 2)
+    finally:
+        killed.kill()
+    assert read_views(pipeline) != _reference(pipeline, events)  # the kill landed mid-history
+    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream3.log")) as stream:
         stream.wait_caught_up()
         assert read_views(pipeline) == _reference(pipeline, events)

@@ -245,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         events = generate(users=args.users, events=None, seed=seed, prefix=prefix, **clock, **shares)
         setup_count = sum(1 for _ in generate(users=args.users, events=0, seed=seed, prefix=prefix, **clock,
                                               **shares))
+        publishing_from = time.monotonic()
         publish_workload(settings, _recording(islice(events, setup_count), published))
         say(f"    set-up published: {setup_count} profiles and follows")
         stats = publish_workload(settings, _recording(events, published), rate=args.rate,
@@ -256,11 +257,16 @@ def run(args: argparse.Namespace) -> int:
         say(f"    published {stats.sent} changes in {stats.elapsed:.1f}s ({stats.rate:.0f}/s), {len(hides)} of them"
             f" blocks, mutes and their reversals, {reposts} reposts and unreposts, {replies} replies")
 
+        published_at = time.monotonic()
         say("5/6 waiting for the stream to catch up with the topics")
         progress = stream.wait_caught_up(timeout=600)
+        caught_up_at = time.monotonic()
         join = progress["timeline-join"]
         say(f"    caught up: batch {join['batch_id']}, {progress['timeline_rows_written']} timeline rows written "
             f"by this run")
+        say(f"    catch-up: {len(published)} events in {caught_up_at - publishing_from:.1f}s from the first publish,"
+            f" {len(published) / max(caught_up_at - publishing_from, 1e-9):.0f} events/s;"
+            f" {caught_up_at - published_at:.1f}s after the last")
         say("    " + _bounds_line(progress, settings))
 
         expected = reference_timelines(published)
@@ -395,6 +401,19 @@ class _Watch:
         self._channel.close()
 
 
+def _until_read(address: str, token: str, user_id: str, author: str, *, gone: bool,
+                timeout: float = 30.0) -> float | None:
+    """When ``user_id``'s timeline through GetHomeTimeline (every page) first holds no entry of
+    ``author`` (``gone``) or some (not ``gone``), polled every 50 ms; None if not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, entries = _read_timeline(address, token, user_id, 200)
+        if any(e.author_id == author for e in entries) != gone:
+            return time.monotonic()
+        time.sleep(0.05)
+    return None
+
+
 def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, user_id: str, full: list[Any],
                      published: list[dict[str, Any]], pull: set[str], say: Any) -> bool:
     """``user_id`` mutes the author with the most entries in its timeline, then unmutes: the entries
@@ -418,10 +437,14 @@ def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, 
             sent = time.monotonic()
             with EventProducer(settings) as producer:
                 published.append(event_to_json(getattr(producer, op)(user_id, author)))
+            read_at = _until_read(address, token, user_id, author, gone=op == "mute")
             if op == "mute":
                 pushed = watch.until(lambda ms: theirs <= {i for m in ms for i in m.removed_tweet_ids})
             else:
                 pushed = watch.until(lambda ms: theirs <= {e.tweet_id for m in ms for e in [*m.entries, *m.changed]})
+            if read_at is not None:
+                say(f"    GetHomeTimeline of {user_id} shows the {op} {1000 * (read_at - sent):.0f} ms after it was"
+                    f" published")
             stream.wait_caught_up(timeout=300)
             if pushed is None:
                 say(f"    the watch of {user_id} was not pushed the {op} within 30 s: NO")

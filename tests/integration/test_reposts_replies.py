@@ -6,6 +6,7 @@ timeline is the user's tweets (``author_timeline``) and reposts (``user_reposts`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

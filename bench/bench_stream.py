@@ -14,7 +14,9 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
    share of all its events (docs/blocks-and-mutes.md), for events/s side by side;
 3. freshness: ``--rate`` tweets/s, ``--warmup-seconds`` unsampled, then ``--seconds``; for a sample
    of tweets, the time from the producer's delivery report to the row being readable in a
-   follower's home_timeline partition.
+   follower's home_timeline partition; with ``--repost-share`` and ``--reply-share``, that share of
+   the steady window's events are reposts and replies, each sampled apart in the ``home_extras`` of
+   a reader it reaches only through the per-reader stage.
 
     .venv/bin/python bench/bench_stream.py [--tweets 10000] [--fanout 50] [--rate 100] [--seconds 30]
         [--state-buckets 0,16] [--operators transformWithState] [--skip raw,throughput,freshness]
@@ -69,6 +71,12 @@ def _repost(reposter: str, author: str, n: int, at_n: int, now_ms: int) -> dict:
     """``reposter`` reposts ``author``'s n-th tweet of :func:`_tweet` (the at_n-th event) at ``now_ms``."""
     return {"type": "repost", "op": "repost", "reposter_id": reposter, "tweet_id": f"{author}-t{n}",
             "author_id": author, "version": 1, "created_at": now_ms, "profile_version": 1}
+
+
+def _reply(author: str, n: int, parent_author: str, parent_n: int, now_ms: int) -> dict:
+    """``author``'s n-th tweet, a reply to ``parent_author``'s ``parent_n``-th of :func:`_tweet`."""
+    return {**_tweet(author, n, now_ms), "in_reply_to_tweet_id": f"{parent_author}-t{parent_n}",
+            "in_reply_to_author_id": parent_author}
 
 
 def _hides(graph: dict[str, list[str]], count: int, rng: random.Random) -> list[dict]:
@@ -288,6 +296,7 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
     pending: dict[str, tuple[float, tuple, bool]] = {}
     latencies: dict[bool, list[float]] = {True: [], False: []}  # cold? -> seconds
     repost_latencies: list[float] = []  # steady window only
+    reply_latencies: list[float] = []  # steady window only
     lock = threading.Lock()
     done = threading.Event()
 
@@ -296,10 +305,11 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
             with lock:
                 items = list(pending.items())
             for sample, (sent_at, key, cold) in items:
-                repost = sample.startswith("repost|")
-                if session.execute(repost_lookup if repost else lookup, key).one() is not None:
+                repost, reply = sample.startswith("repost|"), sample.startswith("reply|")
+                if session.execute(repost_lookup if repost or reply else lookup, key).one() is not None:
                     with lock:
-                        (repost_latencies if repost else latencies[cold]).append(time.perf_counter() - sent_at)
+                        (repost_latencies if repost else reply_latencies if reply
+                         else latencies[cold]).append(time.perf_counter() - sent_at)
                         del pending[sample]
             time.sleep(0.02)
             if done.is_set() and time.perf_counter() - done_at[0] > 60:
@@ -362,6 +372,18 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
                             pending[f"repost|{author}|{back}"] = (time.perf_counter(),
                                                                    (reader, now_ms, f"{original}-t{back}"), False)
                     continue
+                if n >= cold_tweets and args.reply_share > 0 and tweeted and repost_rng.random() < args.reply_share:
+                    # a reply to another author's recent tweet, sampled at a reader who follows both
+                    parent, parent_n = tweeted[-1 - repost_rng.randrange(min(len(tweeted), len(authors)))]
+                    both = sorted(followers[author] & followers[parent]) if parent != author else []
+                    event = _reply(author, n, parent, parent_n, now_ms)
+                    producer.publish_event(event)
+                    if both:
+                        producer.flush()
+                        with lock:
+                            pending[f"reply|{event['tweet_id']}"] = (time.perf_counter(),
+                                                                     (both[0], now_ms, event["tweet_id"]), False)
+                    continue
                 event = _tweet(author, n, now_ms)
                 producer.publish_event(event)
                 tweeted.append((author, n))
@@ -381,6 +403,9 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
     values = sorted(repost_latencies) or [float("nan")]
     out.update({"repost_samples": len(repost_latencies), "repost_p50_s": values[len(values) // 2],
                 "repost_p99_s": values[min(len(values) - 1, int(0.99 * len(values)))]})
+    values = sorted(reply_latencies) or [float("nan")]
+    out.update({"reply_samples": len(reply_latencies), "reply_p50_s": values[len(values) // 2],
+                "reply_p99_s": values[min(len(values) - 1, int(0.99 * len(values)))]})
     for cold, name in ((True, "cold"), (False, "steady")):
         values = sorted(latencies[cold]) or [float("nan")]
         q = lambda p: values[min(len(values) - 1, int(p * len(values)))]  # noqa: E731
@@ -426,6 +451,9 @@ def main() -> int:
     parser.add_argument("--repost-share", type=float, default=0.0,
                         help="share of the freshness run's steady events that are reposts of a tweet a second or more"
                              " old, sampled apart (docs/reposts-and-replies.md)")
+    parser.add_argument("--reply-share", type=float, default=0.0,
+                        help="share of the freshness run's steady events that are replies to another author's recent"
+                             " tweet, sampled apart at a reader who follows both (docs/reposts-and-replies.md)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -494,6 +522,11 @@ def main() -> int:
                       f"steady window: {f['key_steps']:,} author-key steps in {f['batches']} batches, Python workers "
                       f"{f['worker_ms_per_key']:.2f} ms CPU per author key (engine alone {f['engine_ms_per_key']:.3f} ms), "
                       f"stream {f['cpu_s']:.1f} s CPU; load average {_load()}", flush=True)
+                if args.reply_share > 0:
+                    print(f"  replies ({args.reply_share:.0%} of the steady window's events), to a reader who follows"
+                          f" both sides: p50 {f['reply_p50_s']:.2f}s, p99 {f['reply_p99_s']:.2f}s"
+                          f" ({f['reply_samples']} samples) against tweets' p99 {f['steady_p99_s']:.2f}s:"
+                          f" {f['reply_p99_s'] / f['steady_p99_s']:.2f}x", flush=True)
                 if args.repost_share > 0:
                     print(f"  reposts ({args.repost_share:.0%} of the steady window's events), to a reader who follows"
                           f" the reposter and not the author: p50 {f['repost_p50_s']:.2f}s, p99 {f['repost_p99_s']:.2f}s"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import pickle
 import zlib
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol, Sequence
 
 from feed_service.errors import StoreError, WriteFailed
 
@@ -40,6 +40,14 @@ BUCKETS = 32
 """Partitions per stage."""
 DEFAULT_CONCURRENCY = 64
 FETCH_SIZE = 5000
+
+
+class Saved(NamedTuple):
+    """What a save wrote: rows, and the bytes of their identities and values (the state a batch
+    writes, which follows what it changed)."""
+
+    rows: int
+    bytes: int
 
 
 def identity_key(identity: Identity) -> str:
@@ -78,9 +86,9 @@ class StageInputs(Protocol):
     def load(self, stage: str, batch_id: int) -> list[tuple[Identity, Any]]:
         """Every input of ``stage`` with its value before ``batch_id`` (inputs without one left out)."""
 
-    def save(self, stage: str, rows: Sequence[tuple[Identity, Any, Any]], batch_id: int) -> int:
+    def save(self, stage: str, rows: Sequence[tuple[Identity, Any, Any]], batch_id: int) -> Saved:
         """Store each (identity, value after ``batch_id``, value before it, as :meth:`load` gave it);
-        returns the rows written; raises :class:`WriteFailed` if some were not."""
+        returns what was written; raises :class:`WriteFailed` if some were not."""
 
 
 def _blob(value: Any) -> bytes | None:
@@ -127,17 +135,20 @@ class CassandraStageInputs:
             raise translate_driver_error(exc) from exc
         return out
 
-    def save(self, stage: str, rows: Sequence[tuple[Identity, Any, Any]], batch_id: int) -> int:
+    def save(self, stage: str, rows: Sequence[tuple[Identity, Any, Any]], batch_id: int) -> Saved:
         from cassandra.concurrent import execute_concurrent_with_args
 
         from feed_service.store.cassandra_reader import translate_driver_error
 
         params = []
+        size = 0
         for identity, value, before in rows:
             key = identity_key(identity)
-            params.append((stage, bucket_of(key), key, batch_id, _blob(value), _blob(before)))
+            blob, previous = _blob(value), _blob(before)
+            size += len(key) + len(blob or b"") + len(previous or b"")
+            params.append((stage, bucket_of(key), key, batch_id, blob, previous))
         if not params:
-            return 0
+            return Saved(0, 0)
         try:
             results = execute_concurrent_with_args(self.session, self._upsert, params, concurrency=self.concurrency,
                                                    raise_on_first_error=False, execution_profile=self._profile)
@@ -146,7 +157,7 @@ class CassandraStageInputs:
         failures = [result for ok, result in results if not ok]
         if failures:
             raise WriteFailed(f"{len(failures)} of {len(params)} per-reader input writes failed; first: {failures[0]!r}")
-        return len(params)
+        return Saved(len(params), size)
 
 
 class MemoryStageInputs:
@@ -168,12 +179,15 @@ class MemoryStageInputs:
                 out.append((tuple(json.loads(key)), _value(blob)))
         return out
 
-    def save(self, stage: str, rows: Sequence[tuple[Identity, Any, Any]], batch_id: int) -> int:
+    def save(self, stage: str, rows: Sequence[tuple[Identity, Any, Any]], batch_id: int) -> Saved:
         if self.fail is not None:
             raise self.fail
+        size = 0
         for identity, value, before in rows:
-            self.rows[(stage, identity_key(identity))] = (batch_id, _blob(value), _blob(before))
-        return len(rows)
+            key = identity_key(identity)
+            self.rows[(stage, key)] = row = (batch_id, _blob(value), _blob(before))
+            size += len(key) + len(row[1] or b"") + len(row[2] or b"")
+        return Saved(len(rows), size)
 
     def saved(self, stage: str) -> Iterable[str]:
         """The identity keys stored for ``stage``."""

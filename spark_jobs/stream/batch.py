@@ -65,7 +65,8 @@ class BatchTimes:
         steps = self.per_reader
         if steps is not None:  # the per-reader stage ran in this batch (inside job_ms)
             out["per_reader"] = {"messages": steps.messages, "extras_rows": steps.extras_rows,
-                                 "inputs_saved": steps.inputs_saved, "restored": steps.restored,
+                                 "inputs_saved": steps.inputs_saved, "inputs_bytes": steps.inputs_bytes,
+                                 "restored": steps.restored,
                                  "step_ms": round(steps.step_seconds * 1000),
                                  "write_ms": round(steps.write_seconds * 1000),
                                  "pull_reposter_rows": steps.counts.pull_reposters,

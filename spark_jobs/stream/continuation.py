@@ -81,10 +81,10 @@ def seed_per_reader_inputs(spark: "SparkSession", settings: Settings, path: Path
         for row in rows:
             chunk.append((tuple(json.loads(row["identity"])), pickle.loads(bytes(row["value"])), None))
             if len(chunk) >= SEED_CHUNK:
-                saved += store.save(stage, chunk, BOOTSTRAP_BATCH_ID)
+                saved += store.save(stage, chunk, BOOTSTRAP_BATCH_ID).rows
                 chunk = []
         if chunk:
-            saved += store.save(stage, chunk, BOOTSTRAP_BATCH_ID)
+            saved += store.save(stage, chunk, BOOTSTRAP_BATCH_ID).rows
         yield saved
 
     inputs = spark.read.schema(PER_READER_SCHEMA).parquet(str(path))

@@ -72,6 +72,8 @@ class PerReaderReport:
     """``home_extras`` rows written (deletes included)."""
     inputs_saved: int = 0
     """Stage inputs the batch changed and saved: what its state costs to keep."""
+    inputs_bytes: int = 0
+    """Their bytes (identities and values, after and before): in proportion to what changed."""
     restored: int = 0
     """Inputs read to restore the stage before the batch (0: it was in memory)."""
     counts: WriteCounts = field(default_factory=WriteCounts)
@@ -118,7 +120,7 @@ class StreamStage:
         saved = store.save(name, done.inputs, batch_id)
         self.completed = batch_id
         heap.settle()  # the stage lives as long as the driver: keep the collector off it
-        return PerReaderReport(len(messages), extras_rows, saved, restored, counts, published,
+        return PerReaderReport(len(messages), extras_rows, saved.rows, saved.bytes, restored, counts, published,
                                stepped - started, time.perf_counter() - stepped)
 
     def _write(self, settings: Settings, done: StageResult, sources: "_Sources") -> tuple[WriteCounts, int, int]:

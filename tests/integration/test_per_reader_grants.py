@@ -62,7 +62,7 @@ def test_the_stream_writes_the_per_reader_tables_and_the_server_reads_all_but_th
             visible=[VisibleDelta("insert", "ann", "cat", 5)])
         assert (counts.extras_upserts, counts.user_reposts, counts.visible) == (1, 1, 1)
         inputs = CassandraStageInputs(session, ks)
-        assert inputs.save("s", [(("clock",), 3, None)], 1) == 1
+        assert inputs.save("s", [(("clock",), 3, None)], 1).rows == 1
         assert inputs.load("s", 2) == [(("clock",), 3)]
     finally:
         cluster.shutdown()

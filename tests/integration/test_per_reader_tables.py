@@ -156,7 +156,7 @@ def test_stage_inputs_load_by_the_batch_rule_and_a_replay_recomputes_the_same(se
             """A toy step: an input's new value is its old one plus this batch's id."""
             before = dict(store.load("s", batch_id))
             new = {k: (before.get(k) or ()) + (batch_id,) for k in touched}
-            assert store.save("s", [(k, new[k], before.get(k)) for k in touched], batch_id) == len(touched)
+            assert store.save("s", [(k, new[k], before.get(k)) for k in touched], batch_id).rows == len(touched)
             return new
 
         for store in (inputs, model):

@@ -158,7 +158,7 @@ def test_a_replayed_batch_loads_the_inputs_the_batch_started_from() -> None:
     inputs = MemoryStageInputs()
     ann, bob = ("rel", "ann", "x"), ("rel", "bob", "x")
     assert inputs.load("s", 7) == []
-    assert inputs.save("s", [(ann, "a7", None)], 7) == 1
+    assert inputs.save("s", [(ann, "a7", None)], 7).rows == 1
     assert inputs.load("s", 7) == []  # batch 7 again: from before it
     assert inputs.load("s", 8) == [(ann, "a7")]
     inputs.save("s", [(ann, "a8", "a7"), (bob, "b8", None)], 8)

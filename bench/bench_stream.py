@@ -16,7 +16,9 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
    of tweets, the time from the producer's delivery report to the row being readable in a
    follower's home_timeline partition; with ``--repost-share`` and ``--reply-share``, that share of
    the steady window's events are reposts and replies, each sampled apart in the ``home_extras`` of
-   a reader it reaches only through the per-reader stage.
+   a reader it reaches only through the per-reader stage; with ``--control-changes``, mutes,
+   unmutes, unfollows and follows one at a time over the same window, timed to ``GetHomeTimeline``
+   and to a Watch on a read server (bench/control_changes.py).
 
     .venv/bin/python bench/bench_stream.py [--tweets 10000] [--fanout 50] [--rate 100] [--seconds 30]
         [--state-buckets 0,16] [--operators transformWithState] [--skip raw,throughput,freshness]
@@ -48,6 +50,7 @@ from feed_service.stack.stream_process import StreamProcess
 from spark_jobs.stream.options import DEFAULT_OPERATOR
 from spark_jobs.timeline_join import OPERATORS
 
+from control_changes import ControlSamples, run_control_changes
 from isolated import drop, exit_on_sigterm
 from process_cpu import TreeCpu, tree_cpu
 
@@ -278,7 +281,7 @@ def engine_cpu_per_event(graph: dict[str, list[str]], tweets: int, batch_rows: f
 
 
 # -- 3. freshness --------------------------------------------------------------------------------
-def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: int | None = None) -> dict[str, float]:
+def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: int | None = None) -> dict[str, Any]:
     """``args.rate`` tweets/s on a stream that was idle (caught up on the follow graph): for a sample
     of tweets, the time from the broker's ack to the row being readable in a follower's partition,
     over the first ``args.warmup_seconds`` (``cold``) and the ``args.seconds`` after (``steady``);
@@ -330,8 +333,20 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
 
     done_at = [0.0]
     cpu_window = [TreeCpu(0.0, 0.0)] * 2
+    control = ControlSamples()
+    server = None
     try:
         stream.wait_caught_up(timeout=600)
+        if args.control_changes:
+            from bench_grpc import BENCH_SECRET
+            from bench_watch import Server
+
+            from feed_service.server import auth
+
+            server = Server(settings, workdir, "control", {}).ready()
+            token = auth.mint(BENCH_SECRET.encode(), subject="bench-control", role="service", ttl_s=3600)
+            threading.Thread(target=run_control_changes, daemon=True,
+                             args=(settings, server.port, token, graph, sampling, done, control)).start()
         authors = list(graph)
         if args.prime_seconds > 0:  # a stream that has run (warm workers, known timelines), then idles
             with EventProducer(settings) as producer:
@@ -398,8 +413,10 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
         poller.join(120)
     finally:
         stream.stop()
+        if server is not None:
+            server.stop()
         cluster.shutdown()
-    out: dict[str, float] = {"lost": len(pending)}
+    out: dict[str, Any] = {"lost": len(pending), "control": control}
     values = sorted(repost_latencies) or [float("nan")]
     out.update({"repost_samples": len(repost_latencies), "repost_p50_s": values[len(values) // 2],
                 "repost_p99_s": values[min(len(values) - 1, int(0.99 * len(values)))]})
@@ -454,6 +471,9 @@ def main() -> int:
     parser.add_argument("--reply-share", type=float, default=0.0,
                         help="share of the freshness run's steady events that are replies to another author's recent"
                              " tweet, sampled apart at a reader who follows both (docs/reposts-and-replies.md)")
+    parser.add_argument("--control-changes", action="store_true",
+                        help="during the freshness run's steady window, mutes, unmutes, unfollows and follows one at a"
+                             " time, timed to GetHomeTimeline and to a Watch on a read server (bench/control_changes.py)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: raw,throughput,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -522,6 +542,15 @@ def main() -> int:
                       f"steady window: {f['key_steps']:,} author-key steps in {f['batches']} batches, Python workers "
                       f"{f['worker_ms_per_key']:.2f} ms CPU per author key (engine alone {f['engine_ms_per_key']:.3f} ms), "
                       f"stream {f['cpu_s']:.1f} s CPU; load average {_load()}", flush=True)
+                if args.control_changes:
+                    c = f["control"]
+                    for kind in ("read", "watch"):
+                        values = c.all(kind) or [float("nan")]
+                        p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
+                        per_op = ", ".join(f"{op} {len(v)}" for op, v in getattr(c, kind).items())
+                        print(f"  control changes to {'GetHomeTimeline' if kind == 'read' else 'a Watch'}: p50"
+                              f" {values[len(values) // 2]:.2f}s, p99 {p99:.2f}s ({per_op}; {c.missed} missed) against"
+                              f" tweets' p99 {f['steady_p99_s']:.2f}s: {p99 / f['steady_p99_s']:.2f}x", flush=True)
                 if args.reply_share > 0:
                     print(f"  replies ({args.reply_share:.0%} of the steady window's events), to a reader who follows"
                           f" both sides: p50 {f['reply_p50_s']:.2f}s, p99 {f['reply_p99_s']:.2f}s"

@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from feed_service import heap
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult, TweetKey
 from feed_service.core.per_reader.messages import (
     ConditionalTweet,
@@ -119,7 +118,6 @@ class StreamStage:
         counts, published, extras_rows = self._write(settings, done, _sources(messages))
         saved = store.save(name, done.inputs, batch_id)
         self.completed = batch_id
-        heap.settle()  # the stage lives as long as the driver: keep the collector off it
         return PerReaderReport(len(messages), extras_rows, saved.rows, saved.bytes, restored, counts, published,
                                stepped - started, time.perf_counter() - stepped)
 

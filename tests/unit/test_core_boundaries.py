@@ -71,7 +71,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("stack", ("feed_service.stack",), ("settings", "errors", "kafka", "ops", "roles", "security",
                                              "feed_service.store.session"),
           ("confluent_kafka", "cassandra", "pyspark")),
-    Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "heap", "settings", "kafka", "store",
+    Layer("spark_jobs", ("spark_jobs",), ("core", "errors", "distribution", "settings", "kafka", "store",
                                           "roles", "security",
                                           # the Kafka connector's jars of a session not spark-submitted
                                           "feed_service.stack.spark_connector"),

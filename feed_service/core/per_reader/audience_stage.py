@@ -17,7 +17,7 @@ For a tweet T by A replying to X (X None for no reply) and its pushed reposts or
     repost by P_i  = aud[P_i] − direct(T) − hid[A] − ⋃_{j<i} aud[P_j]
 
 each a set operation in C, and the changes leave as compact :class:`ExtrasFanout` (one entry, many
-readers). A tweet whose inputs changed is decided whole (:meth:`AudienceStage._decide_all`); a
+readers). A tweet whose inputs changed is decided whole (:meth:`AudienceStage._decide`); a
 reader whose relation to some U changed is decided alone, for just the tweets involving U
 (:meth:`AudienceStage._decide_one`), so a batch costs what changed: a repost costs a few set
 operations over its reposter's audience, a follow the tweets its followee is involved in.
@@ -29,6 +29,10 @@ here, except its reposts of its own replies to third users, which no read can me
 Every input is an assignment versioned by its sender's clock; the stage keeps the newest per
 identity, so its state, and therefore every decision, is a function of the final tables whatever
 the order, batching or duplication of the messages.
+
+Longer than one module should be (about 550 lines) because its indexes, decisions and written rows
+are one state kept consistent within each step; the rules it applies (the reply rule, "direct", the
+earliest reposter) are to move to one module of rules shared with the reference and the reads.
 """
 
 from __future__ import annotations
@@ -549,9 +553,3 @@ def _pop(index: dict, owner, member) -> None:
         if not inner:
             del index[owner]
 
-
-def apply_order(deltas: Iterable[ExtrasFanout]) -> list[ExtrasFanout]:
-    """``deltas`` with every delete before any insert or update, the order a store applies them in
-    when one reader's row moves between entries within a batch."""
-    deltas = list(deltas)
-    return [d for d in deltas if d.op == "delete"] + [d for d in deltas if d.op != "delete"]

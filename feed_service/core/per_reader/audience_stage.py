@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from feed_service.core.inbox_rule import shown_in_inbox
 from feed_service.core.per_reader.messages import (
     ConditionalTweet,
     ExtrasFanout,
@@ -389,9 +390,11 @@ class AudienceStage:
         return groups
 
     def _direct(self, author: str, parent: str | None, reader: str) -> bool:
+        """The reference's ``direct``: the reader sees the author, and the inbox rule shows the tweet
+        or the reader sees the parent's author."""
         if reader not in self.aud.get(author, _NOBODY):
             return False
-        return parent is None or parent == author or parent == reader or reader in self.aud.get(parent, _NOBODY)
+        return shown_in_inbox(author, parent, reader) or reader in self.aud.get(parent, _NOBODY)
 
     def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
         """``reader``'s row of tweet ``t``, or None."""

@@ -30,7 +30,7 @@ from feed_service.core.events import (
     join_keys,
     parse_event,
 )
-from feed_service.core.inbox_rule import push_authors, shown_in_inbox
+from feed_service.core.rules import push_authors, shown_in_inbox
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult, step
 from feed_service.core.per_reader.author_side import SideResult
 from feed_service.core.per_reader.author_step import step_with_side

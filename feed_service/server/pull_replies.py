@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, Collection, Sequence
 
-from feed_service.core.inbox_rule import shown_in_inbox
+from feed_service.core.rules import shown_in_inbox
 from feed_service.core.rows import Cursor, Entry
 
 #: Rows read at most per further read of one pull author whose replies were hidden (the reads

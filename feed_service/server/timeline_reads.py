@@ -24,7 +24,7 @@ import asyncio
 import functools
 from typing import Awaitable, Callable, Collection
 
-from feed_service.core.inbox_rule import push_authors
+from feed_service.core.rules import push_authors
 from feed_service.core.per_reader.pull_reposts import Lookups, RepostFacts
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest

@@ -34,7 +34,7 @@ from typing import AsyncIterator
 import grpc
 
 from feed_service.api import timeline_pb2 as pb
-from feed_service.core.inbox_rule import push_authors
+from feed_service.core.rules import push_authors
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import timeline_order
 from feed_service.core.per_reader.pull_reposts import Lookups, TweetKey, key, shows_extras_row, shows_pulled_row

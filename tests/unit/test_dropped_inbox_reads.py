@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feed_service.api import timeline_pb2 as pb
-from feed_service.core.inbox_rule import push_authors, shown_in_inbox
+from feed_service.core.rules import push_authors, shown_in_inbox
 from feed_service.core.reference import reference_entries, reference_tables
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view import Materializer

@@ -33,8 +33,11 @@ from feed_service.core.events import (
     MuteChange,
     RepostChange,
     TweetContent,
-    repost_rank,
+    content_entry,
+    content_of,
+    parent_author_of,
 )
+from feed_service.core.rules import reply_class, repost_rank, shown_in_inbox
 from feed_service.core.join.key_step import StepResult
 from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostEdge, RepostedTweet
 from feed_service.core.rows import Entry, TimelineDelta
@@ -94,7 +97,7 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     for tid in sorted(changed | set(new_names)):
         old = _content(tid, before, side.archive)
         new = _content(tid, after, archive)
-        entry = None if new is None else _entry_of(key, tid, new)
+        entry = None if new is None else content_entry(tid, key, new)
         for reposter in sorted(reposters.get(tid, ())):
             if old != new or reposter in new_names.get(tid, ()):
                 tweets.append(RepostedTweet(reposter, key, tid, entry, ts))
@@ -131,15 +134,6 @@ def same_side(a: RepostSide | None, b: RepostSide) -> bool:
     return a.edges is b.edges and a.reposters is b.reposters and a.archive is b.archive and a.clock == b.clock
 
 
-def reply_class(key: str, entry: Entry | TweetContent | None) -> str | None:
-    """The third user a tweet of ``key`` replies to, or None for a plain tweet (no reply, or a reply
-    to the author itself: a thread)."""
-    if entry is None:
-        return None
-    parent = entry.in_reply_to_author_id if isinstance(entry, Entry) else (entry[5] if len(entry) > 4 else None)
-    return None if parent is None or parent == key else parent
-
-
 def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[TimelineDelta]) -> list[TimelineDelta]:
     """The inbox deltas this key writes: a holder R has a tweet's inbox row while the tweet is plain or
     replies to R itself (a reply to a third user is decided by the per-reader stage from the
@@ -149,18 +143,19 @@ def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[Timeli
         op, entry, ids = delta
         if op == "update":
             old_content = before.tweets.get(entry.tweet_id) if before is not None else None
-            old_class, new_class = reply_class(key, old_content), reply_class(key, entry)
-            old_entry = _entry_of(key, entry.tweet_id, old_content) if old_content is not None else entry
+            old_parent = parent_author_of(old_content) if old_content is not None else None
+            old_entry = content_entry(entry.tweet_id, key, old_content) if old_content is not None else entry
         else:
-            old_class = new_class = reply_class(key, entry)
+            old_parent = entry.in_reply_to_author_id
             old_entry = entry
-        if old_class is None and new_class is None:
+        new_parent = entry.in_reply_to_author_id
+        if reply_class(key, old_parent) is None and reply_class(key, new_parent) is None:
             out.append(delta)
             continue
         rows: dict[tuple[str, Entry], list[str]] = {}
         for reader in ids:
-            had = op != "insert" and (old_class is None or old_class == reader)
-            has = op != "delete" and (new_class is None or new_class == reader)
+            had = op != "insert" and shown_in_inbox(key, old_parent, reader)
+            has = op != "delete" and shown_in_inbox(key, new_parent, reader)
             row_op = "update" if had and has else "delete" if had else "insert" if has else None
             if row_op is not None:
                 rows.setdefault((row_op, old_entry if row_op == "delete" else entry), []).append(reader)
@@ -174,7 +169,7 @@ def _conditional(key: str, state: AuthorState | None, tid: str) -> TweetContent 
     if state is None or state.pull:
         return None
     c = state.tweets.get(tid)
-    return c if c is not None and reply_class(key, c) is not None else None
+    return c if c is not None and reply_class(key, parent_author_of(c)) is not None else None
 
 
 def _conditional_changes(key: str, before: AuthorState | None, after: AuthorState, result: StepResult,
@@ -192,13 +187,8 @@ def _conditional_changes(key: str, before: AuthorState | None, after: AuthorStat
     for tid in sorted(tids):
         old, new = _conditional(key, before, tid), _conditional(key, after, tid)
         if old != new:
-            out.append(ConditionalTweet(key, tid, None if new is None else _entry_of(key, tid, new), ts))
+            out.append(ConditionalTweet(key, tid, None if new is None else content_entry(tid, key, new), ts))
     return out
-
-
-def _entry_of(key: str, tweet_id: str, c: TweetContent) -> Entry:
-    parent = (c[4], c[5]) if len(c) > 4 else (None, None)
-    return Entry(tweet_id, key, c[1], c[0], c[2], c[3], *parent)
 
 
 def _status(state: AuthorState | None, reader: str) -> tuple[bool, bool]:
@@ -273,10 +263,7 @@ def _archive(archive: Mapping[str, TweetContent], before: AuthorState | None, af
         if tid in after.tweets or tid not in after.cold:
             out.pop(tid, None)
         elif tid in changed and changed[tid] is not None:
-            e = changed[tid]
-            base = (e.version, e.created_at, e.text, e.profile_version)
-            out[tid] = base if e.in_reply_to_tweet_id is None else base + (e.in_reply_to_tweet_id,
-                                                                          e.in_reply_to_author_id)
+            out[tid] = content_of(changed[tid])
         elif before is not None and tid in before.tweets:
             out[tid] = before.tweets[tid]
     return out

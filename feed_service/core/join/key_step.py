@@ -27,6 +27,7 @@ from feed_service.core.join.profiles import apply_profiles
 from feed_service.core.join.refill import refill_deltas
 from feed_service.core.join.tweets import apply_tweets
 from feed_service.core.retention import NO_WATERMARK, Retention
+from feed_service.core.rules import is_pull_author
 from feed_service.core.rows import AuthorTimelineDelta, BlockDelta, ProfileRow, PullFollowDelta, TimelineDelta, TweetChange
 from feed_service.core.state import AuthorState
 
@@ -88,7 +89,7 @@ def needs_edges(state: AuthorState | None, changes: Sequence[Event], *, pull_thr
     if any(type(ev) is FollowChange or type(ev) is BlockChange or type(ev) is MuteChange or type(ev) is RefillRequest
            for ev in changes):
         return True  # a refill answers the inbox holders, who are read from the edges
-    if (len(state.active) >= pull_threshold) != state.pull:
+    if is_pull_author(len(state.active), pull_threshold) != state.pull:
         return True
     return not state.pull and any(type(ev) is TweetUpsert or type(ev) is TweetDelete for ev in changes)
 
@@ -193,7 +194,7 @@ def step(
     follows = apply_follows(state, batch.follows, watermark) if batch.follows else unchanged_follows(state)
     hides = apply_hides(state, batch.hides, watermark) if batch.hides else unchanged_hides(state)
     profiles, profile_rows = apply_profiles(state, batch.profiles) if batch.profiles else (state.profiles, _NONE)
-    pull = len(follows.active.after) >= pull_threshold
+    pull = is_pull_author(len(follows.active.after), pull_threshold)
     fanout = fan_out(state, follows, hides, pull, bool(batch.follows or batch.hides))
     out = outputs(key, tweets, fanout.inbox)
     deltas = out.deltas

@@ -1,5 +1,8 @@
 """``feedctl demo``: the main job end to end on the local stack, narrated step by step.
 
+Long (about 600 lines) on purpose: one narrated scenario whose steps share the stack, the stream and
+the published events; its reads and checks are helpers of that one script.
+
 stack up + provisioning -> streaming join (Spark) -> gRPC server -> a timed demo workload (with
 blocks and mutes) -> wait until the stream has caught up -> print one home timeline read through
 the gRPC API, and check every page of it against the engine's batch reference over the same events;

@@ -1,7 +1,7 @@
 """Where the service finds Kafka, Cassandra and its topics, and the settings that shape the view.
 
-Long (about 480 lines) on purpose: one frozen object, every setting with its parsing and validation,
-so that an invalid value fails where it is read and nowhere else.
+Long (about 480 lines) on purpose: every setting, with its parsing and validation, is in the one
+object below, so that an invalid value fails where it is read and nowhere else.
 
 One frozen object, built from the environment and validated on construction: every adapter and
 job takes a :class:`Settings` instead of reading the environment itself, so tests hand in the

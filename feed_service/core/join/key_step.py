@@ -25,6 +25,7 @@ from feed_service.core.join.hides import apply_hides, unchanged_hides
 from feed_service.core.join.horizon import timely
 from feed_service.core.join.profiles import apply_profiles
 from feed_service.core.join.refill import refill_deltas
+from feed_service.core.join.replies import inbox_rows
 from feed_service.core.join.tweets import apply_tweets
 from feed_service.core.retention import NO_WATERMARK, Retention
 from feed_service.core.rules import is_pull_author
@@ -197,7 +198,7 @@ def step(
     pull = is_pull_author(len(follows.active.after), pull_threshold)
     fanout = fan_out(state, follows, hides, pull, bool(batch.follows or batch.hides))
     out = outputs(key, tweets, fanout.inbox)
-    deltas = out.deltas
+    deltas = inbox_rows(key, state.tweets, out.deltas) if out.deltas else out.deltas
     if batch.refills:  # a trimmed inbox's rows written again (docs/trimming.md#refill)
         touched_ids = {*tweets.changed, *tweets.removed, *tweets.evicted}
         deltas = [*deltas, *refill_deltas(key, batch.refills, tweets.after, fanout.inbox, touched_ids)]

@@ -3,9 +3,9 @@
 :func:`author_side` runs after :func:`feed_service.core.join.step` with the key's state before and
 the step's result, and returns:
 
-- the inbox deltas less what the per-reader stage decides: a reply to a third user X is written by
-  this key only to X's own inbox; the stage decides it for everyone else from one
-  :class:`ConditionalTweet` per tweet and change (never one message per holder);
+- for a reply to a third user X, which the step wrote to X's own inbox only (its reply phase,
+  :mod:`feed_service.core.join.replies`), one :class:`ConditionalTweet` per tweet and change, from
+  which the stage decides it for everyone else (never one message per holder);
 - a :class:`Relation` for every reader whose "sees this author" or "hidden from this author" changed;
 - as a reposter, a :class:`RepostEdge` for every repost edge of this user whose winning change
   changed (a repost is routed to its reposter's key, where every change of the edge meets, and to
@@ -37,10 +37,9 @@ from feed_service.core.events import (
     content_of,
     parent_author_of,
 )
-from feed_service.core.rules import reply_class, repost_rank, shown_in_inbox
+from feed_service.core.rules import reply_class, repost_rank
 from feed_service.core.join.key_step import StepResult
 from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostEdge, RepostedTweet
-from feed_service.core.rows import Entry, TimelineDelta
 from feed_service.core.state import AuthorState, hides_reader
 
 RepostRank = tuple[int, bool, str, int, int]
@@ -67,8 +66,6 @@ class SideResult:
     """What :func:`author_side` produced for one key and batch."""
 
     side: RepostSide
-    deltas: tuple[TimelineDelta, ...]
-    """The inbox deltas to write (the step's, less the conditional replies)."""
     relations: tuple[Relation, ...] = ()
     replies: tuple[ConditionalTweet, ...] = ()
     edges: tuple[RepostEdge, ...] = ()
@@ -85,7 +82,6 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     late = set(result.late)
     timely = [ev for i, ev in enumerate(changes) if i not in late]
     ts = side.clock + 1
-    deltas = _split_replies(key, before, result.deltas)
     replies = _conditional_changes(key, before, after, result, ts)
     relations = _relations(key, before, after, timely, ts)
     edges, reposters, new_names = _fold_reposts(key, side, timely)
@@ -103,7 +99,7 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
                 tweets.append(RepostedTweet(reposter, key, tid, entry, ts))
     emitted = bool(replies or relations or edge_messages or tweets)
     new_side = RepostSide(edges, reposters, archive, ts if emitted else side.clock)
-    return SideResult(new_side, tuple(deltas), tuple(relations), tuple(replies),
+    return SideResult(new_side, tuple(relations), tuple(replies),
                       tuple(edge_messages), tuple(tweets))
 
 
@@ -132,35 +128,6 @@ def same_side(a: RepostSide | None, b: RepostSide) -> bool:
     if a is None:
         return side_payload(b) is None
     return a.edges is b.edges and a.reposters is b.reposters and a.archive is b.archive and a.clock == b.clock
-
-
-def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[TimelineDelta]) -> list[TimelineDelta]:
-    """The inbox deltas this key writes: a holder R has a tweet's inbox row while the tweet is plain or
-    replies to R itself (a reply to a third user is decided by the per-reader stage from the
-    tweet's :class:`ConditionalTweet`); an update compares the old content's class with the new one's."""
-    out: list[TimelineDelta] = []
-    for delta in deltas:
-        op, entry, ids = delta
-        if op == "update":
-            old_content = before.tweets.get(entry.tweet_id) if before is not None else None
-            old_parent = parent_author_of(old_content) if old_content is not None else None
-            old_entry = content_entry(entry.tweet_id, key, old_content) if old_content is not None else entry
-        else:
-            old_parent = entry.in_reply_to_author_id
-            old_entry = entry
-        new_parent = entry.in_reply_to_author_id
-        if reply_class(key, old_parent) is None and reply_class(key, new_parent) is None:
-            out.append(delta)
-            continue
-        rows: dict[tuple[str, Entry], list[str]] = {}
-        for reader in ids:
-            had = op != "insert" and shown_in_inbox(key, old_parent, reader)
-            has = op != "delete" and shown_in_inbox(key, new_parent, reader)
-            row_op = "update" if had and has else "delete" if had else "insert" if has else None
-            if row_op is not None:
-                rows.setdefault((row_op, old_entry if row_op == "delete" else entry), []).append(reader)
-        out.extend(TimelineDelta(row_op, row_entry, tuple(readers)) for (row_op, row_entry), readers in rows.items())
-    return out
 
 
 def _conditional(key: str, state: AuthorState | None, tid: str) -> TweetContent | None:

@@ -24,7 +24,7 @@ same rows.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Container, Iterable, Mapping
+from typing import AbstractSet, Callable, Collection, Container, Iterable
 
 from feed_service.core.event_kinds import EDGE_KINDS
 from feed_service.core.events import Profile
@@ -75,7 +75,7 @@ def direct_among(readers: set[str], author_id: str, in_reply_to_author_id: str |
                  audience_of: Callable[[str], Collection[str]]) -> set[str]:
     """:func:`direct` in set form: of ``readers`` (each sees the author), those for whom the tweet is
     direct; ``audience_of(U)``: the readers who see U. ``aud[X] ∪ {X}`` for a reply to a third
-    user X, every reader for a plain tweet. Returns a new set.
+    user X, every reader for a plain tweet: ``readers`` itself (not copied), else a new set.
 
     >>> aud = {"cat": {"bob"}}.get
     >>> sorted(direct_among({"bob", "dan", "cat"}, "ann", "cat", lambda u: aud(u, ())))
@@ -85,7 +85,7 @@ def direct_among(readers: set[str], author_id: str, in_reply_to_author_id: str |
     """
     third = reply_class(author_id, in_reply_to_author_id)
     if third is None:
-        return set(readers)
+        return readers
     out = readers.intersection(audience_of(third))
     if third in readers:
         out.add(third)
@@ -101,7 +101,9 @@ def conditional_readers(audience_author: Collection[str], third: str,
     >>> sorted(conditional_readers({"bob", "cat", "dan"}, "cat", {"bob", "cat", "eve"}))
     ['bob']
     """
-    out = set(audience_author).intersection(audience_third)
+    if not isinstance(audience_author, AbstractSet):
+        audience_author = set(audience_author)
+    out = set(audience_author.intersection(audience_third))  # copies the (small) intersection only
     out.discard(third)
     return out
 

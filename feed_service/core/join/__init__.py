@@ -34,6 +34,7 @@ One module per phase, in the order :func:`step` runs them (docs/join-engine.md):
 - :mod:`~feed_service.core.join.hides`: block and mute edges, the antijoin (ΔH, who sees the author);
 - :mod:`~feed_service.core.join.profiles`: profile versions (rows only);
 - :mod:`~feed_service.core.join.audience`: hybrid fan-out, inbox holders and pull follows;
+- :mod:`~feed_service.core.join.relations`: the readers whose relation to the author changed;
 - :mod:`~feed_service.core.join.deltas`: the output rows;
 - :mod:`~feed_service.core.join.replies`: a reply's inbox rows, to the holders the reply rule shows it to;
 - :mod:`~feed_service.core.join.refill`: the rows a trimmed inbox asks for again;

@@ -25,6 +25,7 @@ from feed_service.core.join.hides import apply_hides, unchanged_hides
 from feed_service.core.join.horizon import timely
 from feed_service.core.join.profiles import apply_profiles
 from feed_service.core.join.refill import refill_deltas
+from feed_service.core.join.relations import RelationChange, relation_changes
 from feed_service.core.join.replies import inbox_rows
 from feed_service.core.join.tweets import apply_tweets
 from feed_service.core.retention import NO_WATERMARK, Retention
@@ -66,6 +67,9 @@ class StepResult:
     """Positions in ``changes`` of the changes rejected as beyond the history horizon (not applied)."""
     blocks: tuple[BlockDelta, ...] = ()
     """Users this key's author starts or stops blocking (the ``blocks`` table)."""
+    relations: tuple[RelationChange, ...] = ()
+    """Readers whose relation to the author changed (:mod:`.relations`): messages for the per-reader
+    stage, not rows (they do not count as emitted)."""
 
     @property
     def delta_count(self) -> int:
@@ -197,6 +201,7 @@ def step(
     profiles, profile_rows = apply_profiles(state, batch.profiles) if batch.profiles else (state.profiles, _NONE)
     pull = is_pull_author(len(follows.active.after), pull_threshold)
     fanout = fan_out(state, follows, hides, pull, bool(batch.follows or batch.hides))
+    relations = relation_changes(state, follows, hides) if batch.follows or batch.hides else _NONE
     out = outputs(key, tweets, fanout.inbox)
     deltas = inbox_rows(key, state.tweets, out.deltas) if out.deltas else out.deltas
     if batch.refills:  # a trimmed inbox's rows written again (docs/trimming.md#refill)
@@ -210,7 +215,7 @@ def step(
     new_state = _successor(state, history, state.clock + 1 if emitted else state.clock, tweets.after,
                            follows.active.after, profiles, pull, watermark, fanout.seen)
     return StepResult(new_state, new_state.clock, tuple(deltas), tuple(out.tweets), tuple(profile_rows),
-                      tuple(out.author_timeline), tuple(fanout.pull_follows), late, tuple(hides.blocks))
+                      tuple(out.author_timeline), tuple(fanout.pull_follows), late, tuple(hides.blocks), relations)
 
 
 def _initial(state: AuthorState | None, changes: Sequence[Event], *, inbox_cap: int, pull_threshold: int,

@@ -6,7 +6,8 @@ the step's result, and returns:
 - for a reply to a third user X, which the step wrote to X's own inbox only (its reply phase,
   :mod:`feed_service.core.join.replies`), one :class:`ConditionalTweet` per tweet and change, from
   which the stage decides it for everyone else (never one message per holder);
-- a :class:`Relation` for every reader whose "sees this author" or "hidden from this author" changed;
+- a :class:`Relation` for every reader whose "sees this author" or "hidden from this author" changed
+  (the step's relation phase, :mod:`feed_service.core.join.relations`, says which);
 - as a reposter, a :class:`RepostEdge` for every repost edge of this user whose winning change
   changed (a repost is routed to its reposter's key, where every change of the edge meets, and to
   the key of the author it names);
@@ -27,10 +28,7 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from feed_service.core.events import (
-    BlockChange,
     Event,
-    FollowChange,
-    MuteChange,
     RepostChange,
     TweetContent,
     content_entry,
@@ -40,7 +38,7 @@ from feed_service.core.events import (
 from feed_service.core.rules import reply_class, repost_rank
 from feed_service.core.join.key_step import StepResult
 from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostEdge, RepostedTweet
-from feed_service.core.state import AuthorState, hides_reader
+from feed_service.core.state import AuthorState
 
 RepostRank = tuple[int, bool, str, int, int]
 """``repost_rank`` of an edge's winning change: (version, unreposted, author_id, created_at, profile_version)."""
@@ -83,7 +81,7 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     timely = [ev for i, ev in enumerate(changes) if i not in late]
     ts = side.clock + 1
     replies = _conditional_changes(key, before, after, result, ts)
-    relations = _relations(key, before, after, timely, ts)
+    relations = [Relation(r.reader, key, r.sees, r.hidden, ts) for r in result.relations]
     edges, reposters, new_names = _fold_reposts(key, side, timely)
     edge_messages = [RepostEdge(key, tid, edges[tid], ts) for tid in sorted(edges)
                      if side.edges.get(tid) != edges[tid]]
@@ -156,34 +154,6 @@ def _conditional_changes(key: str, before: AuthorState | None, after: AuthorStat
         if old != new:
             out.append(ConditionalTweet(key, tid, None if new is None else content_entry(tid, key, new), ts))
     return out
-
-
-def _status(state: AuthorState | None, reader: str) -> tuple[bool, bool]:
-    """(reader sees the author, the author is hidden from the reader) in ``state``."""
-    if state is None:
-        return False, False
-    h = state.hides.get(reader)
-    hidden = h is not None and hides_reader(h)
-    e = state.followers.get(reader)
-    return (e is not None and e[1] and not hidden), hidden
-
-
-def _relations(key: str, before: AuthorState | None, after: AuthorState, changes: Sequence[Event], ts: int
-               ) -> list[Relation]:
-    readers: set[str] = set()
-    for ev in changes:
-        if type(ev) is FollowChange:
-            readers.add(ev.follower_id)
-        elif type(ev) is MuteChange:
-            readers.add(ev.muter_id)
-        elif type(ev) is BlockChange:
-            readers.add(ev.blocked_id if ev.blocker_id == key else ev.blocker_id)
-    relations = []
-    for reader in sorted(readers):
-        old, new = _status(before, reader), _status(after, reader)
-        if old != new:
-            relations.append(Relation(reader, key, new[0], new[1], ts))
-    return relations
 
 
 def _fold_reposts(key: str, side: RepostSide, changes: Sequence[Event]

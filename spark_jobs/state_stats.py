@@ -180,15 +180,12 @@ def read_state_size(spark: "SparkSession", checkpoint: Path) -> StateSize:
     """
     from pyspark.errors import PySparkException
 
-    from spark_jobs.stream.pinned import recorded_operator, retired_operator_refusal
-    from spark_jobs.timeline_join import RETIRED_OPERATORS
+    from spark_jobs.stream.pinned import refuse_retired_operator
 
     query_checkpoint = checkpoint / QUERY_SUBDIR
     if not query_checkpoint.is_dir():
         raise CheckpointError(f"no stream checkpoint at {checkpoint} (expected {query_checkpoint})")
-    operator = recorded_operator(checkpoint)
-    if operator in RETIRED_OPERATORS:
-        raise retired_operator_refusal(checkpoint, operator)
+    refuse_retired_operator(checkpoint)
     batch_id = last_committed_batch(query_checkpoint)
     if batch_id is None:
         return StateSize(None)

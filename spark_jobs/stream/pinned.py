@@ -11,7 +11,7 @@ from pathlib import Path
 from feed_service.errors import CheckpointError
 from spark_jobs.checkpoint import inspect_checkpoint
 from spark_jobs.stream.options import DEFAULT_OPERATOR
-from spark_jobs.timeline_join import RETIRED_OPERATORS, Operator
+from spark_jobs.timeline_join import OPERATORS, RETIRED_OPERATORS, Operator
 
 log = logging.getLogger("feed.stream")
 
@@ -53,6 +53,14 @@ def recorded_operator(checkpoint: Path) -> str | None:
         return None
 
 
+def refuse_retired_operator(checkpoint: Path) -> None:
+    """:func:`retired_operator_refusal` raised if ``checkpoint`` was made with a retired operator
+    (what ``feedctl reshard`` in place and ``feedctl state-stats`` check before their Spark session)."""
+    recorded = recorded_operator(checkpoint)
+    if recorded in RETIRED_OPERATORS:
+        raise retired_operator_refusal(checkpoint, recorded)
+
+
 def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
     """The checkpoint's stateful operator, recorded at creation; :class:`CheckpointError` for a
     checkpoint of a retired operator (:func:`retired_operator_refusal`) or another unknown one."""
@@ -64,6 +72,8 @@ def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
         return chosen
     if recorded in RETIRED_OPERATORS:
         raise retired_operator_refusal(checkpoint, recorded)
+    if recorded not in OPERATORS:
+        raise CheckpointError(f"{checkpoint / OPERATOR_FILE} names an unknown operator {recorded!r}")
     if requested is not None and requested != recorded:
         raise CheckpointError(f"checkpoint {checkpoint} was created with --operator {recorded}; "
                               f"it cannot continue with {requested} (use a new checkpoint)")

@@ -561,10 +561,14 @@ class _WatchState:
 
     def fresh(self, change: TimelineChange | AuthorChange | ExtrasChange) -> bool:
         """False for a change at or below a write timestamp already applied to its row (a replay).
-        A row is a tweet at a position of one table, as in Cassandra: a move is a delete and an
-        insert of two rows at one ``ts``, both applied."""
+        A row is a tweet at a position of one table's partition, as in Cassandra (a pull reposter's
+        rows: that reposter's partition): a move is a delete and an insert of two rows at one ``ts``,
+        both applied."""
         e = change.entry
-        key = (e.tweet_id, e.at, _SOURCES[type(change)])
+        source = _SOURCES[type(change)]
+        # a pull reposter's row is one of that reposter's table: two reposters' rows of a tweet at
+        # one repost time are two rows, each with its own write timestamps
+        key = (e.tweet_id, e.at, source, e.reposted_by if source == "r" else None)
         last = self.seen.get(key)
         if last is not None and change.ts <= last:
             return False

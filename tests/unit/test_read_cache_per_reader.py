@@ -16,7 +16,7 @@ from feed_service.core.view_changes import ExtrasChange, TimelineChange, UserRep
 from feed_service.server.read_cache import HomeSlice, ReadCache, TimelineHead
 from feed_service.store.ports import InboxSlice
 
-from .test_read_cache import ScriptedFeed, settle
+from tests.support.model import ScriptedFeed, seeds, settle
 
 
 def repost(n: int, at: int, by: str = "pat", version: int = 1, pv: int = 1) -> Entry:
@@ -149,7 +149,7 @@ def test_user_reposts_heads_follow_their_changes() -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", seeds(at_least=80))
 def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cassandra(seed: int) -> None:
     """A reader's extras and inbox changed at random (repost entries moving between positions,
     content changing with and without a new version, deletes, re-inserts), written, published and

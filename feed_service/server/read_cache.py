@@ -49,6 +49,7 @@ from typing import Awaitable, Callable, Collection, Hashable, NamedTuple
 
 from cachetools import Cache, LRUCache
 
+from feed_service.core.events import content_beats
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import (
     AuthorChange,
@@ -88,6 +89,21 @@ Sources = tuple[tuple[CacheKey, "TimelineHead", int], ...]
 
 #: Stamps of heads: unique across the process, so a refilled head never takes an old head's stamp.
 _stamps = itertools.count(1)
+
+
+def newer_content(new: Entry, old: Entry) -> bool:
+    """Whether ``new`` is a newer content of the tweet row ``old`` than ``old``, as the author key
+    decides (:func:`~feed_service.core.events.content_beats`): a higher version, or a different
+    payload at the same version with the greater digest (a same-version tie)."""
+    if new.version != old.version:
+        return new.version > old.version
+    return new != old and content_beats(_content(new), _content(old))
+
+
+def _content(e: Entry) -> tuple:
+    if e.in_reply_to_tweet_id is None:
+        return (e.version, e.created_at, e.text, e.profile_version)
+    return (e.version, e.created_at, e.text, e.profile_version, e.in_reply_to_tweet_id, e.in_reply_to_author_id)
 
 
 class HomeSlice(NamedTuple):
@@ -213,8 +229,9 @@ class TimelineHead:
     def settles(self, op: str, entry: Entry, *, versioned: bool = True) -> bool:
         """Apply a change published while this head's read ran, if its result cannot be older than
         the read; False when it could be (the fill must then be dropped). ``versioned``: a row's
-        content at one position changes only with the tweet's version (an inbox or an author
-        timeline); the per-reader rows can change without it (another reposter at the same time),
+        content at one position changes only as the tweet's content does (an inbox or an author
+        timeline: a higher version, or another payload at the same version that wins the tie:
+        :func:`newer_content`); the per-reader rows can change without it (another reposter at the same time),
         and a change of them settles only when the read shows exactly its content."""
         i = self._held(entry.cursor)
         if op == "delete":
@@ -223,8 +240,8 @@ class TimelineHead:
             old = self.rows[i]
             if not versioned:
                 return old == entry
-            if entry.version > old.version:
-                self.apply(op, entry)  # a newer tweet version than the read's: newer than the read
+            if newer_content(entry, old):
+                self.apply(op, entry)  # a newer tweet content than the read's: newer than the read
             return True
         return self._below(entry.cursor)  # outside the head: nothing to decide
 

@@ -182,7 +182,7 @@ class HomeWatch:
                 return
             state.position = rows[-1].cursor
             for r in rows:
-                state.read[r.tweet_id] = r.version
+                state.read[r.tweet_id] = r
             state.bound()
             yield await self._message(store, user_id, state.position, rows, budget)
             if len(rows) < WATCH_BATCH:
@@ -535,7 +535,7 @@ class HomeWatch:
 
 class _WatchState:
     """What one pushed watch has sent: its position, the row write timestamps seen (duplicates of an
-    at-least-once topic are dropped), the versions its catch-up reads sent, which source holds each
+    at-least-once topic are dropped), the rows its catch-up reads sent, which source holds each
     tweet it heard of (``held``: "i" the inbox, "a" a pull author, "x" the reader's extras) and
     whether the reader sees each user a pull author's reply was decided by (``sees``). For a reader
     whose inbox is not kept (``dropped``), ``push`` holds the push authors merged in as "a" too."""
@@ -549,7 +549,7 @@ class _WatchState:
     def __init__(self, position: Cursor | None) -> None:
         self.position = position
         self.seen: dict[object, int] = {}
-        self.read: dict[str, int] = {}
+        self.read: dict[str, Entry] = {}
         self.held: dict[str, dict[str, Entry]] = {}
         self.sees: dict[str, bool] = {}
         #: the encoded resume token of position ``token_at`` (the last one minted)
@@ -613,8 +613,8 @@ class _WatchState:
             _note(upserts, removed, "delete", entry)
             return
         best = max(held.values(), key=timeline_order) if len(held) > 1 else next(iter(held.values()))
-        if op != "delete" and self.read.get(tid) == best.version and best is entry:
-            return  # already sent by the catch-up read
+        if op != "delete" and best is entry and self.read.get(tid) == entry:
+            return  # already sent by the catch-up read: this very content
         _note(upserts, removed, "insert", best)
 
     def bound(self) -> None:

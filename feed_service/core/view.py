@@ -44,6 +44,8 @@ _EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockCha
 
 
 @dataclass(frozen=True, slots=True)
+
+
 class Rejection:
     """One rejected input record: its position (line number in the CLI) and why."""
 
@@ -53,6 +55,8 @@ class Rejection:
 
 
 @dataclass(slots=True)
+
+
 class BatchReport:
     """What one micro-batch did."""
 

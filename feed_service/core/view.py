@@ -44,8 +44,6 @@ _EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockCha
 
 
 @dataclass(frozen=True, slots=True)
-
-
 class Rejection:
     """One rejected input record: its position (line number in the CLI) and why."""
 
@@ -55,8 +53,6 @@ class Rejection:
 
 
 @dataclass(slots=True)
-
-
 class BatchReport:
     """What one micro-batch did."""
 

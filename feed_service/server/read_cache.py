@@ -89,8 +89,6 @@ FLAG_RECHECK_S = 30.0
 
 
 @dataclass
-
-
 class _Fill:
     start: Positions
     changes: list[Consumed] = field(default_factory=list)

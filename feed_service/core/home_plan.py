@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Container, Iterable, NamedTuple, Sequence
 
 from feed_service.core.inbox_rule import shown_in_inbox
+from feed_service.core.per_reader.pull_reposts import RepostFacts, shows_extras_row, shows_pulled_row
 from feed_service.core.rows import Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
 
@@ -126,3 +127,20 @@ def shows_row(kind: str, entry: Entry, reader: str, sees: Container[str] = ()) -
     if kind == DROPPED_INBOX:
         return shown_in_inbox(entry.author_id, entry.in_reply_to_author_id, reader)
     return True
+
+
+def shown_repost(sample: Entry, reader: str, facts: RepostFacts) -> tuple[str, int, str] | None:
+    """Which repost row of ``sample``'s tweet ``reader`` is shown, from the facts of its lookups:
+    ``(EXTRAS, reposted_at, reposter)`` its ``home_extras`` entry, ``(PULL_REPOSTER, reposted_at,
+    reposter)`` a pull reposter's row, None neither (the tweet is direct for the reader, hidden, or
+    not reposted by anyone it merges in). The rule of the read's repost rows
+    (:mod:`feed_service.core.per_reader.pull_reposts`), for one tweet at a time (a watch's change)."""
+    k = (sample.author_id, sample.tweet_id)
+    pushed = facts.pushed.get(k)
+    if pushed is not None and shows_extras_row(sample._replace(reposted_at=pushed[0], reposted_by=pushed[1]), facts):
+        return (EXTRAS, *pushed)
+    shown = None
+    for at, p in facts.pulled.get(k, ()):
+        if shows_pulled_row(sample._replace(reposted_at=at, reposted_by=p), reader, facts):
+            shown = (PULL_REPOSTER, at, p)
+    return shown

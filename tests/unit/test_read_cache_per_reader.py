@@ -240,3 +240,20 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
 
     asyncio.run(scenario())
 
+
+
+def test_a_home_heads_plan_follows_its_pull_authors_and_reposters() -> None:
+    """An inbox head keeps its reader's home plan (what a hit merges) and makes it again when a
+    change of its pull authors or pull reposters arrives; a plan with pull reposters is not served
+    from the heads (its repost rows need lookups)."""
+    from feed_service.core.view_changes import PullFollowChange, PullReposterChange
+
+    head = TimelineHead([], 5, {"star"}, TimelineHead([], 5), set())
+    plan = head.home_plan("ann")
+    assert plan is not None and plan.pull_authors == ("star",) and plan.cacheable
+    assert head.home_plan("ann") is plan  # kept: no plan per hit
+    head.follow(PullFollowChange("insert", "moon", ("ann",), 2, None))
+    assert head.home_plan("ann").pull_authors == ("moon", "star")
+    head.follow_reposter(PullReposterChange("insert", "ann", "pat", 3, None))
+    assert head.home_plan("ann").pull_reposters == ("pat",) and not head.home_plan("ann").cacheable
+    assert TimelineHead([], 5).home_plan("ann") is None  # filled without its statics: no plan

@@ -6,7 +6,7 @@ applies a watch's messages. The batch-by-batch tests of reads, the read cache an
 and the read cache's race tests (test_read_cache.py, test_read_cache_per_reader.py) share it.
 
 :func:`seeds` is the seed count of the batch-by-batch tests: ``FEED_TEST_SEEDS`` (default
-:data:`DEFAULT_SEEDS`, what CI runs); a run outside CI sets it higher (docs/testing.md).
+:data:`DEFAULT_SEEDS`, what CI runs); a run outside CI sets it higher (docs/operations.md#model-tests-with-more-seeds).
 """
 
 from __future__ import annotations

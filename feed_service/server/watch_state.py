@@ -36,7 +36,7 @@ class WatchState:
     whether the reader sees each user a pull author's reply was decided by (``sees``). For a reader
     whose inbox is not kept (``dropped``), ``push`` holds the push authors merged in as "a" too."""
 
-    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token", "dropped", "push")
+    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token", "dropped", "push", "seen_users")
 
     #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first); the same
     #: bound holds the tweets' sources and the memberships.
@@ -48,6 +48,8 @@ class WatchState:
         self.read: dict[str, Entry] = {}
         self.held: dict[str, dict[str, Entry]] = {}
         self.sees: dict[str, bool] = {}
+        #: ``sees`` as the container of the users seen that the plan's rule asks
+        self.seen_users = _Seen(self.sees)
         #: the encoded resume token of position ``token_at`` (the last one minted)
         self.token_at: Cursor | None = None
         self.token = b""
@@ -78,7 +80,7 @@ class WatchState:
         push author's (merged in while the inbox is not kept) only if the inbox would hold it."""
         if entry.author_id in self.push:
             return shows_row(DROPPED_INBOX, entry, reader)
-        return shows_row(PULL_AUTHOR, entry, reader, _Seen(self.sees))
+        return shows_row(PULL_AUTHOR, entry, reader, self.seen_users)
 
     def holds(self, tweet_id: str, source: str) -> bool:
         held = self.held.get(tweet_id)

@@ -241,7 +241,6 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
     asyncio.run(scenario())
 
 
-
 def test_a_home_heads_plan_follows_its_pull_authors_and_reposters() -> None:
     """An inbox head keeps its reader's home plan (what a hit merges) and makes it again when a
     change of its pull authors or pull reposters arrives; a plan with pull reposters is not served

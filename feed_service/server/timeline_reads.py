@@ -6,12 +6,13 @@ with the reposts of the pull reposters the reader sees, decided with its own rep
 (:mod:`.pulled_reposts`). A user's own timeline is its author timeline merged with its reposts
 (``user_reposts``).
 
-Each source is read from the read cache while the view's change topic keeps it exact
-(docs/api.md#read-cache), else from the store, with pull authors' heads through the process's TTL'd
-:class:`.pull_sources.PullSources`. The user's pull authors come with the inbox slice (a static
-column of the inbox partition), read beside the extras slice. Pages go newest first
-(:func:`merge_newest`), a watch's catch-up oldest first (:func:`merge_oldest`), all by ``(Entry.at,
-tweet_id)``: one cursor serves every source.
+Which sources a home timeline merges is its reader's home plan (:mod:`feed_service.core.home_plan`),
+made from the static columns that come with the inbox slice (the pull authors, the pull reposters,
+``inbox_dropped``); the sources' slices are merged by the plan's one merge
+(:func:`~feed_service.core.home_plan.merge_home`): pages newest first, a watch's catch-up oldest
+first, all by ``(Entry.at, tweet_id)``, so one cursor serves every source. Each source is read from
+the read cache while the view's change topic keeps it exact (docs/api.md#read-cache), else from the
+store, with pull authors' heads through the process's TTL'd :class:`.pull_sources.PullSources`.
 
 A reader whose inbox is not kept (the static ``inbox_dropped``, which comes with the inbox slice)
 has its inbox replaced by its push authors' author timelines, read like pull authors' and cut by the

@@ -5,6 +5,9 @@ applies a watch's messages. The batch-by-batch tests of reads, the read cache an
 (tests/unit/test_server_reposts_replies.py, test_server_pull_reposters.py, test_dropped_inbox_reads.py)
 and the read cache's race tests (test_read_cache.py, test_read_cache_per_reader.py) share it.
 
+One module over 450 lines on purpose: its parts (histories, loads, published changes, the watched
+service, the client) are one harness, every part used by each batch-by-batch test.
+
 :func:`seeds` is the seed count of the batch-by-batch tests: ``FEED_TEST_SEEDS`` (default
 :data:`DEFAULT_SEEDS`, what CI runs); a run outside CI sets it higher (docs/operations.md#model-tests-with-more-seeds).
 """

@@ -283,7 +283,7 @@ class WatchChanges:
             ids.add(entry.tweet_id)
             if state.shows(entry, m.user_id):
                 m.note(AUTHOR_ROW, "insert", entry)
-            elif state.holds(entry.tweet_id, AUTHOR_ROW):
+            else:  # held from this author as a pull author, or shown on a page the watch never heard of
                 m.note(AUTHOR_ROW, "delete", entry)
                 m.unmerged.add(entry.tweet_id)
         oldest = page[-1].cursor if len(page) >= self.inbox_cap else None

@@ -18,7 +18,7 @@ through one). The engine's own semantics (which state a change touches) stay in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields as dataclass_fields
-from typing import Any, Literal, Mapping, TypeAlias
+from typing import Literal, Mapping, TypeAlias
 
 from feed_service.core.event_types import (
     BlockChange,

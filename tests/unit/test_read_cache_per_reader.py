@@ -16,7 +16,7 @@ from feed_service.core.view_changes import ExtrasChange, TimelineChange, UserRep
 from feed_service.server.read_cache import HomeSlice, ReadCache, TimelineHead
 from feed_service.store.ports import InboxSlice
 
-from .test_read_cache import ScriptedFeed, settle
+from tests.support.model import ScriptedFeed, seeds, settle
 
 
 def repost(n: int, at: int, by: str = "pat", version: int = 1, pv: int = 1) -> Entry:
@@ -149,7 +149,7 @@ def test_user_reposts_heads_follow_their_changes() -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", seeds(at_least=80))
 def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cassandra(seed: int) -> None:
     """A reader's extras and inbox changed at random (repost entries moving between positions,
     content changing with and without a new version, deletes, re-inserts), written, published and
@@ -232,11 +232,33 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
                 checked += 1
         flush()
         feed.deliver()
+        for _ in range(2):  # a history that never held a head with nothing pending fills one now
+            if not cache.cached("home", "u"):
+                await cache.home("u", depth, None, read)
+                await settle(cache)
         if cache.cached("home", "u"):
             head = cache._data[("home", "u")]
+            assert head.newest_first() == newest(inbox)[:len(head.rows)]
             assert head.extras.newest_first() == newest(extras)[:len(head.extras.rows)]
             assert head.extras.complete is False or len(head.extras.rows) == len(extras)
+            checked += 1
         assert checked > 0  # a cached head with nothing pending was compared
 
     asyncio.run(scenario())
 
+
+def test_a_home_heads_plan_follows_its_pull_authors_and_reposters() -> None:
+    """An inbox head keeps its reader's home plan (what a hit merges) and makes it again when a
+    change of its pull authors or pull reposters arrives; a plan with pull reposters is not served
+    from the heads (its repost rows need lookups)."""
+    from feed_service.core.view_changes import PullFollowChange, PullReposterChange
+
+    head = TimelineHead([], 5, {"star"}, TimelineHead([], 5), set())
+    plan = head.home_plan("ann")
+    assert plan is not None and plan.pull_authors == ("star",) and plan.cacheable
+    assert head.home_plan("ann") is plan  # kept: no plan per hit
+    head.follow(PullFollowChange("insert", "moon", ("ann",), 2, None))
+    assert head.home_plan("ann").pull_authors == ("moon", "star")
+    head.follow_reposter(PullReposterChange("insert", "ann", "pat", 3, None))
+    assert head.home_plan("ann").pull_reposters == ("pat",) and not head.home_plan("ann").cacheable
+    assert TimelineHead([], 5).home_plan("ann") is None  # filled without its statics: no plan

@@ -103,9 +103,16 @@ def stack_config() -> Iterator[StackConfig]:
 CLUSTER_FIXTURES = ("cluster_stack_config", "secure_stack_config")
 
 
-def _cluster_order(item: pytest.Item) -> tuple[int, int]:
-    uses = any(name in getattr(item, "fixturenames", ()) for name in CLUSTER_FIXTURES)
-    return (int(uses), int(uses and Path(str(item.fspath)).name == "test_cluster.py"))
+#: The streamed world's phases (tests/support/world.py): tests of phase 1, then those that straddle the
+#: phases, then those of phase 2; a test that takes none of these keeps its place among the first.
+WORLD_PHASE_FIXTURES = ("world_before_phase2", "world_phase2")
+
+
+def _cluster_order(item: pytest.Item) -> tuple[int, int, int]:
+    names = getattr(item, "fixturenames", ())
+    uses = any(name in names for name in CLUSTER_FIXTURES)
+    phase = max((rank for rank, name in enumerate(WORLD_PHASE_FIXTURES, 1) if name in names), default=0)
+    return (int(uses), int(uses and Path(str(item.fspath)).name == "test_cluster.py"), phase)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ from feed_service.stack.config import free_ports
 from feed_service.stack.versions import SCALA_BINARY, SPARK_VERSION
 from feed_service.workload.generator import generate
 
-from ..integration.pipeline import StreamProcess, _entries, publish, read_timelines
+from tests.support.pipeline import StreamProcess, page_entries, publish, read_timelines
 
 IMAGE = os.environ.get("FEED_IMAGE", "")
 PODMAN = shlex.split(os.environ.get("FEED_PODMAN", "podman"))
@@ -320,7 +320,7 @@ def _home_timelines(channel: grpc.Channel, secret: str, users: list[str]) -> dic
         while True:
             page = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=7, page_token=token),
                                         metadata=metadata, timeout=10)
-            entries += _entries(page)
+            entries += page_entries(page)
             token = page.next_page_token
             if not token:
                 break

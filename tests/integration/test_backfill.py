@@ -36,7 +36,7 @@ from spark_jobs.backfill.states import state_timeline_rows
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
-from .pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines, running
+from tests.support.pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines, running
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 TABLES = ("home_timeline", "tweets", "profiles", "blocks")

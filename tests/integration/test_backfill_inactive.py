@@ -13,7 +13,7 @@ from feed_service.settings import Settings
 from feed_service.store.cassandra_activity import CassandraActivity
 from spark_jobs.backfill import BackfillOptions, run_backfill
 
-from .pipeline import grpc_server, publish, read_all_home_timelines, read_table
+from tests.support.pipeline import grpc_server, publish, read_all_home_timelines, read_table
 from .test_backfill import _history, _isolated
 
 

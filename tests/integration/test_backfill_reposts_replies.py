@@ -29,7 +29,7 @@ from spark_jobs.backfill.states import state_timeline_rows
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
-from .pipeline import StreamProcess, publish, read_table, running
+from tests.support.pipeline import StreamProcess, publish, read_table, running
 from .test_reposts_replies import read_views
 
 

@@ -33,7 +33,7 @@ from feed_service.server.testing import TEST_SECRET
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
-from .pipeline import StreamProcess, grpc_server, publish, read_table, running
+from tests.support.pipeline import StreamProcess, grpc_server, publish, read_table, running
 from .test_reposts_replies_reads import _Client, _key, _pages, _subscribed
 
 #: Authors with this many followers or more are pull authors: a few of the most followed, so readers

@@ -37,7 +37,7 @@ from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
-from .pipeline import (
+from tests.support.pipeline import (
     StreamProcess, consume_all, grpc_server, publish, read_all_home_timelines, read_table, running, stop_cleanly,
 )
 

@@ -14,7 +14,7 @@ from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
-from .pipeline import StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, running
+from tests.support.pipeline import StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, running
 
 CAP, SLACK, THRESHOLD = 20, 5, 6
 WINDOW_S = 15

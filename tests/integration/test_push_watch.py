@@ -63,7 +63,7 @@ from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 
-from .pipeline import StreamProcess, publish, read_all_home_timelines, read_table, started, stop_cleanly
+from tests.support.pipeline import StreamProcess, publish, read_all_home_timelines, read_table, started, stop_cleanly
 
 #: In both tests star has four followers and is merged in at read time (docs/fan-out.md): its changes are
 #: AuthorChange and PullFollowChange, never in inboxes. In the view changes test bob, with three, stays a

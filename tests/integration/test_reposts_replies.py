@@ -17,7 +17,7 @@ from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
 
-from .pipeline import StreamProcess, publish, running, stop_cleanly
+from tests.support.pipeline import StreamProcess, publish, running, stop_cleanly
 
 COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id, "
            "in_reply_to_author_id")

@@ -24,7 +24,7 @@ from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
-from .pipeline import StreamProcess, grpc_server, publish, read_table, running
+from tests.support.pipeline import StreamProcess, grpc_server, publish, read_table, running
 
 THRESHOLD = 4
 

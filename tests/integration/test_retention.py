@@ -22,7 +22,7 @@ from feed_service.ops.provision import provision
 from feed_service.security.roles import ADMIN, PRODUCER
 from feed_service.settings import Settings
 
-from .pipeline import StreamProcess, consume_all, read_table, read_timelines, running
+from tests.support.pipeline import StreamProcess, consume_all, read_table, read_timelines, running
 
 HORIZON_S = 60
 

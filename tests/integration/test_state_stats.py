@@ -21,7 +21,7 @@ from feed_service.store.timeline_rows import TimelineRows
 from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
 
-from .pipeline import StreamProcess, publish, read_table, running
+from tests.support.pipeline import StreamProcess, publish, read_table, running
 
 
 def _wait_for_stats(stream: StreamProcess, batch_id: int, timeout: float = 90) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.stream.inputs import next_offsets, recorded_topic_ids
 
-from .pipeline import StreamProcess, publish, running
+from tests.support.pipeline import StreamProcess, publish, running
 
 ADMIN_TIMEOUT = 30.0
 

@@ -1,0 +1,60 @@
+"""The session's streamed world itself (tests/support/world.py): the corpus exercises what the world
+promises, every home timeline read through gRPC equals the reference after phase 1 and again after
+phase 2 (streamed by a stream restarted from the checkpoint), and the garbage became dead letters."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from feed_service.workload.generator import in_degrees
+from tests.support.pipeline import GARBAGE, GARBAGE_CODES, consume_all, grpc_server, read_all_home_timelines
+from tests.support.world import INBOX_CAP, PULL_THRESHOLD, TRIM_SLACK, World
+
+
+def test_the_corpus_exercises_every_rule(world: World) -> None:
+    everything = world.phase1 + world.phase2
+    kinds = Counter((e["type"], e.get("op")) for e in everything)
+    for kind in (("tweet", "upsert"), ("tweet", "delete"), ("follow", "follow"), ("follow", "unfollow"),
+                 ("profile", None), ("block", "block"), ("block", "unblock"), ("mute", "mute"),
+                 ("mute", "unmute"), ("repost", "repost"), ("repost", "unrepost")):
+        assert kinds[kind] > 0, kind
+    assert sum(1 for e in everything if e["type"] == "tweet" and e.get("in_reply_to_tweet_id")) > 0
+    versions = Counter(e["tweet_id"] for e in everything if e["type"] == "tweet" and e["op"] == "upsert")
+    assert any(n > 1 for n in versions.values())  # edits
+    before, after = in_degrees(world.phase1), in_degrees(everything)
+    assert any(before.get(a, 0) < PULL_THRESHOLD <= n for a, n in after.items())  # an author crosses up
+    assert any(n >= PULL_THRESHOLD > after.get(a, 0) for a, n in before.items())  # and one falls back
+    pull_authors = {a for a, n in after.items() if n >= PULL_THRESHOLD}
+    assert any(e["type"] == "repost" and e.get("reposter_id", e.get("user_id")) in pull_authors
+               for e in everything)  # pull reposters
+    uncapped = world.tables()
+    from feed_service.core.reference import reference_entries
+
+    assert sum(1 for t in reference_entries(uncapped, inbox_cap=None).values()
+               if len(t) > INBOX_CAP + TRIM_SLACK) >= 10  # trims
+
+
+def test_phase1_pages_equal_the_reference(world: World) -> None:
+    with grpc_server(world.settings) as server:
+        read = read_all_home_timelines(server, world.readers, page_size=6)
+    assert read == {u: t for u, t in world.phase1_reference().items() if u in world.readers}
+
+
+def test_the_garbage_became_dead_letters(world: World) -> None:
+    codes = {raw: code for (_, raw), code in zip(GARBAGE, GARBAGE_CODES)}
+    expected = sorted((f"{d.topic}/{d.partition}/{d.offset}", d.topic, d.partition, d.offset, d.value, codes[d.value])
+                      for d in world.garbage)
+    letters = consume_all(world.settings, world.settings.topic("dead_letter"), expect=len(expected))
+    got = sorted((m.key().decode(), r["source_topic"], r["source_partition"], r["source_offset"], r["value"].encode(),
+                  r["reason_code"]) for m in letters for r in [json.loads(m.value())])
+    assert len(expected) == len(GARBAGE) and got == expected
+
+
+def test_phase2_from_the_restarted_stream_pages_equal_the_reference(world_phase2: World) -> None:
+    world = world_phase2
+    activity = (world.stream.progress() or {}).get("activity") or {}
+    assert activity.get("inactive_readers", 0) > 0, activity  # readers unread since phase 1 went inactive
+    with grpc_server(world.settings) as server:
+        read = read_all_home_timelines(server, world.readers, page_size=6)
+    assert read == {u: t for u, t in world.reference().items() if u in world.readers}

@@ -13,8 +13,6 @@ import os
 import random
 import subprocess
 import sys
-import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,7 +22,6 @@ from feed_service.core.events import event_to_json, parse_event
 from feed_service.core.reference import reference_tables, reference_timelines
 from feed_service.kafka.client_config import client_config
 from feed_service.kafka.keys import ROLE_OF_TYPE
-from feed_service.ops.provision import provision
 from feed_service.security.roles import PRODUCER
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
@@ -36,19 +33,13 @@ from spark_jobs.backfill.states import state_timeline_rows
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
+from tests.support.isolation import isolated
 from tests.support.pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines, running
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 TABLES = ("home_timeline", "tweets", "profiles", "blocks")
 #: The (subject, object) fields of a block and of a mute edge.
 HIDE_ENDS = {"block": ("blocker_id", "blocked_id"), "mute": ("muter_id", "muted_id")}
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    """Own topics and keyspace for one test."""
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
 
 
 def _history(seed: int, events: int = 600) -> list[dict]:
@@ -115,7 +106,7 @@ class Rebuilt(NamedTuple):
 def rebuilt(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Rebuilt:
     """The stream over a history with blocks, mutes and bad records; then its view truncated and
     rebuilt by ``feedctl backfill``, the real command as an operator runs it."""
-    pipeline = _isolated(settings, uuid.uuid4().hex[:10])
+    pipeline = isolated(settings)
     tmp = tmp_path_factory.mktemp("rebuilt")
     events = _history(seed=11)
     events += _hides(events, seed=11)
@@ -277,7 +268,7 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
 ) -> None:
     from confluent_kafka import Producer
 
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     history = _history(seed=14, events=400)
     events = _noisy(history + _hides(history, seed=14), seed=14)
     publish(pipeline, events[: len(events) // 2])
@@ -325,7 +316,7 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
 
 
 def test_backfill_no_write_leaves_cassandra_alone(settings: Settings, spark, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     events = [event_to_json(parse_event(e)) for e in _history(seed=15, events=100)]
     publish(pipeline, events)
     result = run_backfill(spark, pipeline, BackfillOptions(out=tmp_path / "backfill", write=False))

@@ -13,12 +13,10 @@ join against the states.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from feed_service.core.reference import reference_entries, reference_tables, reference_user_timelines
 from feed_service.core.state import decode_state
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.backfill import BackfillOptions, run_backfill
@@ -29,14 +27,9 @@ from spark_jobs.backfill.states import state_timeline_rows
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
+from tests.support.isolation import isolated
 from tests.support.pipeline import StreamProcess, publish, read_table, running
-from .test_reposts_replies import read_views
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
+from tests.support.views import read_views
 
 
 def _history(seed: int, events: int = 900) -> list[dict]:
@@ -58,7 +51,7 @@ def _count(settings: Settings, table: str) -> int:
 def test_backfill_with_reposts_and_replies_equals_the_reference_the_stream_continues_and_the_dataframe_join_is_the_engine_states_at_a_small_cap(
     settings: Settings, spark, unique: str, tmp_path: Path
 ) -> None:
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     events = _history(seed=7)
     first, second = events[: len(events) * 2 // 3], events[len(events) * 2 // 3:]
     publish(pipeline, first)

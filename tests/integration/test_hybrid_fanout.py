@@ -33,10 +33,10 @@ import pytest
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.reference import reference_tables, reference_timelines
 from feed_service.kafka.offsets import watermarks
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
+from tests.support.isolation import isolated
 from tests.support.pipeline import (
     StreamProcess, consume_all, grpc_server, publish, read_all_home_timelines, read_table, running, stop_cleanly,
 )
@@ -45,14 +45,6 @@ from tests.support.pipeline import (
 #: there is pushed.
 THRESHOLD = 4
 T0 = 1_767_225_600_000
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    from dataclasses import replace
-
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", pull_threshold=THRESHOLD)
-    provision(isolated)
-    return isolated
 
 
 class Shared(NamedTuple):
@@ -70,7 +62,7 @@ class Shared(NamedTuple):
 @pytest.fixture(scope="module")
 def shared(settings: Settings) -> Shared:
     unique = uuid.uuid4().hex[:10]
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique, pull_threshold=THRESHOLD)
     tag = unique[-6:]
     histories = {test: _history(f"{letter}{tag}-") + _crossing(f"{letter}{tag}-", up=True, version=1)
                  for test, letter in (("grpc", "h"), ("backfill", "b"))}
@@ -157,7 +149,7 @@ def _users(events: list[dict[str, Any]]) -> list[str]:
 
 
 def test_kill_while_an_author_crosses_the_threshold(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique, pull_threshold=THRESHOLD)
     prefix = f"k{unique[-6:]}-"
     # a base history for the background: the stream takes it in batches of 40 before the crossings,
     # so it is kept short (the gRPC and backfill tests have the full one)

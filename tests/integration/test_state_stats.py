@@ -10,18 +10,15 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from feed_service.distribution import summarize
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.store.timeline_rows import TimelineRows
-from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
 
-from tests.support.pipeline import StreamProcess, publish, read_table, running
+from tests.support.pipeline import StreamProcess, read_table
+from tests.support.world import World
 
 
 def _wait_for_stats(stream: StreamProcess, batch_id: int, timeout: float = 90) -> dict[str, Any]:
@@ -41,38 +38,31 @@ def _rows_per_key(settings: Settings, table: str, key: str) -> list[int]:
     return list(Counter(r[0] for r in read_table(settings, f"SELECT {key} FROM {table}")).values())
 
 
-def test_progress_and_command_report_state_size_and_rows_per_timeline(settings: Settings, unique: str,
-                                                                       tmp_path: Path) -> None:
-    pipeline = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(pipeline)
-    events = list(generate(users=30, events=400, seed=7, mean_following=6, prefix=f"z{unique}-"))
-    publish(pipeline, events)
-    checkpoint = tmp_path / "ckpt"
+def test_progress_and_command_report_state_size_and_rows_per_timeline(world: World) -> None:
+    """On the streamed world's phase 1 (tests/support/world.py), caught up and idle."""
+    pipeline, stream, checkpoint, events = world.settings, world.stream, world.checkpoint, world.phase1
+    caught_up = stream.wait_caught_up()
+    # (the progress of an idle trigger already names the next batch: the commit log says which one ran)
+    batch = last_committed_batch(checkpoint / "join")
+    assert batch is not None
+    # Live figures every second, from the last batch's progress.
+    live = caught_up["timeline-join"]["state"]
+    assert live["numRowsTotal"] > 0 and live["memoryUsedBytes"] > 0
 
-    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream.log",
-                               extra_args=["--state-stats-interval", "2"])) as stream:
-        caught_up = stream.wait_caught_up()
-        # (the progress of an idle trigger already names the next batch: the commit log says which one ran)
-        batch = last_committed_batch(checkpoint / "join")
-        assert batch is not None
-        # Live figures every second, from the last batch's progress.
-        live = caught_up["timeline-join"]["state"]
-        assert live["numRowsTotal"] > 0 and live["memoryUsedBytes"] > 0
-
-        # The command, in its own process and Spark session, while the stream runs on the checkpoint.
-        proc = subprocess.run([sys.executable, "-m", "feed_service", "state-stats", "--checkpoint", str(checkpoint),
-                               "--json"], env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True,
-                              timeout=180)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        report = json.loads(proc.stdout)
-        periodic = _wait_for_stats(stream, report["state"]["batch_id"])["state_stats"]
-        # Nothing came in meanwhile: a later batch, if any, had no input and left the state as it was.
-        assert stream.progress()["timeline-join"]["end_offsets"] == caught_up["timeline-join"]["end_offsets"]
+    # The command, in its own process and Spark session, while the stream runs on the checkpoint.
+    proc = subprocess.run([sys.executable, "-m", "feed_service", "state-stats", "--checkpoint", str(checkpoint),
+                           "--json"], env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    periodic = _wait_for_stats(stream, report["state"]["batch_id"])["state_stats"]
+    # Nothing came in meanwhile: a later batch, if any, had no input and left the state as it was.
+    assert stream.progress()["timeline-join"]["end_offsets"] == caught_up["timeline-join"]["end_offsets"]
 
     state = report["state"]
     sizes = state["bytes_per_key"]
-    authors = {e.get("author_id") or e.get("followee_id") or e.get("user_id") for e in events}
-    assert state["batch_id"] >= batch and 0 < state["keys"] <= len(authors)
+    ids = {value for e in events for name, value in e.items() if name.endswith("_id")}  # every key is one
+    assert state["batch_id"] >= batch and 0 < state["keys"] <= len(ids)
     assert 0 < sizes["p50"] <= sizes["p99"] <= sizes["max"] <= state["total_bytes"] == sizes["total"]
     # Per join key, though the state is kept in buckets of keys (docs/state-buckets.md).
     assert state["variables"]["bucket_cores"]["count"] == state["keys"]

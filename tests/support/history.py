@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 from feed_service.settings import Settings
 from feed_service.stack.stream_process import StreamProcess
-from feed_service.workload.generator import generate
+from feed_service.workload.generator import WORKLOAD_EPOCH_MS, generate
 
 from .pipeline import publish
 
@@ -42,3 +42,30 @@ def publish_in_stages(pipeline: Settings, stream: StreamProcess, stages: Iterabl
     for stage in stages:
         publish(pipeline, stage)
         stream.wait_caught_up()
+
+
+def prolific(prefix: str, reader: str, authors: range, tweets: int, *, start: int) -> list[dict[str, Any]]:
+    """``reader`` follows the push authors ``<prefix>prolific<i>`` of ``authors``, each tweeting ``tweets``
+    times, interleaved in time (from tweet number ``start``; the profiles and follows come with the
+    first): a reader that receives far more entries than its inbox keeps (docs/trimming.md)."""
+    events: list[dict[str, Any]] = []
+    names = [f"{prefix}prolific{i}" for i in authors]
+    if start == 0:
+        events += [{"type": "profile", "user_id": a, "version": 1, "display_name": f"Prolific {i}"}
+                   for i, a in zip(authors, names)]
+        events += [{"type": "follow", "op": "follow", "follower_id": reader, "followee_id": a, "version": 1}
+                   for a in names]
+    for n in range(start, start + tweets):
+        for i, a in enumerate(names):
+            events.append({"type": "tweet", "op": "upsert", "tweet_id": f"{a}-{n}", "author_id": a, "version": 1,
+                           "created_at": WORKLOAD_EPOCH_MS + n * 50 + i, "text": f"{a} #{n}", "profile_version": 1})
+    return events
+
+
+def deletes_of_newest(events: Sequence[dict[str, Any]], author: str, newest: int) -> list[dict[str, Any]]:
+    """Deletes of ``author``'s ``newest`` tweets in ``events``: room at the top of its readers' inboxes
+    that only a refill fills again (docs/trimming.md#refill)."""
+    own = sorted((e for e in events if e["type"] == "tweet" and e["author_id"] == author),
+                 key=lambda e: e["created_at"])[-newest:]
+    return [{"type": "tweet", "op": "delete", "tweet_id": e["tweet_id"], "author_id": author, "version": 2}
+            for e in own]

@@ -5,7 +5,9 @@ tests assert against instead of each streaming a small workload of their own.
 Its settings make the one corpus exercise every rule of the view: a small inbox cap (timelines trimmed,
 and refilled after removals: docs/trimming.md), a pull threshold that an author crosses in phase 2 and
 another falls back under (docs/fan-out.md), reposts by pull authors (pull reposters), replies, blocks and
-mutes, edits and deletes, and garbage records that must become dead letters.
+mutes, edits and deletes, a reader of prolific authors (thousands of entries kept within cap + slack) and
+one whose newest entries are deleted after trims (refilled), and garbage records that must become dead
+letters.
 
 Two phases:
 
@@ -30,7 +32,7 @@ from feed_service.core.reference import FinalTables, reference_tables, reference
 from feed_service.settings import Settings
 from feed_service.stack.stream_process import StreamProcess
 
-from .history import followers, history, split
+from .history import deletes_of_newest, followers, history, prolific, split
 from .isolation import isolated, unique_suffix
 from .pipeline import GARBAGE, Delivered, publish, read_timelines
 
@@ -44,11 +46,24 @@ SHARES = {"repost_share": 0.15, "reply_share": 0.3, "hide_share": 0.05}
 #: Smaller batches than one, so trims and refills happen across micro-batches; state stats every 2 s.
 STREAM_ARGS = ("--max-offsets-per-trigger", "400", "--state-stats-interval", "2")
 PHASE1_SHARE = 0.6
+#: The topics the world publishes, which destructive tests read with their own checkpoint (:meth:`World.topics_for`).
+PUBLISHED_ROLES = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
+
+
+#: The reader of five prolific push authors (far more entries than cap + slack, across the restart), and
+#: the reader of two more, whose newest entries phase 2 deletes once trimmed in (refilled).
+PROLIFIC_READER, REFILLED_READER = f"{PREFIX}reader", f"{PREFIX}other"
+PROLIFIC_TWEETS = 100
 
 
 def corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The world's two phases of valid events (deterministic)."""
     first, second = split(history(SEED, PREFIX, users=USERS, events=EVENTS, **SHARES), PHASE1_SHARE)
+    first += (prolific(PREFIX, PROLIFIC_READER, range(5), PROLIFIC_TWEETS, start=0)
+              + prolific(PREFIX, REFILLED_READER, range(5, 7), PROLIFIC_TWEETS, start=0))
+    second += (prolific(PREFIX, PROLIFIC_READER, range(5), PROLIFIC_TWEETS, start=PROLIFIC_TWEETS)
+               + prolific(PREFIX, REFILLED_READER, range(5, 7), PROLIFIC_TWEETS, start=PROLIFIC_TWEETS))
+    second += deletes_of_newest(first + second, f"{PREFIX}prolific5", 30)
     return first, second
 
 
@@ -65,6 +80,8 @@ class World:
     phase: int = 0
     phase1_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     phase1_progress: dict[str, Any] = field(default_factory=dict)
+    #: Events tests published in phase 2 (:meth:`publish_more`): part of the reference from then on.
+    more: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def checkpoint(self) -> Path:
@@ -73,7 +90,7 @@ class World:
     @property
     def events(self) -> list[dict[str, Any]]:
         """The valid events published so far (both phases once phase 2 ran)."""
-        return self.phase1 + (self.phase2 if self.phase >= 2 else [])
+        return self.phase1 + (self.phase2 + self.more if self.phase >= 2 else [])
 
     @property
     def readers(self) -> list[str]:
@@ -92,10 +109,18 @@ class World:
         """The reference home timelines of what was published so far, at the world's cap."""
         return reference_timelines(self.events, inbox_cap=INBOX_CAP)
 
-    def topics_for(self, keyspace: str, **changes: Any) -> Settings:
-        """The world's settings (its published topics) with a keyspace of a destructive test's own
-        (not provisioned: the caller provisions it), other fields replaced by ``changes``."""
-        return replace(self.settings, keyspace=keyspace, **changes)
+    def topics_for(self, unique: str, **changes: Any) -> Settings:
+        """Settings for a destructive test on the world's published topics: the world's input topics
+        (:data:`PUBLISHED_ROLES`), every topic the stream writes (refills, reads, dead letters, view
+        changes) and the keyspace of the test's own (``feed_<unique>``), provisioned; other fields
+        replaced by ``changes`` (the world's own view settings otherwise)."""
+        from feed_service.ops.provision import provision
+
+        topics = {role: spec if role in PUBLISHED_ROLES else replace(spec, name=f"{spec.name}.{unique}")
+                  for role, spec in self.settings.topics.items()}
+        pipeline = replace(self.settings, topics=topics, keyspace=f"feed_{unique}", **changes)
+        provision(pipeline)
+        return pipeline
 
     def start(self) -> None:
         """Phase 1: publish the first part and the garbage, stream to caught-up, keep the rows."""
@@ -121,6 +146,14 @@ class World:
         self.stream.start()
         self.stream.wait_caught_up()
         return self
+
+    def publish_more(self, events: list[dict[str, Any]]) -> None:
+        """Phase 2 only: publish ``events`` (ids of the test's own, or changes the reference takes in
+        as :attr:`events`), and wait until the stream has caught up with them."""
+        assert self.phase == 2, "the world takes more events in phase 2 only"
+        publish(self.settings, events)
+        self.more.extend(events)
+        self.stream.wait_caught_up()
 
     def stop(self) -> None:
         """Stop the stream; it must exit with code 0."""

@@ -2,8 +2,8 @@
 ``timeline_changes`` (docs/view-changes.md), and the read service's pushed watches and exact read
 cache that consume it (docs/api.md#watch, docs/api.md#read-cache).
 
-One stream process for the module (a stream start is the slow part of these tests); each test has
-users of its own, and reads back only what they caused. The push watch test's phases:
+No stream of its own: the tests publish into the session's streamed world (tests/support/world.py) in
+its phase 1 and run on its stream; each test has users of its own, and reads back only what they caused. The push watch test's phases:
 
 1. a watcher receives a new tweet, an edit, a delete, an unfollow's removals and a pull author's tweet,
    each as the matching part of a message, while 200 idle watchers cause no Cassandra read at all
@@ -30,9 +30,7 @@ import random
 import threading
 import time
 import urllib.request
-import uuid
-from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -56,19 +54,19 @@ from feed_service.core.view_changes import (
 )
 from feed_service.kafka.client_config import client_config
 from feed_service.kafka.offsets import SOURCE_ROLES, watermarks
-from feed_service.ops.provision import provision
 from feed_service.security.roles import SERVER
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 
-from tests.support.pipeline import StreamProcess, publish, read_all_home_timelines, read_table, started, stop_cleanly
+from tests.support.pipeline import StreamProcess, publish, read_all_home_timelines, read_table
+from tests.support.world import PULL_THRESHOLD, World
 
-#: In both tests star has four followers and is merged in at read time (docs/fan-out.md): its changes are
-#: AuthorChange and PullFollowChange, never in inboxes. In the view changes test bob, with three, stays a
-#: push author.
-THRESHOLD = 4
+#: The world's threshold: in both tests star has six followers and is merged in at read time
+#: (docs/fan-out.md): its changes are AuthorChange and PullFollowChange, never in inboxes. In the view
+#: changes test bob, with three, stays a push author.
+THRESHOLD = PULL_THRESHOLD
 T0 = 1_767_225_600_000
 IDLE_WATCHERS = 200
 
@@ -207,22 +205,17 @@ def _server(pipeline: Settings) -> tuple[ServerThread, list[CountingStore]]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(settings: Settings) -> Settings:
-    """Topics and a keyspace of the module's own."""
-    unique = uuid.uuid4().hex[:10]
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", pull_threshold=THRESHOLD)
-    provision(isolated)
-    return isolated
+def pipeline(world: World) -> Settings:
+    """The session's streamed world's topics and keyspace (tests/support/world.py), in phase 1: this
+    module's users are its own (a tag, or names no other history uses), so its events change nothing the
+    other tests read."""
+    return world.settings
 
 
 @pytest.fixture(scope="module")
-def stream(pipeline: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
-    """The module's stream process, started (:func:`started`) by the first test that uses it; it must
-    exit with code 0 at the end of the module."""
-    folder = tmp_path_factory.mktemp("stream")
-    process = StreamProcess(pipeline, folder / "ckpt", log_file=folder / "stream.log")
-    yield process
-    stop_cleanly(process)
+def stream(world: World) -> StreamProcess:
+    """The world's stream, running and caught up with phase 1."""
+    return world.stream
 
 
 def _ids(entries) -> list[str]:
@@ -231,18 +224,18 @@ def _ids(entries) -> list[str]:
 
 def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: StreamProcess, unique: str) -> None:
     tag = unique[-6:]
-    ann, bob, cat, star, fan1, fan2, fan3 = (f"{n}-{tag}"
-                                             for n in ("ann", "bob", "cat", "star", "fan1", "fan2", "fan3"))
+    ann, bob, cat, star, fan1, fan2, fan3, fan4, fan5 = (
+        f"{n}-{tag}" for n in ("ann", "bob", "cat", "star", "fan1", "fan2", "fan3", "fan4", "fan5"))
     idle = [f"idle{i:03d}-{tag}" for i in range(IDLE_WATCHERS)]
     history = [
         {"type": "profile", "user_id": bob, "version": 1, "display_name": "Bob"},
         _follow(ann, bob), _follow(ann, cat), _follow(ann, star), _follow(fan1, star), _follow(fan2, star),
-        _follow(fan3, star),
+        _follow(fan3, star), _follow(fan4, star), _follow(fan5, star),
         *(_tweet(a, n) for a in (bob, cat, star) for n in range(3)),
         *(_follow(u, bob) for u in idle[:20]),  # some idle users have timelines too
     ]
     publish(pipeline, history)
-    started(stream).wait_caught_up()
+    stream.wait_caught_up()
     server, stores = _server(pipeline)
     try:
         # -- 1. pushed changes, and idle watchers that read nothing -------------------------
@@ -394,10 +387,11 @@ BASE = [
     {"type": "profile", "user_id": "bob", "version": 1, "display_name": "Bob"},
     _follow("ann", "bob"), _follow("cat", "bob"), _follow("eve", "bob"), _follow("bob", "cat"),
     _follow("ann", "star"), _follow("cat", "star"), _follow("dan", "star"), _follow("eve", "star"),
+    _follow("fay", "star"), _follow("gus", "star"),
     *(_view_tweet("bob", n) for n in range(4)), _view_tweet("cat", 0), _view_tweet("star", 0),
 ]
 #: Published and applied before CHANGES: with cat still following when dan follows, bob would reach the
-#: pull threshold (4) in any batch that holds dan's follow without cat's unfollow, and every row of bob
+#: pull threshold in any batch that holds dan's follow without cat's unfollow, and every row of bob
 #: would leave and come back (a delete and an insert, not the update this test checks for).
 UNFOLLOW_FIRST = [_follow("cat", "bob", 2, "unfollow")]  # takes bob's tweets out of cat's inbox
 CHANGES = [
@@ -444,7 +438,7 @@ def _home_timeline(settings: Settings) -> dict[tuple[str, str], Entry]:
 def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Settings, stream: StreamProcess) -> None:
     assert pipeline.view_changes  # the default
     publish(pipeline, BASE)
-    started(stream).wait_caught_up()
+    stream.wait_caught_up()
     publish(pipeline, UNFOLLOW_FIRST)
     stream.wait_caught_up()
     publish(pipeline, CHANGES)

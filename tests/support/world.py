@@ -43,9 +43,11 @@ INBOX_CAP, TRIM_SLACK, PULL_THRESHOLD = 20, 5, 6
 INACTIVE_AFTER_S, READ_REPORT_INTERVAL_S = 15, 1
 SEED, USERS, EVENTS, PREFIX = 2, 40, 1200, "w-"
 SHARES = {"repost_share": 0.15, "reply_share": 0.3, "hide_share": 0.05}
-#: Smaller batches than one, so trims and refills happen across micro-batches; state stats every 2 s.
-STREAM_ARGS = ("--max-offsets-per-trigger", "400", "--state-stats-interval", "2")
+#: Phase 1 in two micro-batches (so trims happen across batches, not only within one); state stats every 2 s.
+STREAM_ARGS = ("--max-offsets-per-trigger", "1000", "--state-stats-interval", "2")
 PHASE1_SHARE = 0.6
+#: How long a phase may take to catch up (a loaded machine runs a micro-batch in tens of seconds).
+CATCH_UP_S = 900
 #: The topics the world publishes, which destructive tests read with their own checkpoint (:meth:`World.topics_for`).
 PUBLISHED_ROLES = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
 
@@ -126,7 +128,7 @@ class World:
         """Phase 1: publish the first part and the garbage, stream to caught-up, keep the rows."""
         publish(self.settings, self.phase1, GARBAGE, delivered=self.garbage)
         self.stream.start()
-        self.phase1_progress = self.stream.wait_caught_up()
+        self.phase1_progress = self.stream.wait_caught_up(timeout=CATCH_UP_S)
         self.phase1_rows = read_timelines(self.settings)
         self.phase = 1
 
@@ -144,7 +146,7 @@ class World:
                                     extra_args=list(STREAM_ARGS))
         self.phase = 2
         self.stream.start()
-        self.stream.wait_caught_up()
+        self.stream.wait_caught_up(timeout=CATCH_UP_S)
         return self
 
     def publish_more(self, events: list[dict[str, Any]]) -> None:
@@ -153,7 +155,7 @@ class World:
         assert self.phase == 2, "the world takes more events in phase 2 only"
         publish(self.settings, events)
         self.more.extend(events)
-        self.stream.wait_caught_up()
+        self.stream.wait_caught_up(timeout=CATCH_UP_S)
 
     def stop(self) -> None:
         """Stop the stream; it must exit with code 0."""

@@ -183,8 +183,18 @@ def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float =
 
 
 def page_entries(response: Any) -> list[dict[str, Any]]:
-    return [{"tweet_id": e.tweet_id, "author_id": e.author_id, "version": e.version, "text": e.text,
-             "author_display_name": e.author_display_name or None} for e in response.entries]
+    """The entries of a timeline page in the reference's shape (:func:`feed_service.core.view.entry_dict`):
+    a reply adds its parent, an entry brought by a repost its reposter and repost time."""
+    out = []
+    for e in response.entries:
+        entry = {"tweet_id": e.tweet_id, "author_id": e.author_id, "version": e.version, "text": e.text,
+                 "author_display_name": e.author_display_name or None}
+        if e.in_reply_to_tweet_id:
+            entry |= {"in_reply_to_tweet_id": e.in_reply_to_tweet_id, "in_reply_to_author_id": e.in_reply_to_author_id}
+        if e.reposted_by:
+            entry |= {"reposted_by": e.reposted_by, "reposted_at": e.reposted_at_ms}
+        out.append(entry)
+    return out
 
 
 def read_all_home_timelines(server: ServerThread, users: list[str], page_size: int = 7) -> dict[str, list]:

@@ -18,7 +18,7 @@ from feed_service.core.rows import AuthorTimelineWrite, Entry
 from feed_service.settings import Settings
 
 from tests.support.isolation import isolated
-from tests.support.pipeline import grpc_server, read_table
+from tests.support.pipeline import read_table
 from tests.support.reads import WatchClient, entry_key, pages, wait_subscribed
 from tests.support.world import World
 
@@ -75,7 +75,7 @@ def test_home_and_user_timelines_and_watches_through_grpc_equal_the_reference(wo
                       if e.reposted_by is None and e.in_reply_to_author_id not in (None, a, r)
                       and e.in_reply_to_author_id not in visible.get(r, set())]
     assert hidden_replies  # pull authors' replies that the read must filter out
-    with grpc_server(pipeline) as server:
+    with world.server() as server:
         server.changes_applied()
         home = reference_entries(tables, inbox_cap=pipeline.inbox_cap)
         own = reference_user_timelines(tables, inbox_cap=pipeline.inbox_cap)

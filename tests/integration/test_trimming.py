@@ -113,7 +113,7 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(world_phase2: World) -> 
     assert _count(pipeline, reader) <= CAP + SLACK and _count(pipeline, other) <= CAP + SLACK
     assert _over_the_bound(pipeline) == {}
 
-    with grpc_server(pipeline) as server:
+    with world.server() as server:
         read = read_all_home_timelines(server, world.readers)
     # background trims cut above cap + slack - margin: the stream's exact set is that slack's
     assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK - default_margin(SLACK)) == []

@@ -8,7 +8,7 @@ import json
 from collections import Counter
 
 from feed_service.workload.generator import in_degrees
-from tests.support.pipeline import GARBAGE, GARBAGE_CODES, consume_all, grpc_server, read_all_home_timelines
+from tests.support.pipeline import GARBAGE, GARBAGE_CODES, consume_all, read_all_home_timelines
 from tests.support.world import INBOX_CAP, PULL_THRESHOLD, TRIM_SLACK, World
 
 
@@ -46,7 +46,7 @@ def test_the_corpus_exercises_every_rule(world: World) -> None:
 
 
 def test_phase1_pages_equal_the_reference(world: World) -> None:
-    with grpc_server(world.settings) as server:
+    with world.server() as server:
         read = read_all_home_timelines(server, world.readers, page_size=6)
     assert _differences(read, {u: t for u, t in world.phase1_reference().items() if u in world.readers}) == {}
 
@@ -65,6 +65,6 @@ def test_phase2_from_the_restarted_stream_pages_equal_the_reference(world_phase2
     world = world_phase2
     activity = (world.stream.progress() or {}).get("activity") or {}
     assert activity.get("inactive_readers", 0) > 0, activity  # readers unread since phase 1 went inactive
-    with grpc_server(world.settings) as server:
+    with world.server() as server:
         read = read_all_home_timelines(server, world.readers, page_size=6)
     assert _differences(read, {u: t for u, t in world.reference().items() if u in world.readers}) == {}

@@ -216,14 +216,22 @@ def read_all_home_timelines(server: ServerThread, users: list[str], page_size: i
     return out
 
 
+def _unreported(reader_id: str, value: bytes) -> None:
+    """Where a server's read reports go when they must not reach the stream: nowhere."""
+
+
 @contextmanager
-def grpc_server(pipeline: Settings, tls_env: Mapping[str, str] | None = None) -> Iterator[ServerThread]:
+def grpc_server(pipeline: Settings, tls_env: Mapping[str, str] | None = None, *,
+                reports: bool = True) -> Iterator[ServerThread]:
     """A read server on Cassandra, serving once connected and consuming the view changes (the read
     cache on, the TTL'd pull cache off). ``tls_env``: FEED_GRPC_* variables (a secured stack's
-    ``StackSecrets.environment()``) that make it a TLS server and its channels TLS clients."""
+    ``StackSecrets.environment()``) that make it a TLS server and its channels TLS clients. ``reports``
+    False: its home reads are not reported to the stream (docs/activity.md), so reading a shared
+    pipeline brings no inactive reader back."""
     config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0,
                           **tls_options(tls_env or {}))
-    with ServerThread(config, client=ClientTLS.from_env(tls_env) if tls_env else None) as server:
+    quiet = {} if reports else {"report_reads": _unreported}
+    with ServerThread(config, client=ClientTLS.from_env(tls_env) if tls_env else None, **quiet) as server:
         health = health_pb2_grpc.HealthStub(server.channel())
         deadline = time.monotonic() + 60
         while health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status != \

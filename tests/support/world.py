@@ -17,7 +17,9 @@ Two phases:
    checkpoint with a 15 s inactivity window (docs/activity.md), so that readers nobody read since phase 1
    go inactive at its first batch: their inboxes are dropped and their reads merged.
 
-Tests that only read use the ``world`` fixture (phase 1) or ``world_phase2`` (tests/integration/conftest.py);
+Tests read it through :meth:`World.server`, which reports no reads to the stream (so that reading
+never brings an inactive reader back, except in the test of that). Tests that only read use the
+``world`` fixture (phase 1) or ``world_phase2`` (tests/integration/conftest.py);
 tests/conftest.py runs the former before the latter. Destructive tests reuse ``World.topics_for`` (its
 published topics) with a checkpoint and keyspace of their own.
 """
@@ -34,7 +36,7 @@ from feed_service.stack.stream_process import StreamProcess
 
 from .history import deletes_of_newest, followers, history, prolific, split
 from .isolation import isolated, unique_suffix
-from .pipeline import GARBAGE, Delivered, publish, read_timelines
+from .pipeline import GARBAGE, Delivered, grpc_server, publish, read_timelines
 
 #: The world's view settings: cap 20 with slack 5 trims most timelines; threshold 6 makes about half
 #: of the 40 users pull authors, and the seed has authors crossing it both ways in phase 2.
@@ -110,6 +112,11 @@ class World:
     def reference(self) -> dict[str, list[dict[str, Any]]]:
         """The reference home timelines of what was published so far, at the world's cap."""
         return reference_timelines(self.events, inbox_cap=INBOX_CAP)
+
+    def server(self, *, reports: bool = False):  # -> ContextManager[ServerThread]
+        """A read server on the world (:func:`grpc_server`), by default reporting no reads: reading the
+        shared world must not bring its inactive readers back (only a test of that does: ``reports``)."""
+        return grpc_server(self.settings, reports=reports)
 
     def topics_for(self, unique: str, **changes: Any) -> Settings:
         """Settings for a destructive test on the world's published topics: the world's input topics

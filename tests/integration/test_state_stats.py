@@ -52,7 +52,7 @@ def test_progress_and_command_report_state_size_and_rows_per_timeline(world: Wor
     # The command, in its own process and Spark session, while the stream runs on the checkpoint.
     proc = subprocess.run([sys.executable, "-m", "feed_service", "state-stats", "--checkpoint", str(checkpoint),
                            "--json"], env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True,
-                          timeout=180)
+                          timeout=600)  # its own Spark session: minutes on a loaded machine
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout)
     periodic = _wait_for_stats(stream, report["state"]["batch_id"])["state_stats"]

@@ -1,5 +1,8 @@
 """Where the service finds Kafka, Cassandra and its topics, and the settings that shape the view.
 
+Long (about 480 lines) on purpose: every setting, with its parsing and validation, is in the one
+object below, so that an invalid value fails where it is read and nowhere else.
+
 One frozen object, built from the environment and validated on construction: every adapter and
 job takes a :class:`Settings` instead of reading the environment itself, so tests hand in the
 settings of their private stack, and an invalid value fails once, where it is set, with a

@@ -112,6 +112,10 @@ def check_reshard(options: ReshardOptions) -> CheckpointInfo:
     if info.is_new:
         raise CheckpointError(f"checkpoint {checkpoint} has no batch yet: nothing to reshard (a new checkpoint"
                               " takes --state-partitions or FEED_STATE_PARTITIONS at its first start)")
+    if options.via == "repartition":  # the stream would refuse a retired operator's after the move
+        from spark_jobs.stream.pinned import refuse_retired_operator
+
+        refuse_retired_operator(checkpoint)
     if options.via == "repartition" and not info.cleanly_committed:
         pending = (f"the last batch ({info.last_batch}) of checkpoint {checkpoint} is not committed (offsets/"
                    f"{info.last_batch} without commits/{info.last_batch}): the stream stopped in the middle of a"

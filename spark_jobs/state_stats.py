@@ -39,8 +39,6 @@ QUERY_SUBDIR = "join"
 #: ``percentile_approx`` accuracy: the rank of a reported percentile is off by at most keys / accuracy
 #: (exact below that many keys); its memory grows with it.
 PERCENTILE_ACCURACY = 100_000
-#: Name of the one state "variable" of operators without named ones (applyInPandasWithState).
-WHOLE_STATE = "state"
 #: The progress figures of a stateful operator that :func:`live_state` keeps, with the custom metrics below.
 LIVE_FIELDS = ("numRowsTotal", "numRowsUpdated", "numRowsRemoved", "memoryUsedBytes")
 LIVE_CUSTOM_METRICS = ("rocksdbSstFileSize", "rocksdbPinnedBlocksMemoryUsage", "rocksdbTotalBytesWritten")
@@ -71,8 +69,8 @@ def last_committed_batch(query_checkpoint: Path) -> int | None:
 
 
 def state_variables(spark: "SparkSession", query_checkpoint: Path) -> tuple[str, ...]:
-    """The state variables of the checkpoint's stateful operator, from its operator metadata; empty
-    for an operator without named variables (applyInPandasWithState keeps one state row per key)."""
+    """The state variables of the checkpoint's stateful operator (transformWithState's named ones),
+    from its operator metadata."""
     names: list[str] = []
     for row in spark.read.format("state-metadata").load(str(query_checkpoint)).collect():
         properties = json.loads(row.operatorProperties or "{}")
@@ -105,13 +103,13 @@ def state_value_sizes(spark: "SparkSession", query_checkpoint: Path, batch_id: i
     """
     from pyspark.sql import functions as F
 
-    def reader(name: str | None) -> "DataFrame":
-        r = spark.read.format("statestore").option("path", str(query_checkpoint)).option("batchId", str(batch_id))
-        return (r.option("stateVarName", name) if name is not None else r).load()
+    def reader(name: str) -> "DataFrame":
+        return (spark.read.format("statestore").option("path", str(query_checkpoint))
+                .option("batchId", str(batch_id)).option("stateVarName", name).load())
 
     frames = []
-    for name in variables or (WHOLE_STATE,):
-        df = reader(name if variables else None)
+    for name in variables:
+        df = reader(name)
         if name == CORES_STATE:
             entry = F.explode(_bucket_entries(F.col("value.state"))).alias("entry")
             frames.append(df.select(F.col("key.route").alias("route"), entry).select(
@@ -163,7 +161,7 @@ def summarize_sizes(sizes: "DataFrame", variables: tuple[str, ...]) -> tuple[Dis
     (one job): per key first, then count, total, p50/p99 and max over the keys."""
     from pyspark.sql import functions as F
 
-    names = variables or (WHOLE_STATE,)
+    names = variables
     per_key = sizes.groupBy("key").agg(
         F.sum("bytes").alias("all"),
         *[F.sum(F.when(F.col("var") == name, F.col("bytes"))).alias(f"v{i}") for i, name in enumerate(names)])
@@ -182,9 +180,12 @@ def read_state_size(spark: "SparkSession", checkpoint: Path) -> StateSize:
     """
     from pyspark.errors import PySparkException
 
+    from spark_jobs.stream.pinned import refuse_retired_operator
+
     query_checkpoint = checkpoint / QUERY_SUBDIR
     if not query_checkpoint.is_dir():
         raise CheckpointError(f"no stream checkpoint at {checkpoint} (expected {query_checkpoint})")
+    refuse_retired_operator(checkpoint)
     batch_id = last_committed_batch(query_checkpoint)
     if batch_id is None:
         return StateSize(None)

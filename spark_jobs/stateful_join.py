@@ -7,8 +7,10 @@ Two layouts, fixed when a checkpoint is created (:mod:`spark_jobs.stream.pinned`
   (``route``, ``pmod(xxhash64(key), N)``), each bucket's keys in one state blob
   (:mod:`spark_jobs.bucketed_join`): Spark's fixed cost per grouping key is paid per bucket;
 - ``state_buckets = 0``: grouped by (``route``, ``key``), one state per join key
-  (:mod:`spark_jobs.timeline_join`): what every checkpoint created before the buckets holds, and the
-  only layout of the pandas operators.
+  (:mod:`spark_jobs.timeline_join`): what every checkpoint created before the buckets holds, and
+  what ``FEED_STATE_BUCKETS=0`` gives a new one.
+
+The operator is ``transformWithState`` in both (docs/streaming.md, "One stateful operator").
 """
 
 from __future__ import annotations
@@ -18,28 +20,16 @@ from typing import TYPE_CHECKING
 from spark_jobs.bucketed_join import BUCKET_COLUMN, bucket_of, bucketed_initial_state, bucketed_processor
 from spark_jobs.envelope import ROUTE_JOIN
 from spark_jobs.output_rows import OUTPUT_SCHEMA
-from spark_jobs.timeline_join import (
-    INITIAL_STATE_OPERATORS,
-    OPERATORS,
-    STATE_SCHEMA,
-    JoinConfig,
-    Operator,
-    apply_in_pandas_fn,
-    transform_with_state_processor,
-)
+from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-#: Operators that can group by buckets (the Row API of transformWithState).
-BUCKETED_OPERATORS: tuple[Operator, ...] = ("transformWithState",)
 
 
 def join_timelines(
     changes: "DataFrame",
     *,
     config: JoinConfig,
-    operator: Operator = "transformWithState",
     initial_state: "DataFrame | None" = None,
     state_buckets: int = 0,
 ) -> "DataFrame":
@@ -47,17 +37,11 @@ def join_timelines(
     :func:`spark_jobs.envelope.routed_changes` makes them) into compact output rows.
 
     ``initial_state`` (columns ``key``, ``state`` = a whole-state blob, ``encode_state``) seeds a new
-    checkpoint's state, e.g. from a backfill; only the transformWithState operators support it.
-    ``state_buckets``: 0 groups by join key, N > 0 by N buckets of join keys (transformWithState only).
+    checkpoint's state, e.g. from a backfill.
+    ``state_buckets``: 0 groups by join key, N > 0 by N buckets of join keys.
     """
-    if operator not in OPERATORS:
-        raise ValueError(f"unknown operator {operator!r}; expected one of {OPERATORS}")
-    if initial_state is not None and operator not in INITIAL_STATE_OPERATORS:
-        raise ValueError(f"initial_state needs one of the operators {INITIAL_STATE_OPERATORS}")
     if state_buckets < 0:
         raise ValueError(f"state buckets must be 0 (one state per key) or more, got {state_buckets}")
-    if state_buckets and operator not in BUCKETED_OPERATORS:
-        raise ValueError(f"state buckets need one of the operators {BUCKETED_OPERATORS}, not {operator}")
     if state_buckets:
         return (changes.withColumn(BUCKET_COLUMN, bucket_of("key", state_buckets))
                 .groupBy("route", BUCKET_COLUMN)
@@ -69,23 +53,10 @@ def join_timelines(
                     initialState=(bucketed_initial_state(initial_state, state_buckets).groupBy("route", BUCKET_COLUMN)
                                   if initial_state is not None else None),
                 ))
-    grouped = changes.groupBy("route", "key")
-    if operator == "applyInPandasWithState":
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
-        return grouped.applyInPandasWithState(
-            apply_in_pandas_fn(config),
-            outputStructType=OUTPUT_SCHEMA,
-            stateStructType=STATE_SCHEMA,
-            outputMode="append",
-            timeoutConf=GroupStateTimeout.NoTimeout,
-        )
     from pyspark.sql import functions as F
 
-    rows_api = operator == "transformWithState"
-    transform = grouped.transformWithState if rows_api else grouped.transformWithStateInPandas
-    return transform(
-        statefulProcessor=transform_with_state_processor(config, rows_api=rows_api),
+    return changes.groupBy("route", "key").transformWithState(
+        statefulProcessor=transform_with_state_processor(config),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="None",

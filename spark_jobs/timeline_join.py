@@ -1,5 +1,5 @@
 """The join engine inside Spark's keyed stateful operator, one state per join key (the layout of
-checkpoints created before state buckets, and of the pandas operators: spark_jobs/stateful_join.py).
+checkpoints created before state buckets, or with ``FEED_STATE_BUCKETS=0``: spark_jobs/stateful_join.py).
 
 Changes are grouped by join key (tweet author = followee = profile owner = muted user; a block is
 in the groups of both its users, spark_jobs/envelope.py) and each group runs one
@@ -12,18 +12,17 @@ the sink explodes the lists. Each row carries ``source_ms``, the Kafka timestamp
 that caused it (:mod:`feed_service.core.change_sources`), computed whether or not a history horizon
 is configured.
 
-Operators (measured side by side in ``bench/bench_stream.py``; the checkpoint records which one
-it was created with): ``transformWithState`` (Row API, the default) hands each key's rows over as
-``Row`` objects and takes ``Row`` objects back; ``transformWithStateInPandas`` builds a pandas frame
-per key on the way in and on the way out, which here doubles the cost of a micro-batch;
-``applyInPandasWithState`` ships the state inside the Arrow batch (no state round trips) but builds
-the same per-key frames, and takes no initial state.
+Operator: ``transformWithState`` (Row API), each key's rows handed over as ``Row`` objects and
+``Row`` objects given back; the checkpoint records it. The pandas operators
+(``transformWithStateInPandas``, ``applyInPandasWithState``) are retired: they built a pandas frame
+per key on the way in and out, about twice the cost of a micro-batch, and a checkpoint made with one
+is refused at start (docs/streaming.md, "One stateful operator").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal, TypeAlias
+from typing import Any, Callable, Iterable, Iterator, Literal, TypeAlias
 
 import json
 
@@ -43,25 +42,19 @@ from feed_service.core.change_sources import step_sources
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER
-from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, dead_letter_rows, message_rows, result_rows
+from spark_jobs.output_rows import OUTPUT_COLUMNS, dead_letter_rows, message_rows, result_rows
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-Operator: TypeAlias = Literal["transformWithState", "transformWithStateInPandas", "applyInPandasWithState"]
-OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas", "applyInPandasWithState")
-#: The operators of the transformWithState family: they take an initial state (backfill bootstrap).
-INITIAL_STATE_OPERATORS: tuple[Operator, ...] = ("transformWithState", "transformWithStateInPandas")
-
-STATE_SCHEMA = "core binary, edges binary"
-"""applyInPandasWithState's one state row per key: both parts (it ships state with the data anyway)."""
+Operator: TypeAlias = Literal["transformWithState"]
+OPERATORS: tuple[Operator, ...] = ("transformWithState",)
+#: Operators of earlier releases: a checkpoint that recorded one is refused (spark_jobs/stream/pinned.py).
+RETIRED_OPERATORS: tuple[str, ...] = ("transformWithStateInPandas", "applyInPandasWithState")
 
 
 def events_from_rows(rows: Iterable[Any]) -> list[Event]:
     """Typed events from validated rows (validation already happened in the JVM: no re-parse).
 
-    ``rows`` are records with the routed columns as attributes: Spark ``Row`` objects (Row API) or
-    the named tuples of ``DataFrame.itertuples`` (pandas APIs, where a null may arrive as NaN).
+    ``rows`` are records with the routed columns as attributes: Spark ``Row`` objects (the stream) or
+    the named tuples of ``DataFrame.itertuples`` (the backfill's pandas UDF, where a null may arrive as NaN).
     """
     events: list[Event] = []
     def none(v: Any) -> Any:
@@ -99,15 +92,6 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
             events.append(ProfileVersion(r.user_id, int(r.version), r.display_name, none(r.avatar_url),
                                          none(r.bio)))
     return events
-
-
-_BIGINT_OUTPUTS = [name for name, sql_type in OUTPUT_FIELDS if sql_type == "bigint"]
-_BIGINT_INDEX = {name: OUTPUT_COLUMNS.index(name) for name in _BIGINT_OUTPUTS}
-
-
-def _frame_rows(frames: Iterator["pd.DataFrame"]) -> Iterator[Any]:
-    for pdf in frames:
-        yield from pdf.itertuples(index=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,48 +170,14 @@ def _late_value(event: Event, row: Any, watermark: int, retention: Retention) ->
     }, ensure_ascii=False, separators=(",", ":"))
 
 
-def _frame(rows: list[tuple[Any, ...]]) -> "pd.DataFrame":
-    """Output rows as a frame whose bigint columns are nullable Int64: with plain numpy dtypes a
-    column holding a null becomes float64, which rounds integers above 2**53."""
-    import pandas as pd
-
-    frame = pd.DataFrame.from_records(rows, columns=OUTPUT_COLUMNS)
-    for name in _BIGINT_OUTPUTS:
-        i = _BIGINT_INDEX[name]
-        frame[name] = pd.array([r[i] for r in rows], dtype="Int64")
-    return frame
-
-
-def apply_in_pandas_fn(config: JoinConfig) -> Callable:
-    """The function for ``applyInPandasWithState``: (key, frames, GroupState) -> output frames."""
-
-    def fn(key: tuple, frames: Iterator["pd.DataFrame"], state: Any) -> Iterator["pd.DataFrame"]:
-        if key[0] == ROUTE_DEAD_LETTER:
-            yield _frame(dead_letter_rows(_frame_rows(frames)))
-            return
-        core, edges = (_bytes(state.get[0]), _bytes(state.get[1])) if state.exists else (None, None)
-        done, rows = run_key(core, lambda: edges, _frame_rows(frames), config, key=key[1])
-        if done is not None and done.core is not None:
-            state.update((done.core, None if done.clear_edges else (done.edges or edges)))
-        if rows:
-            yield _frame(rows)
-
-    return fn
-
-
-def _bytes(value: Any) -> bytes | None:
-    return bytes(value) if value is not None else None
-
-
 def _stored(state: Any) -> bytes | None:
     """A ValueState's blob, in one round trip (``get`` answers None for a key without state)."""
     value = state.get()
     return bytes(value[0]) if value is not None and value[0] is not None else None
 
 
-def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any:
-    """A ``StatefulProcessor`` for ``transformWithState`` (``rows_api``: Spark ``Row`` in and out)
-    or ``transformWithStateInPandas`` (pandas frames).
+def transform_with_state_processor(config: JoinConfig) -> Any:
+    """A ``StatefulProcessor`` for ``transformWithState``: Spark ``Row`` objects in and out.
 
     Two binary ValueStates per key, the state's core part and (for keys with many follow edges) its
     edges part (docs/fan-out.md). Each state call is a socket round trip to the JVM, so a batch of
@@ -240,13 +190,8 @@ def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any
 
     output_row = Row(*OUTPUT_COLUMNS)
 
-    def inputs(rows: Iterator[Any]) -> Iterator[Any]:
-        return rows if rows_api else _frame_rows(rows)
-
     def outputs(out: list[tuple[Any, ...]]) -> Iterator[Any]:
-        if rows_api:
-            return (output_row(*r) for r in out)
-        return iter((_frame(out),))
+        return (output_row(*r) for r in out)
 
     class TimelineJoinProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
@@ -256,9 +201,9 @@ def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             if key[0] == ROUTE_DEAD_LETTER:
-                yield from outputs(dead_letter_rows(inputs(rows)))
+                yield from outputs(dead_letter_rows(rows))
                 return
-            done, out = run_key(_stored(self.core), lambda: _stored(self.edges), inputs(rows), config, key=key[1])
+            done, out = run_key(_stored(self.core), lambda: _stored(self.edges), rows, config, key=key[1])
             if done is not None:
                 self._write(done)
             if out:
@@ -274,8 +219,7 @@ def transform_with_state_processor(config: JoinConfig, *, rows_api: bool) -> Any
 
         def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
             # A backfill's per-key state (bootstrap of a new checkpoint, first batch only).
-            blob = initialState.state if rows_api else initialState["state"].iloc[0]
-            core, edges = stored_parts(bytes(blob))
+            core, edges = stored_parts(bytes(initialState.state))
             self.core.update((core,))
             if edges is not None:
                 self.edges.update((edges,))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Mapping, TypeAlias
+from typing import Any, Collection, Mapping, NamedTuple, TypeAlias
 
 from feed_service.core.event_kinds import EVENT_KINDS, MAX_INT64, TYPES, EventKind, FieldSpec, kind_of
 from feed_service.core.event_types import (
@@ -48,13 +48,16 @@ from feed_service.core.event_types import (
     TweetDelete,
     TweetUpsert,
 )
+from feed_service.core.rows import Entry
 from feed_service.errors import InvalidEvent
+
+_new = tuple.__new__
 
 __all__ = [
     "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "MuteChange", "MuteOp",
     "ProfileVersion", "RawEvent", "REBUILD_LINE", "REBUILD_NEED", "RejectCode", "RefillRequest", "RepostChange", "RepostOp", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
-    "content_of", "edge_rank", "reply_of", "repost_rank", "event_to_json", "hide_rank", "join_key", "join_keys", "parse_event",
-    "profile_of", "profile_rank", "tweet_payload_digest",
+    "content_of", "reply_of", "event_to_json", "join_key", "join_keys", "parse_event",
+    "profile_of", "tweet_payload_digest", "TweetFields", "content_entry", "fields_of", "no_replies", "parent_author_of",
 ]
 
 RawEvent: TypeAlias = Mapping[str, Any] | str | bytes | bytearray
@@ -313,7 +316,7 @@ TweetContent: TypeAlias = tuple
 """A tweet's winning upsert as kept in state: ``(version, created_at, text, profile_version)``, and
 for a reply two more, ``in_reply_to_tweet_id, in_reply_to_author_id``. A non-reply keeps the
 four-tuple (and its digest) it had before replies existed, so states and cold digests stored then
-still compare equal (docs/reposts-and-replies.md)."""
+still compare equal (docs/reposts-and-replies.md). Read it by name through :class:`TweetFields`."""
 
 Profile: TypeAlias = tuple[str, str | None, str | None]
 """(display_name, avatar_url, bio): one profile version's payload."""
@@ -334,17 +337,72 @@ def tweet_payload_digest(created_at: int, text: str, profile_version: int,
     return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "big")
 
 
-def content_of(event: TweetUpsert) -> TweetContent:
-    """Return the state form of an upsert."""
+def content_of(event: TweetUpsert | Entry) -> TweetContent:
+    """Return the state form of an upsert (or of a timeline entry's tweet)."""
     parent = getattr(event, "in_reply_to_tweet_id", None)
     if parent is None:
         return (event.version, event.created_at, event.text, event.profile_version)
     return (event.version, event.created_at, event.text, event.profile_version, parent, event.in_reply_to_author_id)
 
 
+class TweetFields(NamedTuple):
+    """A stored :data:`TweetContent` read by name (:func:`fields_of`): the one place that knows its
+    layout. The state keeps the plain tuple, which pickles as a tuple and reads by position in C
+    (docs/join-engine.md, "Named records on the hot path"); code off the hot path reads this record,
+    code on it reads through :func:`parent_author_of` and :func:`content_entry`."""
+
+    version: int
+    created_at: int
+    text: str
+    profile_version: int
+    in_reply_to_tweet_id: str | None = None
+    in_reply_to_author_id: str | None = None
+
+
+_NO_PARENT = (None, None)
+
+
+def fields_of(content: TweetContent) -> TweetFields:
+    """``content`` as a :class:`TweetFields` (a non-reply's parent fields None).
+
+    >>> fields_of((3, 10, "hi", 1)).in_reply_to_author_id is None
+    True
+    >>> fields_of((3, 10, "hi", 1, "t0", "cat")).in_reply_to_author_id
+    'cat'
+    """
+    return _new(TweetFields, content if len(content) > 4 else content + _NO_PARENT)
+
+
+def parent_author_of(content: TweetContent) -> str | None:
+    """The author a stored content replies to, None for a non-reply (:attr:`TweetFields.in_reply_to_author_id`)."""
+    return content[5] if len(content) > 4 else None
+
+
+def no_replies(contents: Collection[TweetContent]) -> bool:
+    """Whether none of ``contents`` is a reply (every one the four-field layout), without a frame per item.
+
+    >>> no_replies([(3, 10, "hi", 1)]), no_replies([(3, 10, "hi", 1), (3, 10, "re", 1, "t0", "cat")])
+    (True, False)
+    """
+    return sum(map(len, contents)) == 4 * len(contents)
+
+
 def reply_of(content: TweetContent) -> tuple[str, str] | None:
     """``(in_reply_to_tweet_id, in_reply_to_author_id)`` of a stored content, None for a non-reply."""
     return (content[4], content[5]) if len(content) > 4 else None
+
+
+def content_entry(tweet_id: str, author_id: str, content: TweetContent) -> Entry:
+    """The timeline entry of a stored content (no repost), built without the constructor's frame
+    (hot: one per output row).
+
+    >>> content_entry("t1", "ann", (3, 10, "hi", 1, "t0", "cat")).in_reply_to_author_id
+    'cat'
+    """
+    c = content
+    if len(c) == 4:
+        return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3], None, None, None, None, None))
+    return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3], c[4], c[5], None, None, None))
 
 
 def content_digest(content: TweetContent) -> int:
@@ -362,31 +420,3 @@ def content_beats(new: TweetContent, old: TweetContent) -> bool:
 def profile_of(event: ProfileVersion) -> Profile:
     """Return the state form of a profile version."""
     return (event.display_name, event.avatar_url, event.bio)
-
-
-def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, str]]:
-    """Total order of profile payloads; of two different payloads at one (user, version) the greater wins.
-
-    Compares display_name, then avatar_url, then bio, with null below every string.
-    """
-    name, avatar, bio = profile
-    return (name, (avatar is not None, avatar or ""), (bio is not None, bio or ""))
-
-
-def repost_rank(version: int, reposting: bool, author_id: str, created_at: int | None,
-                profile_version: int | None) -> tuple[int, bool, str, int, int]:
-    """Total order of the changes of one repost edge (reposter, tweet): higher version wins, on a
-    tie ``unrepost`` wins (like ``unfollow``), and two different reposts at one version are ordered
-    by their payload (the original's author, then the repost time and profile version)."""
-    return (version, not reposting, author_id, created_at or 0, profile_version or 0)
-
-
-def edge_rank(version: int, active: bool) -> tuple[int, bool]:
-    """Total order of follow-edge changes: higher version wins, and on a tie unfollow (inactive) wins."""
-    return (version, not active)
-
-
-def hide_rank(version: int, hiding: bool) -> tuple[int, bool]:
-    """Total order of block and mute edge changes: higher version wins, and on a tie the hiding op
-    (``block``, ``mute``) wins, as ``unfollow`` wins a follow tie: the safer side of a tie."""
-    return (version, hiding)

@@ -43,21 +43,19 @@ from feed_service.core.events import (
     TweetDelete,
     TweetUpsert,
     content_beats,
+    content_entry,
     content_of,
-    edge_rank,
-    hide_rank,
+    parent_author_of,
     parse_event,
     profile_of,
-    profile_rank,
-    reply_of,
-    repost_rank,
 )
+from feed_service.core.rules import Repost, direct, earliest, edge_rank, hide_rank, profile_rank, repost_order, repost_rank
 from feed_service.core.join import DEFAULT_INBOX_CAP, Entry
 from feed_service.core.view import entry_dict, sort_key
 
 
 RepostRank = tuple[int, bool, str, int, int]
-"""A repost edge's winning change as :func:`~feed_service.core.events.repost_rank` ranks it:
+"""A repost edge's winning change as :func:`~feed_service.core.rules.repost_rank` ranks it:
 ``(version, unreposted, author_id, created_at, profile_version)``."""
 
 
@@ -163,8 +161,11 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
 def tweet_entry(author_id: str, tweet_id: str, c: TweetContent, repost: tuple[str, int, int] | None = None) -> Entry:
     """The entry of a tweet's content ``c``; ``repost`` = (reposter, repost time, reposter's profile
     version) for an entry brought by a repost."""
-    parent = reply_of(c) or (None, None)
-    return Entry(tweet_id, author_id, c[1], c[0], c[2], c[3], *parent, *(repost or (None, None, None)))
+    entry = content_entry(tweet_id, author_id, c)
+    if repost is None:
+        return entry
+    reposter, at, pv = repost
+    return entry._replace(reposted_by=reposter, reposted_at=at, reposter_profile_version=pv)
 
 
 def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_INBOX_CAP) -> dict[str, list[Entry]]:
@@ -179,18 +180,19 @@ def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_IN
         entries: dict[tuple[str, str], Entry] = {}
         for author in sees:
             for tid, c in by_author.get(author, ()):
-                parent = reply_of(c)
-                if parent is None or parent[1] in (author, reader) or parent[1] in sees:
+                if direct(author, parent_author_of(c), reader, sees):
                     entries[(author, tid)] = tweet_entry(author, tid, c)
-        chosen: dict[tuple[str, str], tuple[int, str, int]] = {}
+        chosen: dict[tuple[str, str], dict[Repost, int]] = {}
         for reposter in sees:
             for author, tid, at, pv in reposts.get(reposter, ()):
                 if (author, tid) in entries or (reader, author) in hidden:
                     continue
-                best = chosen.get((author, tid))
-                if best is None or (at, reposter) < best[:2]:
-                    chosen[(author, tid)] = (at, reposter, pv)
-        for (author, tid), (at, reposter, pv) in chosen.items():
+                chosen.setdefault((author, tid), {})[repost_order(at, reposter)] = pv
+        for (author, tid), candidates in chosen.items():
+            first = earliest(candidates)
+            assert first is not None
+            at, reposter = first
+            pv = candidates[first]
             entries[(author, tid)] = tweet_entry(author, tid, tables.tweets[(author, tid)], (reposter, at, pv))
         if entries:
             timeline = sorted(entries.values(), key=sort_key, reverse=True)

@@ -12,20 +12,13 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, Collection, Sequence
 
-from feed_service.core.inbox_rule import shown_in_inbox
+from feed_service.core.home_plan import deciding_user
+from feed_service.core.rules import shown_in_inbox
 from feed_service.core.rows import Cursor, Entry
 
 #: Rows read at most per further read of one pull author whose replies were hidden (the reads
 #: double from the page's size up to this).
 MAX_FURTHER = 800
-
-
-def deciding_user(entry: Entry, reader: str) -> str | None:
-    """The user whose visibility to ``reader`` decides whether a pull author's row is shown: a reply's
-    parent author, unless the row is one an inbox would hold (no reply, a thread, a reply to the
-    reader: :func:`~feed_service.core.inbox_rule.shown_in_inbox`); None: always shown."""
-    parent = entry.in_reply_to_author_id
-    return None if shown_in_inbox(entry.author_id, parent, reader) else parent
 
 
 def has_replies(rows: Sequence[Entry]) -> bool:
@@ -101,7 +94,7 @@ async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, s
 async def inbox_slices(reader: str, slices: Sequence[list[Entry]], limit: int,
                        further: Further) -> list[list[Entry]]:
     """Each push author's slice cut to the first ``limit`` rows ``reader``'s inbox would hold
-    (:func:`~feed_service.core.inbox_rule.shown_in_inbox`), reading on past the replies to third
+    (:func:`~feed_service.core.rules.shown_in_inbox`), reading on past the replies to third
     users (:func:`read_past`): the inbox of a reader whose inbox is not kept (docs/activity.md). Those
     replies reach the reader through its ``home_extras``; no lookup decides anything here."""
     async def decide(_: Sequence[list[Entry]]) -> Callable[[int, Entry], bool]:

@@ -41,13 +41,11 @@ read for far longer than that, and every hit is such a read (docs/activity.md).
 from __future__ import annotations
 
 import asyncio
-import bisect
-import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Collection, Hashable, NamedTuple
+from typing import Awaitable, Callable, Collection
 
-from cachetools import Cache, LRUCache
+from cachetools import Cache
 
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import (
@@ -59,9 +57,20 @@ from feed_service.core.view_changes import (
     UserRepostChange,
     VisibleChange,
 )
+from feed_service.server.cache_policy import CountedLRU, SeenOnce
 from feed_service.server.change_feed import ChangeFeed, Consumed, Positions
 from feed_service.server.pull_replies import first_shown, has_replies
+from feed_service.server.timeline_head import (
+    CacheKey,
+    HomeSlice,
+    PageKey,
+    Sources,
+    TimelineHead,
+    newer_content,
+)
 from feed_service.store.ports import InboxSlice
+
+__all__ = ["CacheKey", "HomeSlice", "PageKey", "ReadCache", "Sources", "TimelineHead", "newer_content"]
 
 #: Rows kept per cached timeline or pull author: two pages of the default size and the row that
 #: says whether a next page exists.
@@ -78,207 +87,12 @@ MAX_PAGES_PER_HEAD = 2
 #: its next read fills it again, reading the flag (docs/activity.md#exact-reads-without-an-inbox).
 FLAG_RECHECK_S = 30.0
 
-CacheKey = tuple[str, str]
-"""("home", user) | ("author", author) | ("reposts", user): an inbox (with its extras), an author
-timeline, a user's own reposts."""
-PageKey = Hashable
-"""What identifies an encoded page of one timeline: the request's page token and page size."""
-Sources = tuple[tuple[CacheKey, "TimelineHead", int], ...]
-"""The pull authors' heads a page was merged from, with their stamps then."""
-
-#: Stamps of heads: unique across the process, so a refilled head never takes an old head's stamp.
-_stamps = itertools.count(1)
-
-
-class HomeSlice(NamedTuple):
-    """A slice of a home timeline's own rows: the inbox with the pull authors, and the reader's
-    ``home_extras`` from the same cursor (two reads of two partitions, made together)."""
-
-    inbox: InboxSlice
-    extras: list[Entry]
-
-
-class TimelineHead:
-    """The newest rows of one timeline-shaped table, exact down to the oldest row held (or whole,
-    when ``complete``: its read returned fewer rows than it asked for). Kept oldest first, so that
-    positions bisect on the cursors ``(Entry.at, tweet_id)`` themselves. Rows are identified by
-    position, as Cassandra's are: a move is a delete at the old position and an insert at the new
-    one, which apply in either order (a read between the two writes may see both rows).
-
-    An inbox head also holds its user's pull authors (``pull``; None when filled without them) and
-    pull reposters (``reposters``), the head of the user's ``home_extras`` (``extras``), the users
-    the reader is known to see or not (``sees``: what decides a pull author's replies) and encoded
-    pages (``pages``)."""
-
-    __slots__ = ("rows", "cursors", "complete", "depth", "pull", "stamp", "pages", "extras", "sees", "sees_epoch",
-                 "replies", "reposters", "checked")
-
-    def __init__(self, newest_first: list[Entry], depth: int, pull: set[str] | None = None,
-                 extras: "TimelineHead | None" = None, reposters: set[str] | None = None,
-                 checked: float = 0.0) -> None:
-        self.depth = depth
-        self.complete = len(newest_first) < depth
-        self.rows = list(reversed(newest_first[:depth]))
-        self.cursors = [e.cursor for e in self.rows]
-        #: rows held that are replies: a pull author's head without any needs no reply rule on a hit
-        self.replies = sum(1 for e in self.rows if e.in_reply_to_author_id is not None)
-        self.pull = pull
-        self.stamp = next(_stamps)
-        self.pages: dict[PageKey, tuple[Sources, bytes]] = {}
-        self.extras = extras
-        self.sees: dict[str, bool] | None = None
-        #: bumped by every visible-set change of the reader: a membership read that a change
-        #: overtook is not kept
-        self.sees_epoch = 0
-        self.reposters = reposters
-        #: an inbox head: when the read that saw the reader's ``inbox_dropped`` false started
-        self.checked = checked
-
-    def changed(self) -> None:
-        """Something this head holds changed: a new stamp, and its encoded pages are gone."""
-        self.stamp = next(_stamps)
-        if self.pages:
-            self.pages = {}
-
-    def follow(self, change: PullFollowChange) -> None:
-        """A change of the user's pull authors (an inbox head filled with them)."""
-        if self.pull is None:
-            return
-        if change.op == "insert":
-            self.pull.add(change.author_id)
-        else:
-            self.pull.discard(change.author_id)
-        self.changed()
-
-    def follow_reposter(self, change: PullReposterChange) -> None:
-        """A change of the user's pull reposters (an inbox head filled with them)."""
-        if self.reposters is None:
-            return
-        (self.reposters.add if change.op == "insert" else self.reposters.discard)(change.reposter_id)
-        self.changed()
-
-    def first(self, n: int, before: Cursor | None = None) -> list[Entry] | None:
-        """The ``n`` newest rows older than ``before``, newest first, or None when the head cannot say."""
-        end = len(self.rows) if before is None else bisect.bisect_left(self.cursors, before)
-        if end < n and not self.complete:
-            return None
-        start = max(0, end - n)
-        return self.rows[start:end][::-1]
-
-    def newest_first(self) -> list[Entry]:
-        return self.rows[::-1]
-
-    def below(self, before: Cursor | None) -> list[Entry]:
-        """Every row held older than ``before``, newest first."""
-        end = len(self.rows) if before is None else bisect.bisect_left(self.cursors, before)
-        return self.rows[end - 1::-1] if end else []
-
-    def _below(self, cursor: Cursor) -> bool:
-        """Whether ``cursor`` lies below what the head knows (older than its oldest row, not complete)."""
-        return not self.complete and (not self.cursors or cursor < self.cursors[0])
-
-    def _held(self, cursor: Cursor) -> int:
-        """The index of the row at ``cursor``, or -1."""
-        i = bisect.bisect_left(self.cursors, cursor)
-        return i if i < len(self.cursors) and self.cursors[i] == cursor else -1
-
-    def apply(self, op: str, entry: Entry) -> None:
-        """One change of one row (the row at ``entry``'s position), in order."""
-        self.changed()
-        cursor = entry.cursor
-        i = self._held(cursor)
-        if i >= 0:
-            self._drop(i)
-            if op == "delete":
-                return
-        elif op == "delete" or self._below(cursor):
-            return
-        i = bisect.bisect_left(self.cursors, cursor)
-        self.rows.insert(i, entry)
-        self.cursors.insert(i, cursor)
-        self.replies += entry.in_reply_to_author_id is not None
-        if len(self.rows) > self.depth:
-            self._drop(0)
-            self.complete = False
-
-    def _drop(self, i: int) -> None:
-        self.replies -= self.rows[i].in_reply_to_author_id is not None
-        del self.rows[i], self.cursors[i]
-
-    @property
-    def empty_and_unknown(self) -> bool:
-        """Nothing held and not known to be empty: useless until refilled."""
-        return not self.rows and not self.complete
-
-    def settles(self, op: str, entry: Entry, *, versioned: bool = True) -> bool:
-        """Apply a change published while this head's read ran, if its result cannot be older than
-        the read; False when it could be (the fill must then be dropped). ``versioned``: a row's
-        content at one position changes only with the tweet's version (an inbox or an author
-        timeline); the per-reader rows can change without it (another reposter at the same time),
-        and a change of them settles only when the read shows exactly its content."""
-        i = self._held(entry.cursor)
-        if op == "delete":
-            return i < 0  # deleting a row the read does not hold changes nothing
-        if i >= 0:
-            old = self.rows[i]
-            if not versioned:
-                return old == entry
-            if entry.version > old.version:
-                self.apply(op, entry)  # a newer tweet version than the read's: newer than the read
-            return True
-        return self._below(entry.cursor)  # outside the head: nothing to decide
-
-    def see(self, change: VisibleChange) -> None:
-        """A change of the reader's visible set (an inbox head): a membership held is replaced."""
-        self.sees_epoch += 1
-        sees = self.sees
-        if sees is not None and change.user_id in sees:
-            sees[change.user_id] = change.op == "insert"
-            self.changed()
-
 
 @dataclass
 class _Fill:
     start: Positions
     changes: list[Consumed] = field(default_factory=list)
     dropped: bool = False
-
-
-class _SeenOnce:
-    """Users whose inbox was read once recently: the second read of a user fills a head, the first
-    reads the store as without the cache. Most users read once in a while would only churn the
-    cache (a head built, kept, evicted unread; and the garbage collector's full passes over all of
-    them), so a fill waits for the evidence of a repeat. Two generations of at most ``size`` ids
-    each: the older is forgotten whole when the newer fills up."""
-
-    __slots__ = ("size", "_new", "_old")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._new: set[str] = set()
-        self._old: set[str] = set()
-
-    def again(self, key: str) -> bool:
-        """Whether ``key`` was seen recently; remembers it either way."""
-        if key in self._new:
-            return True
-        if len(self._new) >= self.size:
-            self._old, self._new = self._new, set()
-        self._new.add(key)
-        return key in self._old
-
-
-class _Counted(LRUCache):
-    """LRU that counts its evictions."""
-
-    def __init__(self, maxsize: int, on_evict: Callable[[], None]) -> None:
-        super().__init__(maxsize)
-        self._on_evict = on_evict
-
-    def popitem(self):  # type: ignore[override]
-        item = super().popitem()
-        self._on_evict()
-        return item
 
 
 class ReadCache:
@@ -296,8 +110,8 @@ class ReadCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
-        self._data: _Counted = _Counted(max_keys, self._evicted)
-        self._seen = _SeenOnce(max(1, 2 * max_keys))
+        self._data: CountedLRU = CountedLRU(max_keys, self._evicted)
+        self._seen = SeenOnce(max(1, 2 * max_keys))
         self._pending: dict[CacheKey, _Fill] = {}
         self._tasks: set[asyncio.Task] = set()
         #: fills whose reads returned, waiting to settle: (key, fill, head, when the read ended)
@@ -344,7 +158,7 @@ class ReadCache:
         and its extras from the top). Pull authors None: not known (a read below a cursor that
         returned no inbox row).
 
-        A user's first page fills the head on its second miss in a while (:class:`_SeenOnce`); the
+        A user's first page fills the head on its second miss in a while (:class:`~.cache_policy.SeenOnce`); the
         first is read as without the cache. A fill reads the ``n`` rows the page needs, no more: a
         miss costs the read the page would cost without the cache. The head then holds those rows
         (a later, larger first page fills it again); pages below it are read from the store."""
@@ -435,7 +249,10 @@ class ReadCache:
             return None
         data = self._data
         head = data.get(("home", user_id))
-        if head is None or head.pull is None or head.reposters is None or head.reposters or not self._kept(head):
+        if head is None or not self._kept(head):
+            return None
+        plan = head.home_plan(user_id)
+        if plan is None or not plan.cacheable:
             return None  # a reader merging pull reposters in: its repost rows are decided with lookups
         inbox = head.first(n, before)
         if inbox is None:
@@ -451,7 +268,7 @@ class ReadCache:
             if rows:
                 sources.append(rows)
         stamps = []
-        for author in sorted(head.pull):
+        for author in plan.pull_authors:
             ck = ("author", author)
             author_head = data.get(ck)
             if author_head is None:

@@ -6,12 +6,13 @@ with the reposts of the pull reposters the reader sees, decided with its own rep
 (:mod:`.pulled_reposts`). A user's own timeline is its author timeline merged with its reposts
 (``user_reposts``).
 
-Each source is read from the read cache while the view's change topic keeps it exact
-(docs/api.md#read-cache), else from the store, with pull authors' heads through the process's TTL'd
-:class:`.pull_sources.PullSources`. The user's pull authors come with the inbox slice (a static
-column of the inbox partition), read beside the extras slice. Pages go newest first
-(:func:`merge_newest`), a watch's catch-up oldest first (:func:`merge_oldest`), all by ``(Entry.at,
-tweet_id)``: one cursor serves every source.
+Which sources a home timeline merges is its reader's home plan (:mod:`feed_service.core.home_plan`),
+made from the static columns that come with the inbox slice (the pull authors, the pull reposters,
+``inbox_dropped``); the sources' slices are merged by the plan's one merge
+(:func:`~feed_service.core.home_plan.merge_home`): pages newest first, a watch's catch-up oldest
+first, all by ``(Entry.at, tweet_id)``, so one cursor serves every source. Each source is read from
+the read cache while the view's change topic keeps it exact (docs/api.md#read-cache), else from the
+store, with pull authors' heads through the process's TTL'd :class:`.pull_sources.PullSources`.
 
 A reader whose inbox is not kept (the static ``inbox_dropped``, which comes with the inbox slice)
 has its inbox replaced by its push authors' author timelines, read like pull authors' and cut by the
@@ -24,16 +25,17 @@ import asyncio
 import functools
 from typing import Awaitable, Callable, Collection
 
-from feed_service.core.inbox_rule import push_authors
+from feed_service.core.home_plan import HomePlan, HomeStatics, home_plan, merge_home
+from feed_service.core.rules import push_authors
 from feed_service.core.per_reader.pull_reposts import Lookups, RepostFacts
 from feed_service.core.rows import Cursor, Entry
-from feed_service.core.timeline_merge import merge_newest, merge_oldest
+from feed_service.core.timeline_merge import merge_newest
 from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.pull_replies import has_replies, inbox_slices, shown_slices
 from feed_service.server.pull_sources import PullSources
 from feed_service.server.pulled_reposts import decided_slices
 from feed_service.server.read_cache import HomeSlice, ReadCache, Sources
-from feed_service.store.ports import TimelineStore
+from feed_service.store.ports import InboxSlice, TimelineStore
 
 
 class TimelineReads:
@@ -85,16 +87,17 @@ class TimelineReads:
         return RepostFacts(pulled, pushed, sees, hidden)
 
     async def _with_pull_reposts(
-            self, store: TimelineStore, user_id: str, reposters: list[str], extras: list[Entry], limit: int,
+            self, store: TimelineStore, user_id: str, plan: HomePlan, extras: list[Entry], limit: int,
             budget: float, *, first: Callable[[str], Awaitable[list[Entry]]],
             extras_next: Callable[[Cursor, int], Awaitable[list[Entry]]],
             reposts_next: Callable[[str, Cursor, int], Awaitable[list[Entry]]]) -> tuple[list[Entry], list[list[Entry]]]:
         """The extras slice and the pull reposters' slices (``first`` of each), cut to the rows the
         reader is shown (:mod:`.pulled_reposts`), reading on with ``extras_next``/``reposts_next``."""
+        reposters = plan.pull_reposters
         reposted = list(await asyncio.gather(*(first(p) for p in reposters)))
         return await decided_slices(
             user_id, extras, reposters, reposted, limit,
-            lambda need: self.repost_facts(store, user_id, reposters, need, budget),
+            lambda need: self.repost_facts(store, user_id, list(reposters), need, budget),
             lambda i, cursor, n: extras_next(cursor, n) if i == 0 else reposts_next(reposters[i - 1], cursor, n))
 
     def cached_home_page(self, user_id: str, before: Cursor | None,
@@ -109,8 +112,7 @@ class TimelineReads:
         if got is None:
             return None
         sources, authors, stamp = got
-        rows = sources[0] if len(sources) == 1 else merge_newest(sources, limit)
-        return rows, authors, stamp
+        return merge_home(sources, limit), authors, stamp
 
     async def sees(self, store: TimelineStore, user_id: str, users: Collection[str], budget: float) -> set[str]:
         """Those of ``users`` that ``user_id`` sees: through the exact cache's memberships, else the store."""
@@ -160,29 +162,27 @@ class TimelineReads:
         if inbox.pull_authors is None or inbox.pull_reposters is None or inbox.inbox_dropped is None:
             # nothing below the cursor came back, so neither did the static columns: one read of them
             inbox = (await store.statics(user_id, timeout=budget))._replace(entries=inbox.entries)
-        authors: list[str] = inbox.pull_authors  # type: ignore[assignment]
-        own = inbox.entries
-        if inbox.inbox_dropped:
-            own = []  # rows an inbox not kept may still hold are stale: ignored
+        plan = home_plan(user_id, statics_of(inbox))
+        authors = plan.pull_authors
+        if plan.dropped:
+            own: list[Entry] = []  # rows an inbox not kept may still hold are stale: ignored
             pushed, pulled = await asyncio.gather(
                 self.dropped_inbox(store, user_id, authors, before, limit, budget),
                 self.author_slices(store, authors, before, limit, budget))
         else:
-            pushed, pulled = [], await self.author_slices(store, authors, before, limit, budget)
+            own, pushed, pulled = inbox.entries, [], await self.author_slices(store, authors, before, limit, budget)
         if any(has_replies(rows) for rows in pulled):
             pulled = await shown_slices(
                 user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
                 lambda i, cursor, n: store.author_page(authors[i], before=cursor, limit=n, timeout=budget))
         extras, reposted = got.extras, []
-        reposters: list[str] = inbox.pull_reposters  # type: ignore[assignment]
-        if reposters:
+        if plan.decides_reposts:
             extras, reposted = await self._with_pull_reposts(
-                store, user_id, reposters, extras, limit, budget,
+                store, user_id, plan, extras, limit, budget,
                 first=lambda p: self.reposts_page(store, p, before, limit, budget),
                 extras_next=lambda cursor, n: store.extras_page(user_id, before=cursor, limit=n, timeout=budget),
                 reposts_next=lambda p, cursor, n: store.user_reposts_page(p, before=cursor, limit=n, timeout=budget))
-        sources = [own, *(rows for rows in (extras, *pulled, *pushed, *reposted) if rows)]
-        return sources[0] if len(sources) == 1 else merge_newest(sources, limit)
+        return merge_home((own, *pushed, extras, *pulled, *reposted), limit)
 
     async def dropped_inbox(self, store: TimelineStore, user_id: str, pull: list[str], before: Cursor | None,
                             limit: int, budget: float) -> list[list[Entry]]:
@@ -229,12 +229,12 @@ class TimelineReads:
         authors to merge and whether the inbox is kept; a reader whose inbox is not kept has it
         computed from its push authors' timelines instead (docs/activity.md)."""
         pushed = self.pushed()
-        statics = await store.statics(user_id, timeout=budget)
-        authors, reposters = statics.pull_authors or [], statics.pull_reposters or []
+        plan = home_plan(user_id, statics_of(await store.statics(user_id, timeout=budget)))
+        authors = plan.pull_authors
         # A pushed watch catches up from the store itself: the TTL'd heads may predate its subscription.
         newer = store.author_newer if pushed else functools.partial(self.pull.newer, store)
         push: list[str] = []
-        if statics.inbox_dropped:
+        if plan.dropped:
             push = push_authors(await store.visible_users(user_id, timeout=budget), authors)
 
             async def nothing() -> list[Entry]:
@@ -255,10 +255,15 @@ class TimelineReads:
                 user_id, pushed_rows, limit,
                 lambda i, cursor, n: store.author_newer(push[i], after=cursor, limit=n, timeout=budget))
         reposted: list[list[Entry]] = []
-        if reposters:
+        if plan.decides_reposts:
             extras, reposted = await self._with_pull_reposts(
-                store, user_id, reposters, extras, limit, budget,
+                store, user_id, plan, extras, limit, budget,
                 first=lambda p: store.user_reposts_newer(p, after=after, limit=limit, timeout=budget),
                 extras_next=lambda cursor, n: store.extras_newer(user_id, after=cursor, limit=n, timeout=budget),
                 reposts_next=lambda p, cursor, n: store.user_reposts_newer(p, after=cursor, limit=n, timeout=budget))
-        return merge_oldest([own, extras, *pulled, *pushed_rows, *reposted], limit)
+        return merge_home((own, *pushed_rows, extras, *pulled, *reposted), limit, oldest_first=True)
+
+
+def statics_of(inbox: InboxSlice) -> HomeStatics:
+    """The home plan's statics from an inbox slice's static columns (read with it, or alone)."""
+    return HomeStatics(inbox.pull_authors or (), inbox.pull_reposters or (), bool(inbox.inbox_dropped))

@@ -1,5 +1,8 @@
 """Idempotent, order-safe writes of the join's outputs to Cassandra.
 
+Long (about 470 lines) on purpose: one writer holding the prepared statement of every table of the
+view, each with the same ``USING TIMESTAMP`` rule, which is the point of keeping them together.
+
 Every statement carries ``USING TIMESTAMP ts`` where ``ts`` is the owning author key's logical
 clock from :func:`feed_service.core.join.step` (docs/idempotent-writes.md). Cassandra keeps, per
 cell, the write with the highest timestamp (a tombstone wins a tie), so:

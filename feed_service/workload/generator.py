@@ -1,5 +1,8 @@
 """A seeded, reproducible workload: users, a power-law follow graph, then a stream of changes.
 
+Long (about 530 lines) on purpose: one seeded generator whose phases draw from one random stream, so
+that a seed gives the same workload only while they stay in one order, in one place.
+
 Pure generation, no I/O: :func:`generate` yields JSON envelopes; where they go (Kafka, a replay
 file) and how fast is :mod:`feed_service.workload.sinks`' job.
 

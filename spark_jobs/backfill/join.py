@@ -29,14 +29,34 @@ TIMELINE_COLUMNS = ("timeline_id", "tweet_id", "author_id", "created_at", "versi
                     "in_reply_to_tweet_id", "in_reply_to_author_id")
 
 
+# The rules below restate feed_service/core/rules.py as columns; tests/unit/test_rules_sql.py
+# evaluates each against the Python rule on the same rows.
+
+
 def reply_class() -> "Column":
-    """A tweet's retention class: '' for a plain tweet (no reply, or a reply to its own author), else
-    the user it replies to (as :func:`feed_service.core.join.tweets._evicted_by_class` classes it;
-    '' is no user id: ids are never empty)."""
+    """:func:`feed_service.core.rules.reply_class` of ``author_id, in_reply_to_author_id``: '' for a
+    plain tweet (no reply, or a reply to its own author), else the user it replies to ('' is no user
+    id: ids are never empty). Also a tweet's retention class."""
     from pyspark.sql import functions as F
 
     parent = F.col("in_reply_to_author_id")
     return F.when(parent.isNull() | (parent == F.col("author_id")), F.lit("")).otherwise(parent)
+
+
+def shown_in_inbox(reader: str = "timeline_id") -> "Column":
+    """:func:`feed_service.core.rules.shown_in_inbox` of ``author_id, in_reply_to_author_id`` for the
+    reader in column ``reader``: a plain tweet, or a reply to the reader."""
+    from pyspark.sql import functions as F
+
+    cls = reply_class()
+    return (cls == "") | (cls == F.col(reader))
+
+
+def is_pull_author(active_followers: str, pull_threshold: int) -> "Column":
+    """:func:`feed_service.core.rules.is_pull_author` of the count in column ``active_followers``."""
+    from pyspark.sql import functions as F
+
+    return F.col(active_followers) >= F.lit(pull_threshold)
 
 
 def retained_tweets(live_tweets: "DataFrame", inbox_cap: int) -> "DataFrame":
@@ -56,10 +76,7 @@ def direct_rows(tweets: "DataFrame", visible: "DataFrame") -> "DataFrame":
     """``tweets ⋈ visible`` (``timeline_id, author_id``) on the author, keeping what the author key
     writes to an inbox: a plain tweet to every visible follower, a reply to another user X only to
     X's own inbox (every other follower's is the per-reader stage's decision, ``home_extras``)."""
-    from pyspark.sql import functions as F
-
-    cls = reply_class()
-    return tweets.join(visible, "author_id").where((cls == "") | (cls == F.col("timeline_id")))
+    return tweets.join(visible, "author_id").where(shown_in_inbox("timeline_id"))
 
 
 def pull_authors(winners: Winners, pull_threshold: int) -> "DataFrame":
@@ -67,7 +84,7 @@ def pull_authors(winners: Winners, pull_threshold: int) -> "DataFrame":
     from pyspark.sql import functions as F
 
     return (winners.active_edges().groupBy(F.col("followee_id").alias("author_id")).count()
-            .where(F.col("count") >= pull_threshold).select("author_id"))
+            .where(is_pull_author("count", pull_threshold)).select("author_id"))
 
 
 def join_timelines_batch(winners: Winners, inbox_cap: int, pull_threshold: int) -> "DataFrame":

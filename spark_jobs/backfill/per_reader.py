@@ -22,7 +22,7 @@ import pickle
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult
-from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostedTweet, RepostEdge
+from feed_service.core.per_reader.routing import step_messages
 from feed_service.store.stage_inputs import identity_key
 from spark_jobs.bootstrap import PER_READER_SCHEMA
 
@@ -49,11 +49,7 @@ def _inserts(deltas: Iterable[Any], what: str) -> Iterable[Any]:
 
 def step_stage(messages: Iterable[Any], backfill_ts: int, pull_threshold: int | None = None) -> StageResult:
     """The stage's one step over every message, from an empty stage at ``backfill_ts - 1``."""
-    by_kind: dict[type, list] = {Relation: [], ConditionalTweet: [], RepostEdge: [], RepostedTweet: []}
-    for m in messages:
-        by_kind[type(m)].append(m)
-    stage = AudienceStage(pull_threshold=pull_threshold, clock=backfill_ts - 1)
-    return stage.step(by_kind[Relation], by_kind[ConditionalTweet], by_kind[RepostEdge], by_kind[RepostedTweet])
+    return step_messages(AudienceStage(pull_threshold=pull_threshold, clock=backfill_ts - 1), messages)
 
 
 class PerReaderFrames(NamedTuple):

@@ -172,7 +172,8 @@ def state_inbox_rows(blob: bytes) -> list[tuple]:
     """The inbox rows an encoded author state holds (:data:`TIMELINE_COLUMNS`): for a push author,
     each retained tweet to each visible follower, a reply to another user X only to X (the others'
     are conditional replies, the per-reader stage's); none for a pull author (merged at read)."""
-    from feed_service.core.per_reader.author_side import reply_class
+    from feed_service.core.events import content_entry, parent_author_of
+    from feed_service.core.rules import shown_in_inbox
     from feed_service.core.state import decode_state, visible_followers
 
     s = decode_state(blob)
@@ -181,10 +182,9 @@ def state_inbox_rows(blob: bytes) -> list[tuple]:
     readers = visible_followers(s)
     rows = []
     for tid, c in s.tweets.items():
-        parent = (c[4], c[5]) if len(c) > 4 else (None, None)
-        row = (tid, s.key, c[1], c[0], c[2], c[3], *parent)
-        third = reply_class(s.key, c)
-        rows.extend((f, *row) for f in readers if third is None or third == f)
+        row = content_entry(tid, s.key, c)[:len(TIMELINE_COLUMNS) - 1]  # an entry starts with the columns
+        parent = parent_author_of(c)
+        rows.extend((f, *row) for f in readers if shown_in_inbox(s.key, parent, f))
     return rows
 
 

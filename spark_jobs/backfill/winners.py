@@ -3,10 +3,10 @@
 The rules are those of :mod:`feed_service.core.events`: a tweet's highest version upsert (ties: the
 greater :func:`~feed_service.core.events.tweet_payload_digest`), a delete is final; a follow edge's
 highest version (``unfollow`` wins a tie); per profile (user, version) the greatest
-:func:`~feed_service.core.events.profile_rank`; a block or mute edge's highest version (the hiding op,
-``block`` or ``mute``, wins a tie: :func:`~feed_service.core.events.hide_rank`); a repost edge's
+:func:`~feed_service.core.rules.profile_rank`; a block or mute edge's highest version (the hiding op,
+``block`` or ``mute``, wins a tie: :func:`~feed_service.core.rules.hide_rank`); a repost edge's
 highest version (``unrepost`` wins a tie; two reposts at one version: the greatest payload, as
-:func:`~feed_service.core.events.repost_rank`).
+:func:`~feed_service.core.rules.repost_rank`).
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def session_conf(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.redaction.options.regex": OPTIONS_REDACTION_REGEX,
-        # The pandas operators get nullable Int64 columns: numpy float64 would round bigints above 2**53.
+        # Pandas UDFs (the backfill's) get nullable Int64 columns: numpy float64 would round bigints above 2**53.
         "spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype": "true",
     }
     user_conf = {**(extra_conf or {}), **spark_conf_from_env(env)}

@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="state partitions of a new checkpoint (default: FEED_STATE_PARTITIONS, else 2); an"
                              " existing checkpoint keeps its own until `feedctl reshard` (docs/streaming.md)")
     parser.add_argument("--operator", choices=OPERATORS, default=None,
-                        help=f"stateful operator of a new checkpoint (default {DEFAULT_OPERATOR}); "
-                             "an existing checkpoint keeps its own")
+                        help=f"stateful operator ({DEFAULT_OPERATOR}, the only one; a checkpoint made with a"
+                             " retired pandas operator is refused: docs/streaming.md, \"One stateful operator\")")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=DEFAULT_MAX_OFFSETS_PER_TRIGGER)
     parser.add_argument("--trigger-seconds", type=float, default=0.0,
                         help="micro-batch interval; 0 = start the next batch as soon as one ends")
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="for a new checkpoint: earliest, latest or Spark's JSON offsets")
     parser.add_argument("--bootstrap-from", type=Path, default=None, metavar="BACKFILL_DIR",
                         help="new checkpoint only: start from a backfill's snapshot offsets and engine states"
-                             " (feedctl backfill --out); needs an operator of the transformWithState family")
+                             " (feedctl backfill --out)")
     parser.add_argument("--status-file", type=Path, default=None,
                         help="progress JSON, rewritten every second (default CHECKPOINT/progress.json)")
     parser.add_argument("--state-stats-interval", type=_seconds, default=DEFAULT_STATE_STATS_INTERVAL,

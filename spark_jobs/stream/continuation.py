@@ -13,8 +13,7 @@ from feed_service.errors import CheckpointError, ConfigError
 from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 from spark_jobs.bootstrap import BOOTSTRAP_BATCH_ID, PER_READER_SCHEMA, load_bootstrap
-from spark_jobs.stream.options import DEFAULT_OPERATOR, StreamOptions
-from spark_jobs.timeline_join import INITIAL_STATE_OPERATORS
+from spark_jobs.stream.options import StreamOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,8 +40,7 @@ def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[
     if settings.inbox_cap != boot.inbox_cap:
         raise ConfigError(f"inbox cap {settings.inbox_cap} (--inbox-cap or FEED_INBOX_CAP) differs from the"
                           f" backfill's {boot.inbox_cap}")
-    operator = options.operator if options.operator in INITIAL_STATE_OPERATORS else DEFAULT_OPERATOR
-    options = replace(options, starting_offsets=boot.starting_offsets, operator=operator)
+    options = replace(options, starting_offsets=boot.starting_offsets)
     log.info("bootstrapping from backfill %s: clock start %d, offsets %s", boot.folder, boot.clock_start,
              boot.starting_offsets)
     return options, {"state_path": boot.state_path, "per_reader_path": boot.per_reader_path,

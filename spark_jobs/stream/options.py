@@ -10,9 +10,8 @@ from spark_jobs.stream.metrics import DEFAULT_METRICS_HOST
 from spark_jobs.timeline_join import Operator
 
 DEFAULT_CHECKPOINT = Path(".stack/local/checkpoints/stream")
-#: transformWithState (Row API): a micro-batch costs about half of what the pandas operators cost
-#: (no pandas frame built per key, in or out; bench/bench_stream.py, docs/streaming.md), and the
-#: transformWithState family takes an initial state (backfill bootstrap).
+#: The one stateful operator, transformWithState (Row API): no pandas frame built per key, in or out,
+#: and it takes an initial state (backfill bootstrap): docs/streaming.md, "One stateful operator".
 DEFAULT_OPERATOR: Operator = "transformWithState"
 #: Bounds a micro-batch after downtime so the first batches after a restart stay short.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000

@@ -24,12 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult, TweetKey
-from feed_service.core.per_reader.messages import (
-    ConditionalTweet,
-    Relation,
-    RepostedTweet,
-    RepostEdge,
-)
+from feed_service.core.per_reader.messages import Relation, RepostEdge
+from feed_service.core.per_reader.routing import step_messages
 from feed_service.core.rows import AuthorTimelineWrite
 from feed_service.core.view_changes import (
     ExtrasChange,
@@ -109,11 +105,7 @@ class StreamStage:
             restored = len(values)
             self.stage = AudienceStage.restore(values, pull_threshold=settings.reposter_threshold, clock=clock_start)
         self.completed = None  # until this batch is written and saved
-        by_kind: dict[type, list] = {Relation: [], ConditionalTweet: [], RepostEdge: [], RepostedTweet: []}
-        for message, _ in messages:
-            by_kind[type(message)].append(message)
-        done = self.stage.step(by_kind[Relation], by_kind[ConditionalTweet], by_kind[RepostEdge],
-                               by_kind[RepostedTweet])
+        done = step_messages(self.stage, (message for message, _ in messages))
         stepped = time.perf_counter()
         counts, published, extras_rows = self._write(settings, done, _sources(messages))
         saved = store.save(name, done.inputs, batch_id)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 from feed_service.errors import CheckpointError
 from spark_jobs.checkpoint import inspect_checkpoint
-from spark_jobs.stateful_join import BUCKETED_OPERATORS
 from spark_jobs.stream.options import DEFAULT_OPERATOR
-from spark_jobs.timeline_join import Operator
+from spark_jobs.timeline_join import OPERATORS, RETIRED_OPERATORS, Operator
 
 log = logging.getLogger("feed.stream")
 
@@ -32,17 +31,49 @@ def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
         return value
 
 
-def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
-    """The checkpoint's stateful operator, fixed at creation (their state layouts differ);
-    :class:`CheckpointError` if ``requested`` is another one."""
-    path = checkpoint / "operator"
+OPERATOR_FILE = "operator"
+
+
+def retired_operator_refusal(checkpoint: Path, recorded: str) -> CheckpointError:
+    """The refusal of a checkpoint made with a retired pandas operator: its state cannot be read by
+    ``transformWithState``; the way to move it is a backfill and a new checkpoint bootstrapped from it
+    (docs/streaming.md, "One stateful operator")."""
+    return CheckpointError(
+        f"checkpoint {checkpoint} was created with --operator {recorded}, which this release no longer runs"
+        f" (only {DEFAULT_OPERATOR}); move it with `feedctl reshard --checkpoint {checkpoint} --via backfill"
+        " --partitions N` (or `feedctl backfill --out DIR` and `feedctl stream --checkpoint NEW --bootstrap-from"
+        " DIR`): docs/streaming.md, \"One stateful operator\"")
+
+
+def recorded_operator(checkpoint: Path) -> str | None:
+    """The operator a checkpoint recorded at creation, None if it recorded none (a new checkpoint)."""
     try:
-        recorded = path.read_text().strip()
+        return (checkpoint / OPERATOR_FILE).read_text().strip()
     except FileNotFoundError:
+        return None
+
+
+def refuse_retired_operator(checkpoint: Path) -> None:
+    """:func:`retired_operator_refusal` raised if ``checkpoint`` was made with a retired operator
+    (what ``feedctl reshard`` in place and ``feedctl state-stats`` check before their Spark session)."""
+    recorded = recorded_operator(checkpoint)
+    if recorded in RETIRED_OPERATORS:
+        raise retired_operator_refusal(checkpoint, recorded)
+
+
+def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
+    """The checkpoint's stateful operator, recorded at creation; :class:`CheckpointError` for a
+    checkpoint of a retired operator (:func:`retired_operator_refusal`) or another unknown one."""
+    recorded = recorded_operator(checkpoint)
+    if recorded is None:
         chosen = requested or DEFAULT_OPERATOR
         checkpoint.mkdir(parents=True, exist_ok=True)
-        path.write_text(chosen)
+        (checkpoint / OPERATOR_FILE).write_text(chosen)
         return chosen
+    if recorded in RETIRED_OPERATORS:
+        raise retired_operator_refusal(checkpoint, recorded)
+    if recorded not in OPERATORS:
+        raise CheckpointError(f"{checkpoint / OPERATOR_FILE} names an unknown operator {recorded!r}")
     if requested is not None and requested != recorded:
         raise CheckpointError(f"checkpoint {checkpoint} was created with --operator {recorded}; "
                               f"it cannot continue with {requested} (use a new checkpoint)")
@@ -62,11 +93,11 @@ def recorded_state_buckets(checkpoint: Path) -> int:
         raise CheckpointError(f"{checkpoint / STATE_BUCKETS_FILE} does not hold a number of state buckets") from None
 
 
-def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> int:
+def state_buckets_for(checkpoint: Path, requested: int) -> int:
     """The checkpoint's state layout, fixed at creation (docs/state-buckets.md): the number of buckets
     of join keys it groups its state by, or 0 for one state per join key.
 
-    A new checkpoint takes ``requested`` (0 for an operator that cannot group by buckets); a
+    A new checkpoint takes ``requested``; a
     checkpoint that ran before this was recorded keeps one state per key (every checkpoint of the
     releases before buckets), which the stream still runs. A different ``requested`` on an existing
     checkpoint is logged, naming ``feedctl reshard --via backfill``, the way to move it.
@@ -79,7 +110,7 @@ def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> i
         if info is not None and not info.is_new:
             recorded = 0  # created by a release before state buckets: one state per key
         else:
-            recorded = requested if operator in BUCKETED_OPERATORS else 0
+            recorded = requested
         checkpoint.mkdir(parents=True, exist_ok=True)
         tmp = checkpoint / f".{STATE_BUCKETS_FILE}.tmp"
         tmp.write_text(str(recorded))
@@ -87,7 +118,7 @@ def state_buckets_for(checkpoint: Path, requested: int, operator: Operator) -> i
         log.info("checkpoint %s: %s", checkpoint,
                  f"state in {recorded} buckets of join keys" if recorded else "one state per join key")
         return recorded
-    if recorded != requested and operator in BUCKETED_OPERATORS:
+    if recorded != requested:
         log.warning("state buckets: %d asked (FEED_STATE_BUCKETS) but checkpoint %s keeps %s; to change the"
                     " layout stop the stream and run `feedctl reshard --checkpoint %s --via backfill --partitions N`",
                     requested, checkpoint, recorded or "one state per key", checkpoint)

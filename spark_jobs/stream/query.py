@@ -113,12 +113,11 @@ def start_stream(
     config = JoinConfig(inbox_cap=settings.inbox_cap, pull_threshold=settings.pull_threshold,
                         clock_start=clock_start_for(options.checkpoint, clock_start),
                         horizon_ms=settings.retention.horizon_ms)
-    operator = operator_for(options.checkpoint, options.operator)
-    buckets = state_buckets_for(options.checkpoint, settings.state_buckets, operator)
+    operator_for(options.checkpoint, options.operator)  # a checkpoint of a retired operator is refused
+    buckets = state_buckets_for(options.checkpoint, settings.state_buckets)
     outputs = join_timelines(
         routed_changes(parsed),
         config=config,
-        operator=operator,
         initial_state=initial_state,
         state_buckets=buckets,
     )

@@ -7,7 +7,10 @@ bootstrapped from it. And the case a stop under traffic leaves behind: a stream 
 of a batch, whose pending batch ``--finish-pending`` runs to its commit before repartitioning.
 The in-place route and the killed stream share one pipeline and one checkpoint (a stream start and
 its catch-up are the slow parts): 2 -> 8 in place, the stream on 8 killed in a batch, 8 -> 4 with
-``--finish-pending``, the stream on 4 continues.
+``--finish-pending``, the stream on 4 continues. That checkpoint keeps one state per key (the layout of
+every checkpoint made before state buckets, docs/state-buckets.md) while the settings ask for buckets:
+the layout survives the moves, the kill and the restarts, and its timelines stay exact (the kill and
+restart of the default layout is test_stream.py's).
 Each reshard prints how long it took (docs/streaming.md quotes them).
 The backfill route's test takes about 140 s on the 2-core machine (a stream, a backfill, a
 bootstrapped stream), so it runs only with ``FEED_TEST_RESHARD_BACKFILL=1``; backfill -> bootstrapped stream itself
@@ -100,7 +103,10 @@ def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_
     first, later = _halves(unique)
     middle, rest = later[: len(later) // 2], later[len(later) // 2:]
     checkpoint = tmp_path / "ckpt"
-    _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log")
+    assert pipeline.state_buckets > 0
+    _first_part_on_two_partitions(pipeline, checkpoint, first, tmp_path / "run1.log",
+                                  creator=replace(pipeline, state_buckets=0))
+    assert recorded_state_buckets(checkpoint) == 0
     before = inspect_checkpoint(checkpoint)
 
     # In place, 2 -> 8, on a checkpoint the stream left cleanly.
@@ -112,8 +118,9 @@ def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_
     assert {p.name for p in (checkpoint / "join" / "state" / "0").iterdir() if p.name.isdigit()} == \
         {str(n) for n in range(8)}
 
-    # The setting says 8 now too: no warning; the stream reports the checkpoint's 8. It continues on
-    # the moved state and is killed in the middle of a batch (what a stop under traffic leaves).
+    # The setting says 8 now too: no warning about partitions; the stream reports the checkpoint's 8,
+    # and keeps one state per key whatever FEED_STATE_BUCKETS says (a warning names the way to move it).
+    # It continues on the moved state and is killed in the middle of a batch (what a stop under traffic leaves).
     log = tmp_path / "run2.log"
     stream = StreamProcess(replace(pipeline, state_partitions=8), checkpoint, log_file=log).start()
     try:
@@ -125,7 +132,8 @@ def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_
         stream.stop()
         raise
     text = log.read_text(errors="replace")
-    assert "has 8 state partitions" in text and "feedctl reshard" not in text
+    assert "has 8 state partitions" in text and "state partitions: " not in text
+    assert f"state buckets: {pipeline.state_buckets} asked" in text and "keeps one state per key" in text
     killed = inspect_checkpoint(checkpoint)
     assert killed.state_partitions == 8 and killed.last_batch > after.last_batch
     assert killed.last_batch == pending and killed.last_commit == pending - 1, killed
@@ -149,6 +157,9 @@ def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_
         assert read_timelines(pipeline) == _expected(first + middle + rest, pipeline)
     final = inspect_checkpoint(checkpoint)
     assert final.state_partitions == 4 and final.last_batch > finished.last_batch
+    assert recorded_state_buckets(checkpoint) == 0
+    for log in ("run1.log", "run2.log", "run3.log"):  # the state server's warning per state-less key is held back
+        assert "doesn't contain a value" not in (tmp_path / log).read_text(errors="replace")
 
 
 @pytest.mark.skipif(os.environ.get("FEED_TEST_RESHARD_BACKFILL") != "1",

@@ -18,12 +18,13 @@ import pytest
 from feed_service.core.rows import Entry
 from feed_service.core.view_changes import TimelineChange
 from feed_service.errors import DeliveryFailed, PipelineError
+from feed_service.kafka.acls import apply_acls
 from feed_service.kafka.client_config import client_config, spark_kafka_options
 from feed_service.kafka.offsets import watermarks
 from feed_service.kafka.producer import EventProducer
 from feed_service.kafka.stream_publisher import publish_view_changes
+from feed_service.kafka.topics import ensure_topics
 from feed_service.kafka.view_change_consumer import ViewChangeConsumer
-from feed_service.ops.provision import provision
 from feed_service.security.roles import ADMIN, CONSUMER_GROUP_PREFIXES, PRODUCER, ROLES, SERVER, STREAM
 from feed_service.security.secrets import ensure_credentials
 from feed_service.settings import Settings
@@ -37,13 +38,21 @@ SHORT_TIMEOUT_MS = 4000
 
 @pytest.fixture(scope="module")
 def secured(secure_stack_config: StackConfig) -> Settings:
-    """The secured stack's settings with topics of this module's own, provisioned as the admin (topics,
-    keyspace, ACLs, grants); no role chosen, so each client takes its own."""
+    """The secured stack's settings with topics of this module's own, provisioned as the admin (topics and
+    ACLs); no role chosen, so each client takes its own."""
     import uuid
 
     settings = secure_stack_config.settings(keyspace="feed_sec_kafka").with_topic_suffix(f".sec.{uuid.uuid4().hex[:8]}")
-    provision(settings)
+    _provision_kafka(settings)
     return settings
+
+
+def _provision_kafka(settings: Settings) -> None:
+    """What ``feedctl provision`` does on Kafka, as the admin: the topics and each role's ACLs. Kafka only:
+    the module never touches Cassandra, and a keyspace's schema on the ring costs ~20 s of schema agreement."""
+    admin = settings.as_role(ADMIN)
+    ensure_topics(admin, admin.topics.values())
+    apply_acls(admin)
 
 
 def _ends(settings: Settings, role: str) -> dict[int, int]:

@@ -9,8 +9,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from feed_service.core.reference import reference_tables, reference_timelines
 from feed_service.ops.provision import provision
 from feed_service.settings import Settings
@@ -18,7 +16,6 @@ from feed_service.stack.config import free_ports
 from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
 from spark_jobs.stream.pinned import STATE_BUCKETS_FILE
-from spark_jobs.timeline_join import OPERATORS
 
 from .pipeline import (
     GARBAGE, GARBAGE_CODES, Delivered, StreamProcess, consume_all, publish, read_table, read_timelines, running,
@@ -115,27 +112,17 @@ def test_stream_matches_reference_and_dead_letters_bad_records(settings: Setting
     assert _dead_letters(pipeline, expect=len(expected)) == expected
 
 
-@pytest.mark.parametrize("operator,created_with_buckets", [
-    pytest.param("transformWithState", None, id="transformWithState-state-buckets"),
-    # A checkpoint of one state per key (every checkpoint made before state buckets) restarted by a
-    # release whose default is buckets: it keeps its layout (docs/state-buckets.md).
-    pytest.param("transformWithState", 0, id="transformWithState-state-per-key"),
-    *(pytest.param(op, None, id=op) for op in OPERATORS if op != "transformWithState"),
-])
-def test_stream_survives_kill_and_restart_with_identical_state(
-    settings: Settings, unique: str, tmp_path: Path, operator: str, created_with_buckets: int | None
-) -> None:
-    from dataclasses import replace
-
+def test_stream_survives_kill_and_restart_with_identical_state(settings: Settings, unique: str, tmp_path: Path) -> None:
+    """The default operator and layout (state buckets). A checkpoint of one state per key killed in
+    a batch and restarted by a release whose default is buckets is test_reshard.py's in-place test."""
     pipeline = _isolated(settings, unique)
     events = _history(seed=3)
     publish(pipeline, events)
 
     # Small batches so the kill lands in the middle of the stream.
     checkpoint = tmp_path / "ckpt"
-    creator = pipeline if created_with_buckets is None else replace(pipeline, state_buckets=created_with_buckets)
-    first = StreamProcess(creator, checkpoint, log_file=tmp_path / "run1.log",
-                          extra_args=["--max-offsets-per-trigger", "60", "--operator", operator]).start()
+    first = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log",
+                          extra_args=["--max-offsets-per-trigger", "60"]).start()
     try:
         first.wait_for_batch(2)
     finally:
@@ -143,16 +130,15 @@ def test_stream_survives_kill_and_restart_with_identical_state(
     partial = read_timelines(pipeline)
 
     # The restart re-runs a batch the kill interrupted with its logged offsets, then continues in larger
-    # batches (the limit is not part of the checkpoint): still several batches on the restored state,
-    # not a dozen more (applyInPandasWithState spends ~8 s on a batch here, whatever its size).
-    args = ["--max-offsets-per-trigger", "250", "--operator", operator]
+    # batches (the limit is not part of the checkpoint): still several batches on the restored state.
+    args = ["--max-offsets-per-trigger", "250"]
     with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as second:
         second.wait_caught_up()
     assert last_committed_batch(checkpoint / "join") >= 5  # about 640 records left after batch 2: 3 batches
     for log in ("run1.log", "run2.log"):  # the state server's warning per state-less key is held back
         assert "doesn't contain a value" not in (tmp_path / log).read_text()
     layout = int((checkpoint / STATE_BUCKETS_FILE).read_text())
-    assert layout == (pipeline.state_buckets if operator == "transformWithState" and created_with_buckets is None else 0)
+    assert layout == pipeline.state_buckets > 0
 
     expected = _reference_below_the_cap(pipeline, events)
     assert partial != expected  # the kill really happened mid-stream

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from feed_service.core.events import (
-    BlockChange, FollowChange, MuteChange, ProfileVersion, RepostChange, TweetDelete, TweetUpsert, hide_rank,
-    join_keys, parse_event, tweet_payload_digest,
+    BlockChange, FollowChange, MuteChange, ProfileVersion, RepostChange, TweetDelete, TweetUpsert, join_keys,
+    parse_event, tweet_payload_digest,
 )
+from feed_service.core.rules import hide_rank
 from feed_service.core.join import step
 from feed_service.core.per_reader.author_step import step_with_side
 from feed_service.core.reference import reference_tables

@@ -114,7 +114,7 @@ class BucketHarness:
 def keyed_harness(config: JoinConfig) -> Harness:
     """The per-key processor's harness with ``config`` (its own default has another pull threshold)."""
     harness = Harness(inbox_cap=config.inbox_cap, clock_start=config.clock_start)
-    harness.processor = transform_with_state_processor(config, rows_api=True)
+    harness.processor = transform_with_state_processor(config)
     harness.handle = FakeHandle()
     harness.processor.init(harness.handle)
     return harness

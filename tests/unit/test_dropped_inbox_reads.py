@@ -19,54 +19,34 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from feed_service.api import timeline_pb2 as pb
-from feed_service.core.inbox_rule import push_authors, shown_in_inbox
+from feed_service.core.rules import push_authors, shown_in_inbox
 from feed_service.core.reference import reference_entries, reference_tables
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view import Materializer
 from feed_service.core.view_changes import TimelineChange
-from feed_service.kafka.view_change_consumer import Consumed
-from feed_service.server.metrics import ServerMetrics
 from feed_service.server.pull_replies import deciding_user
 from feed_service.server.pull_sources import PullSources
 from feed_service.server.read_cache import ReadCache
-from feed_service.server.service import TimelineServicer
-from feed_service.server.testing import TEST_SECRET
 from feed_service.server.timeline_reads import TimelineReads
-from feed_service.server.watch_hub import WatchHub
 from feed_service.store.memory import MemoryStore
-
-from .test_server_pull_reposters import STAGES, _changes, load_all, newer_all
-from .test_server_reposts_replies import (
+from tests.support.model import (
     BUDGET,
     CAP,
     USERS,
     LiveFeed,
-    StubContext,
-    _snapshot,
+    WatchedService,
     batches_of,
-    client_view,
-    expected_shown,
+    changes_between,
+    drop,
     home_pages,
-    interleaved,
-    shown,
+    load_all,
+    newer_all,
+    seeds,
+    snapshot,
+    written_with_stale,
 )
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def drop(store: MemoryStore, users: set[str], rnd: random.Random) -> None:
-    """Drop ``users``' inboxes as the driver does: the flag set, the rows deleted but for a random
-    few left behind, and now and then a stale row of a tweet the view no longer holds."""
-    for u in users:
-        store.dropped.add(u)
-        rows = store.timelines.pop(u, {})
-        stale = {c: e for c, e in rows.items() if rnd.random() < 0.3}
-        if rnd.random() < 0.3:
-            ghost = Entry(f"ghost-{u}", "u0", 19, 9, "stale", 1)
-            stale[ghost.cursor] = ghost
-        if stale:
-            store.timelines[u] = stale
 
 
 def test_the_inbox_rule_and_the_push_authors_are_the_cores() -> None:
@@ -200,25 +180,13 @@ def test_the_read_cache_keeps_no_head_of_a_dropped_reader_and_reads_the_flag_aga
     asyncio.run(run())
 
 
-def _written(engine: Materializer, dropped: dict[str, dict[Cursor, Entry]]) -> MemoryStore:
-    """The store as the stream leaves it after a batch: a dropped reader's inbox holds only the
-    stale rows it held when dropped."""
-    written = MemoryStore()
-    load_all(engine.view, written)
-    for u, stale in dropped.items():
-        written.timelines.pop(u, None)
-        if stale:
-            written.timelines[u] = dict(stale)
-    return written
-
-
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", seeds())
 def test_the_read_cache_and_a_pushed_watch_of_dropped_readers_follow_the_model_batch_by_batch(seed: int) -> None:
     """Some readers' inboxes are dropped from the start (no inbox row written for them, no inbox
     change published, a few stale rows left); their watches (opened before the first batch, or in
     the middle with the client's first state read page by page) and pages must follow the model,
     and so must the kept readers'. Each batch is written and published stage by stage as the stream
-    does (:data:`~tests.unit.test_server_pull_reposters.STAGES`)."""
+    does (:data:`tests.support.model.STAGES`)."""
     rnd = random.Random(seed)
     _, batches = batches_of(rnd, 120)
     pull_threshold = rnd.choice([1, 2, 1000, 1000])
@@ -231,81 +199,26 @@ def test_the_read_cache_and_a_pushed_watch_of_dropped_readers_follow_the_model_b
         store = MemoryStore()
         store.dropped = set(dropped_users)
         stale: dict[str, dict[Cursor, Entry]] = {u: {} for u in dropped_users}
-        feed = LiveFeed()
-        cache = ReadCache(feed, depth=rnd.choice([2, 3, 41]))  # type: ignore[arg-type]
-        servicer = TimelineServicer(store=lambda: store, secret=TEST_SECRET, metrics=ServerMetrics())
-        hub = WatchHub()
-        servicer.attach_changes(feed, cache, hub)  # type: ignore[arg-type]
-        reads = servicer.reads
-        clients: dict[str, dict] = {u: {} for u in USERS}
-        received: dict[str, list] = {u: [] for u in USERS}
-
-        async def consume(user: str) -> None:
-            from feed_service.server.registration import serialize
-
-            async for message in servicer.watch.stream(store, user, "", StubContext()):
-                received[user].append(serialize(message))
-
-        async def open_watches() -> list:
-            tasks = [asyncio.ensure_future(consume(u)) for u in USERS]
-            for _ in range(50):
-                await asyncio.sleep(0)
-            assert len(hub) == len(USERS)
-            for u in USERS:
-                for e in await home_pages(reads, store, u, 3):
-                    clients[u].setdefault(e.tweet_id, pb.TimelineEntry(
-                        tweet_id=e.tweet_id, author_id=e.author_id, created_at_ms=e.created_at, version=e.version,
-                        text=e.text, reposted_by=e.reposted_by or "", reposted_at_ms=e.reposted_at or 0,
-                        in_reply_to_tweet_id=e.in_reply_to_tweet_id or "",
-                        in_reply_to_author_id=e.in_reply_to_author_id or ""))
-            return tasks
-
-        watches: list = []
-        offset = 0
+        service = WatchedService(rnd, store)
         for i, batch in enumerate(batches):
             if i == start_at:
-                watches = await open_watches()
+                await service.open_watches(first_state=True)
             if i == 3:  # rows the driver's deletes missed: stale, and never read
                 for u in dropped_users:
                     stale[u] = {c: e._replace(text="stale") for c, e in engine.view.timelines.get(u, {}).items()
                                 if rnd.random() < 0.5}
-            before = _snapshot(engine.view)
-            old_reposters = {u: set(p) for u, p in engine.view.pull_reposters.items()}
-            old_hidden = {u: set(h) for u, h in engine.view.hidden.items()}
+            before = snapshot(engine.view)
             engine.process_batch(batch)
-            changes = _changes(engine, before, old_reposters, old_hidden, i + 1)
+            changes = changes_between(before, snapshot(engine.view), i + 1, reposters=True)
             # the stream writes, and so publishes, no inbox row of a dropped reader
             changes = [c for c in changes if not isinstance(c, TimelineChange)
                        or any(t not in dropped_users for t in c.timeline_ids)]
-            written = _written(engine, stale)
-            for tables, kinds in STAGES:
-                for table in tables:
-                    setattr(store, table, getattr(written, table))
-                staged = [c for c in changes if isinstance(c, kinds)]
-                consumed = [Consumed(0, offset + k, c) for k, c in enumerate(interleaved(rnd, staged))]
-                offset += len(consumed)
-                feed.position = {0: offset}
-                cache.apply(consumed)
-                hub.route(consumed)
-                for _ in range(rnd.choice([0, 80])):
-                    await asyncio.sleep(0)
+            await service.publish_staged(changes, written_with_stale(engine, stale))
             for _ in range(80):
                 await asyncio.sleep(0)
             for user in USERS:
-                expected = engine.view.entries(user)
-                size = rnd.randint(1, 3)
-                for _ in range(2):
-                    assert await home_pages(reads, store, user, size) == expected, (i, user)
-                cached = reads.cached_home_page(user, None, size + 1)
-                if cached is not None:
-                    assert user not in dropped_users
-                    assert cached[0] == expected[:size + 1]
-                client_view(received[user], clients[user])
-                received[user].clear()
-                if watches:
-                    assert sorted(shown(e) for e in clients[user].values()) == sorted(
-                        expected_shown(e) for e in expected), (i, user, user in dropped_users)
-        for w in watches:
-            w.cancel()
+                _, cached = await service.check(user, engine.view.entries(user), (i, user, user in dropped_users))
+                assert not (cached and user in dropped_users)  # no head of an inbox not kept
+        service.close()
 
     asyncio.run(run())

@@ -20,7 +20,8 @@ from feed_service.core.event_kinds import (
     TYPES,
 )
 from feed_service.core.event_types import RejectCode
-from feed_service.core.events import edge_rank, event_to_json, hide_rank, join_keys, parse_event, repost_rank
+from feed_service.core.events import event_to_json, join_keys, parse_event
+from feed_service.core.rules import edge_rank, hide_rank, repost_rank
 from feed_service.errors import InvalidEvent
 from feed_service.kafka.keys import ROLE_OF_TYPE, record_key, topic_role
 from feed_service.settings import Settings

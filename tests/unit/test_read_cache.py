@@ -15,38 +15,9 @@ import pytest
 
 from feed_service.core.rows import Entry
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
-from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.read_cache import HomeSlice, ReadCache, TimelineHead
 from feed_service.store.ports import InboxSlice
-
-
-class ScriptedFeed:
-    """One partition; ``publish`` appends to the topic, ``deliver`` applies up to an offset."""
-
-    def __init__(self) -> None:
-        self.live = True
-        self.position = {0: 0}
-        self.topic: list[object] = []
-        self.cache: ReadCache | None = None
-        self.highs_after_read: dict[int, int] | None = None
-
-    def publish(self, change: object) -> int:
-        self.topic.append(change)
-        return len(self.topic) - 1
-
-    def deliver(self, upto: int | None = None) -> None:
-        upto = len(self.topic) if upto is None else upto
-        batch = [Consumed(0, o, self.topic[o]) for o in range(self.position[0], upto)]
-        self.position[0] = upto
-        if batch:
-            self.cache.apply(batch)
-
-    async def high_watermarks_after(self, moment: float) -> dict[int, int]:
-        return dict(self.highs_after_read) if self.highs_after_read is not None else {0: len(self.topic)}
-
-    async def wait_reached(self, target: dict[int, int], timeout: float) -> bool:
-        self.deliver(max(target[0], self.position[0]))
-        return True
+from tests.support.model import ScriptedFeed, seeds, settle
 
 
 def e(n: int, version: int = 1, author: str = "a") -> Entry:
@@ -59,13 +30,6 @@ def tl(op: str, entry: Entry, *timelines: str, ts: int = 1) -> TimelineChange:
 
 def newest(rows: list[Entry]) -> list[str]:
     return [r.tweet_id for r in rows]
-
-
-async def settle(cache: ReadCache) -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-    if cache._tasks:
-        await asyncio.gather(*cache._tasks)
 
 
 def test_head_pages_inserts_and_deletes_within_what_it_knows() -> None:
@@ -239,7 +203,7 @@ def test_evictions_are_counted_and_bound_the_cache() -> None:
     run(scenario())
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", seeds(at_least=80))
 def test_random_histories_with_fills_racing_the_changes_never_serve_a_row_older_than_the_feed(seed: int) -> None:
     """A timeline changed at random (inserts, edits, deletes, re-inserts) with Cassandra writes, their
     publication and their delivery interleaved with fills at random. After every step, each row the

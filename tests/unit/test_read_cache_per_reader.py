@@ -12,11 +12,18 @@ import random
 import pytest
 
 from feed_service.core.rows import Entry
-from feed_service.core.view_changes import ExtrasChange, TimelineChange, UserRepostChange, VisibleChange
+from feed_service.core.view_changes import (
+    ExtrasChange,
+    PullFollowChange,
+    PullReposterChange,
+    TimelineChange,
+    UserRepostChange,
+    VisibleChange,
+)
 from feed_service.server.read_cache import HomeSlice, ReadCache, TimelineHead
 from feed_service.store.ports import InboxSlice
 
-from .test_read_cache import ScriptedFeed, settle
+from tests.support.model import ScriptedFeed, seeds, settle
 
 
 def repost(n: int, at: int, by: str = "pat", version: int = 1, pv: int = 1) -> Entry:
@@ -149,12 +156,13 @@ def test_user_reposts_heads_follow_their_changes() -> None:
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", seeds(at_least=80))
 def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cassandra(seed: int) -> None:
     """A reader's extras and inbox changed at random (repost entries moving between positions,
-    content changing with and without a new version, deletes, re-inserts), written, published and
-    delivered interleaved with fills. Whenever every change is applied, the cached head (if any)
-    equals what Cassandra holds at its depth."""
+    content changing with and without a new version, deletes, re-inserts), and the pull authors and
+    pull reposters its home plan merges followed and unfollowed, written, published and delivered
+    interleaved with fills. Whenever every change is applied, the cached head (if any) equals what
+    Cassandra holds at its depth, and its home plan merges what Cassandra's statics say."""
     rng = random.Random(seed)
 
     async def scenario() -> None:
@@ -163,6 +171,8 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
         cache = feed.cache = ReadCache(feed, depth=depth)
         extras: dict[tuple[int, str], Entry] = {}
         inbox: dict[tuple[int, str], Entry] = {}
+        pull: set[str] = set()
+        reposters: set[str] = set()
         unpublished: list[object] = []
         ts = 0
         checked = 0
@@ -171,7 +181,7 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
             return sorted(rows.values(), key=lambda r: r.cursor, reverse=True)
 
         async def read(n: int) -> HomeSlice:
-            got = HomeSlice(InboxSlice(newest(inbox)[:n], []), newest(extras)[:n])
+            got = HomeSlice(InboxSlice(newest(inbox)[:n], sorted(pull), sorted(reposters)), newest(extras)[:n])
             for _ in range(rng.randrange(3)):
                 if unpublished:
                     feed.publish(unpublished.pop(0))
@@ -184,8 +194,28 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
             while unpublished:
                 feed.publish(unpublished.pop(0))
 
+        def plan_is_cassandras(head: TimelineHead) -> bool:
+            plan = head.home_plan("u")
+            return plan is not None and (plan.pull_authors, plan.pull_reposters) == (
+                tuple(sorted(pull)), tuple(sorted(reposters)))
+
         for _ in range(200):
             action = rng.random()
+            if action < 0.07:  # a membership of the plan: its next write is in a later micro-batch
+                ts += 1
+                if any(isinstance(c, (PullFollowChange, PullReposterChange)) for c in unpublished):
+                    flush()
+                if rng.random() < 0.5:
+                    a = rng.choice(["moon", "star"])
+                    op = "delete" if a in pull else "insert"
+                    (pull.discard if op == "delete" else pull.add)(a)
+                    unpublished.append(PullFollowChange(op, a, ("u",), ts, None))
+                else:
+                    p = rng.choice(["pat", "zoe"])
+                    op = "delete" if p in reposters else "insert"
+                    (reposters.discard if op == "delete" else reposters.add)(p)
+                    unpublished.append(PullReposterChange(op, "u", p, ts, None))
+                continue
             if action < 0.45:
                 ts += 1
                 n = rng.randrange(6)
@@ -229,14 +259,38 @@ def test_random_extras_histories_with_fills_racing_the_changes_end_equal_to_cass
                 head = cache._data[("home", "u")]
                 assert head.newest_first() == newest(inbox)[:len(head.rows)]
                 assert head.extras.newest_first() == newest(extras)[:len(head.extras.rows)]
+                assert plan_is_cassandras(head)
                 checked += 1
         flush()
         feed.deliver()
+        for _ in range(2):  # a history that never held a head with nothing pending fills one now
+            if not cache.cached("home", "u"):
+                await cache.home("u", depth, None, read)
+                await settle(cache)
         if cache.cached("home", "u"):
             head = cache._data[("home", "u")]
+            assert head.newest_first() == newest(inbox)[:len(head.rows)]
             assert head.extras.newest_first() == newest(extras)[:len(head.extras.rows)]
             assert head.extras.complete is False or len(head.extras.rows) == len(extras)
+            assert plan_is_cassandras(head)
+            checked += 1
         assert checked > 0  # a cached head with nothing pending was compared
 
     asyncio.run(scenario())
 
+
+def test_a_home_heads_plan_follows_its_pull_authors_and_reposters() -> None:
+    """An inbox head keeps its reader's home plan (what a hit merges) and makes it again when a
+    change of its pull authors or pull reposters arrives; a plan with pull reposters is not served
+    from the heads (its repost rows need lookups)."""
+    from feed_service.core.view_changes import PullFollowChange, PullReposterChange
+
+    head = TimelineHead([], 5, {"star"}, TimelineHead([], 5), set())
+    plan = head.home_plan("ann")
+    assert plan is not None and plan.pull_authors == ("star",) and plan.cacheable
+    assert head.home_plan("ann") is plan  # kept: no plan per hit
+    head.follow(PullFollowChange("insert", "moon", ("ann",), 2, None))
+    assert head.home_plan("ann").pull_authors == ("moon", "star")
+    head.follow_reposter(PullReposterChange("insert", "ann", "pat", 3, None))
+    assert head.home_plan("ann").pull_reposters == ("pat",) and not head.home_plan("ann").cacheable
+    assert TimelineHead([], 5).home_plan("ann") is None  # filled without its statics: no plan

@@ -17,77 +17,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from feed_service.api import timeline_pb2 as pb
 from feed_service.core.reference import reference_entries, reference_tables
 from feed_service.core.rows import Entry
-from feed_service.core.view import Materializer, TimelineView
-from feed_service.core.view_changes import (
-    AuthorChange,
-    ExtrasChange,
-    HiddenChange,
-    PullFollowChange,
-    PullReposterChange,
-    TimelineChange,
-    UserRepostChange,
-    VisibleChange,
-)
-from feed_service.kafka.view_change_consumer import Consumed
+from feed_service.core.view import Materializer
 from feed_service.server.pull_sources import PullSources
-from feed_service.server.metrics import ServerMetrics
-from feed_service.server.read_cache import ReadCache
-from feed_service.server.service import TimelineServicer
-from feed_service.server.testing import TEST_SECRET
 from feed_service.server.timeline_reads import TimelineReads
-from feed_service.server.watch_hub import WatchHub
 from feed_service.store.memory import MemoryStore
-
-from .test_server_reposts_replies import (
-    BUDGET,
+from tests.support.model import (
     CAP,
     USERS,
-    LiveFeed,
-    StubContext,
-    _snapshot,
+    WatchedService,
     batches_of,
     changes_between,
-    client_view,
-    expected_shown,
     home_pages,
-    interleaved,
-    load,
-    shown,
+    load_all,
+    newer_all,
+    seeds,
+    snapshot,
 )
-
-
-#: The stream's stages in the order each writes its tables, then publishes its changes
-#: (docs/streaming.md): the author keys, the reposter step, the reader step. A consumer may act on
-#: one stage's changes while the next stage's tables are still the previous batch's.
-STAGES = (
-    (("timelines", "author_timelines", "follows_pull", "tweets", "profile_rows"),
-     (TimelineChange, AuthorChange, PullFollowChange)),
-    (("user_reposts", "reposters_pull"), (UserRepostChange, PullReposterChange)),
-    (("extras", "visible", "hidden"), (ExtrasChange, VisibleChange, HiddenChange)),
-)
-
-
-def load_all(view: TimelineView, store: MemoryStore) -> None:
-    """``load`` and the tables of the pull reposters: who merges whom in, and the hidden sets."""
-    load(view, store)
-    store.reposters_pull = {u: set(p) for u, p in view.pull_reposters.items()}
-    store.hidden = {u: set(h) for u, h in view.hidden.items()}
-    store.tweets = {tid: e for (_, tid), e in view.tweets.items() if e is not None}  # tweet ids are one tweet's
-
-
-async def newer_all(reads: TimelineReads, store: MemoryStore, user: str, size: int) -> list[Entry]:
-    """A watch's catch-up from the start, ``size`` entries at a time, oldest first."""
-    out: list[Entry] = []
-    after = None
-    while True:
-        rows = await reads.home_newer(store, user, after, size, BUDGET)
-        out += rows
-        if len(rows) < size:
-            return out
-        after = rows[-1].cursor
 
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,21 +86,7 @@ def test_a_pull_reposters_earlier_repost_hides_the_pushed_entry_and_is_read_past
     assert asyncio.run(home_pages(reads, store, "ann", 2)) == []
 
 
-def _changes(engine: Materializer, before: dict, old_reposters: dict, old_hidden: dict, ts: int) -> list:
-    """The batch's view changes, the pull reposters' and hidden sets' included."""
-    changes = changes_between(before, _snapshot(engine.view), ts=ts)
-    for u in sorted(old_reposters.keys() | engine.view.pull_reposters.keys()):
-        old, new = old_reposters.get(u, set()), engine.view.pull_reposters.get(u, set())
-        changes += [PullReposterChange("delete", u, p, ts, None) for p in sorted(old - new)]
-        changes += [PullReposterChange("insert", u, p, ts, None) for p in sorted(new - old)]
-    for u in sorted(old_hidden.keys() | engine.view.hidden.keys()):
-        old, new = old_hidden.get(u, set()), engine.view.hidden.get(u, set())
-        changes += [HiddenChange("delete", u, x, ts, None) for x in sorted(old - new)]
-        changes += [HiddenChange("insert", u, x, ts, None) for x in sorted(new - old)]
-    return changes
-
-
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", seeds())
 def test_the_read_cache_and_a_pushed_watch_follow_pull_reposters_batch_by_batch(seed: int) -> None:
     """Watches open before the first batch, or (odd seeds) in the middle of the history with the
     client's first state read page by page after subscribing, as a client does: rows the watch
@@ -167,76 +100,21 @@ def test_the_read_cache_and_a_pushed_watch_follow_pull_reposters_batch_by_batch(
 
     async def run() -> None:
         engine = Materializer(inbox_cap=CAP, pull_threshold=pull_threshold, pull_reposters=True)
-        store = MemoryStore()
-        feed = LiveFeed()
-        cache = ReadCache(feed, depth=rnd.choice([2, 3, 41]))  # type: ignore[arg-type]
-        servicer = TimelineServicer(store=lambda: store, secret=TEST_SECRET, metrics=ServerMetrics())
-        hub = WatchHub()
-        servicer.attach_changes(feed, cache, hub)  # type: ignore[arg-type]
-        reads = servicer.reads
-        clients: dict[str, dict] = {u: {} for u in USERS}
-        received: dict[str, list] = {u: [] for u in USERS}
-
-        async def consume(user: str) -> None:
-            from feed_service.server.registration import serialize
-
-            async for message in servicer.watch.stream(store, user, "", StubContext()):
-                received[user].append(serialize(message))
-
-        async def open_watches() -> list:
-            tasks = [asyncio.ensure_future(consume(u)) for u in USERS]
-            for _ in range(50):
-                await asyncio.sleep(0)
-            assert len(hub) == len(USERS)
-            for u in USERS:  # the client's first state: its pages, read after subscribing
-                for e in await home_pages(reads, store, u, 3):
-                    clients[u].setdefault(e.tweet_id, pb.TimelineEntry(
-                        tweet_id=e.tweet_id, author_id=e.author_id, created_at_ms=e.created_at, version=e.version,
-                        text=e.text, reposted_by=e.reposted_by or "", reposted_at_ms=e.reposted_at or 0,
-                        in_reply_to_tweet_id=e.in_reply_to_tweet_id or "",
-                        in_reply_to_author_id=e.in_reply_to_author_id or ""))
-            return tasks
-
-        watches: list = []
-        offset = 0
+        service = WatchedService(rnd)
         for i, batch in enumerate(batches):
             if i == start_at:
-                watches = await open_watches()
-            before = _snapshot(engine.view)
-            old_reposters = {u: set(p) for u, p in engine.view.pull_reposters.items()}
-            old_hidden = {u: set(h) for u, h in engine.view.hidden.items()}
+                await service.open_watches(first_state=True)
+            before = snapshot(engine.view)
             engine.process_batch(batch)
-            changes = _changes(engine, before, old_reposters, old_hidden, i + 1)
+            changes = changes_between(before, snapshot(engine.view), i + 1, reposters=True)
             written = MemoryStore()
             load_all(engine.view, written)
-            for tables, kinds in STAGES:  # each stage writes its tables, then publishes
-                for table in tables:
-                    setattr(store, table, getattr(written, table))
-                staged = [c for c in changes if isinstance(c, kinds)]
-                consumed = [Consumed(0, offset + k, c) for k, c in enumerate(interleaved(rnd, staged))]
-                offset += len(consumed)
-                feed.position = {0: offset}
-                cache.apply(consumed)
-                hub.route(consumed)
-                for _ in range(rnd.choice([0, 80])):  # delivered now, or with the next stage's
-                    await asyncio.sleep(0)
+            await service.publish_staged(changes, written)
             for _ in range(80):
                 await asyncio.sleep(0)
             for user in USERS:
-                expected = engine.view.entries(user)
-                size = rnd.randint(1, 3)
-                for _ in range(2):  # the second read of a user fills its head; later ones hit it
-                    assert await home_pages(reads, store, user, size) == expected, (i, user)
-                cached = reads.cached_home_page(user, None, size + 1)
-                if cached is not None:
-                    assert cached[0] == expected[:size + 1]
-                client_view(received[user], clients[user])
-                received[user].clear()
-                if watches:
-                    assert sorted(shown(e) for e in clients[user].values()) == sorted(
-                        expected_shown(e) for e in expected), (i, user)
-        assert cache.hits > 0
-        for w in watches:
-            w.cancel()
+                await service.check(user, engine.view.entries(user), (i, user))
+        assert service.cache.hits > 0
+        service.close()
 
     asyncio.run(run())

@@ -186,6 +186,21 @@ def test_reshard_via_backfill_needs_a_new_checkpoint(tmp_path: Path, capsys: pyt
 
 
 @pytest.mark.usefixtures("no_spark")
+@pytest.mark.parametrize("retired", ["transformWithStateInPandas", "applyInPandasWithState"])
+def test_reshard_in_place_refuses_a_checkpoint_of_a_retired_operator_and_the_backfill_route_takes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture, retired: str) -> None:
+    from spark_jobs.stream.pinned import OPERATOR_FILE
+
+    checkpoint = _checkpoint(tmp_path, (0, 2, True))
+    (checkpoint / OPERATOR_FILE).write_text(retired)
+    err = _refusal(capsys, "--checkpoint", str(checkpoint), "--partitions", "8")
+    assert f"created with --operator {retired}" in err and "--via backfill" in err
+    # the way out the refusal names passes the checks (the backfill reads the topics, not the state)
+    info = reshard.check_reshard(reshard.ReshardOptions(checkpoint=checkpoint, partitions=8, via="backfill"))
+    assert info.state_partitions == 2
+
+
+@pytest.mark.usefixtures("no_spark")
 def test_reshard_to_the_pinned_number_does_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     checkpoint = _checkpoint(tmp_path, (0, 8, True))
     assert feedctl(["reshard", "--checkpoint", str(checkpoint), "--partitions", "8"]) == 0
@@ -327,8 +342,8 @@ def test_a_new_checkpoint_records_the_state_buckets_asked_for(tmp_path: Path) ->
     from spark_jobs.stream.pinned import recorded_state_buckets, state_buckets_for
 
     checkpoint = tmp_path / "ckpt"
-    assert state_buckets_for(checkpoint, 16, "transformWithState") == 16
-    assert state_buckets_for(checkpoint, 64, "transformWithState") == 16  # fixed at creation
+    assert state_buckets_for(checkpoint, 16) == 16
+    assert state_buckets_for(checkpoint, 64) == 16  # fixed at creation
     assert recorded_state_buckets(checkpoint) == 16
 
 
@@ -337,15 +352,15 @@ def test_a_checkpoint_made_before_state_buckets_keeps_one_state_per_key(tmp_path
 
     checkpoint = _checkpoint(tmp_path, (0, 2, True), (1, 2, True))  # batches, no state_buckets file
     assert recorded_state_buckets(checkpoint) == 0
-    assert state_buckets_for(checkpoint, 16, "transformWithState") == 0
+    assert state_buckets_for(checkpoint, 16) == 0
     assert recorded_state_buckets(checkpoint) == 0
 
 
-def test_the_pandas_operators_keep_one_state_per_key(tmp_path: Path) -> None:
+def test_a_new_checkpoint_of_one_state_per_key_keeps_it_when_the_setting_changes(tmp_path: Path) -> None:
     from spark_jobs.stream.pinned import state_buckets_for
 
-    assert state_buckets_for(tmp_path / "a", 16, "applyInPandasWithState") == 0
-    assert state_buckets_for(tmp_path / "b", 16, "transformWithStateInPandas") == 0
+    assert state_buckets_for(tmp_path / "a", 0) == 0  # FEED_STATE_BUCKETS=0: one state per key
+    assert state_buckets_for(tmp_path / "a", 16) == 0
 
 
 def test_a_damaged_layout_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -354,7 +369,7 @@ def test_a_damaged_layout_file_is_a_clear_error(tmp_path: Path) -> None:
 
     (tmp_path / STATE_BUCKETS_FILE).write_text("many")
     with pytest.raises(CheckpointError, match="number of state buckets"):
-        state_buckets_for(tmp_path, 16, "transformWithState")
+        state_buckets_for(tmp_path, 16)
 
 
 def test_a_checkpoint_of_the_reposter_and_reader_steps_is_refused_with_the_way_to_move_it(tmp_path: Path) -> None:

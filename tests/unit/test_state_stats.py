@@ -224,6 +224,17 @@ def test_command_refuses_a_folder_without_checkpoint_before_spark(tmp_path: Any,
     assert "no stream checkpoint at" in capsys.readouterr().err
 
 
+def test_command_refuses_a_checkpoint_of_a_retired_operator_before_spark(tmp_path: Any, capsys: Any,
+                                                                         no_spark: None) -> None:
+    from feed_service.cli.main import main
+
+    (tmp_path / "join").mkdir()
+    (tmp_path / "operator").write_text("transformWithStateInPandas")
+    assert main(["state-stats", "--checkpoint", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "created with --operator transformWithStateInPandas" in err and "--via backfill" in err
+
+
 def test_human_report() -> None:
     rows = {"count": 30, "total": 2579, "p50": 63, "p99": 229, "max": 229}
     report = {"time": 1.0, "duration_s": 2.5, "checkpoint": "/ck",

@@ -8,7 +8,7 @@ import pytest
 
 from feed_service.errors import CheckpointError
 from spark_jobs.stream.options import DEFAULT_OPERATOR
-from spark_jobs.stream.pinned import clock_start_for, operator_for
+from spark_jobs.stream.pinned import OPERATOR_FILE, clock_start_for, operator_for
 
 
 def test_clock_start_is_fixed_at_creation(tmp_path: Path) -> None:
@@ -19,10 +19,21 @@ def test_clock_start_is_fixed_at_creation(tmp_path: Path) -> None:
     assert clock_start_for(tmp_path / "other", initial=5) == 5  # a backfill's clock seeds a new one
 
 
-def test_operator_is_fixed_at_creation(tmp_path: Path) -> None:
+def test_operator_is_recorded_at_creation(tmp_path: Path) -> None:
     assert operator_for(tmp_path / "a", None) == DEFAULT_OPERATOR
+    assert (tmp_path / "a" / OPERATOR_FILE).read_text() == DEFAULT_OPERATOR
     assert operator_for(tmp_path / "a", None) == DEFAULT_OPERATOR
-    assert operator_for(tmp_path / "b", "applyInPandasWithState") == "applyInPandasWithState"
-    assert operator_for(tmp_path / "b", None) == "applyInPandasWithState"
-    with pytest.raises(CheckpointError, match="created with --operator applyInPandasWithState"):
-        operator_for(tmp_path / "b", "transformWithStateInPandas")
+    assert operator_for(tmp_path / "a", "transformWithState") == DEFAULT_OPERATOR
+
+
+@pytest.mark.parametrize("retired", ["transformWithStateInPandas", "applyInPandasWithState"])
+def test_a_checkpoint_of_a_retired_operator_is_refused_with_the_way_to_move_it(tmp_path: Path, retired: str) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / OPERATOR_FILE).write_text(retired)
+    for requested in (None, "transformWithState"):
+        with pytest.raises(CheckpointError, match=f"created with --operator {retired}, which this release no"
+                                                  " longer runs") as refused:
+            operator_for(tmp_path / "b", requested)  # type: ignore[arg-type]
+        assert "feedctl reshard --checkpoint" in str(refused.value) and "--via backfill" in str(refused.value)
+        assert "--bootstrap-from" in str(refused.value)
+    assert (tmp_path / "b" / OPERATOR_FILE).read_text() == retired  # left as it was

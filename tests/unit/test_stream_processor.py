@@ -20,11 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
 import pytest
 from pyspark.sql import Row
 from feed_service.core.per_reader.messages import Relation
-from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from feed_service.core.events import (
     BlockChange,
@@ -42,7 +41,7 @@ from feed_service.core.rows import BlockWrite, Entry, TimelineFanout, TimelineWr
 from feed_service.core.state import AuthorState, decode_parts, encode_state
 from feed_service.core.stored_step import stored_parts
 from spark_jobs.envelope import EVENT_COLUMNS, ROUTE_DEAD_LETTER, ROUTE_JOIN
-from spark_jobs.output_rows import OUTPUT_COLUMNS, OUTPUT_FIELDS, writes_of
+from spark_jobs.output_rows import OUTPUT_COLUMNS, writes_of
 from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
 
 EVENT_NAMES = tuple(name for name, _ in EVENT_COLUMNS)
@@ -102,11 +101,8 @@ class FakeHandle:
 class Harness:
     """Runs the processor the way transformWithState does: ``init`` once, then one call per key."""
 
-    def __init__(self, *, inbox_cap: int = 800, clock_start: int = 0, rows_api: bool = True,
-                 horizon_ms: int | None = None) -> None:
-        self.rows_api = rows_api
-        self.processor = transform_with_state_processor(JoinConfig(inbox_cap, 2000, clock_start, horizon_ms),
-                                                        rows_api=rows_api)
+    def __init__(self, *, inbox_cap: int = 800, clock_start: int = 0, horizon_ms: int | None = None) -> None:
+        self.processor = transform_with_state_processor(JoinConfig(inbox_cap, 2000, clock_start, horizon_ms))
         self.handle = FakeHandle()
         self.processor.init(self.handle)
 
@@ -133,14 +129,11 @@ class Harness:
         return None if blob is None else decode_parts(blob, None if edges is None else bytes(edges[0]))
 
     def feed(self, key: tuple[str, str], rows: Iterable[Row]) -> list[Row]:
-        """One micro-batch of one key; returns the output rows (pandas: as Spark reads the frames back)
-        but the messages to the per-reader steps, which go to ``self.messages``."""
+        """One micro-batch of one key; returns the output rows but the messages to the per-reader steps, which go to ``self.messages``."""
         self.handle.key = key
         self.handle.calls.clear()
         rows = list(rows)
-        inputs: Iterable[Any] = iter(rows) if self.rows_api else iter([to_spark_frame(rows)])
-        out = list(self.processor.handleInputRows(key, inputs, None))
-        out = out if self.rows_api else [r for frame in out for r in from_spark_frame(frame)]
+        out = list(self.processor.handleInputRows(key, iter(rows), None))
         self.messages = [r for r in out if r.kind == "per_reader"]
         return [r for r in out if r.kind != "per_reader"]
 
@@ -148,42 +141,8 @@ class Harness:
         """``handleInitialState`` with a backfill's row (columns key, state, route)."""
         self.handle.key = key
         self.handle.calls.clear()
-        blob = bytearray(encode_state(state))
-        if self.rows_api:
-            initial: Any = Row(key=key[1], state=blob, route=key[0])
-        else:
-            initial = pd.DataFrame({"key": [key[1]], "state": [blob], "route": [key[0]]})
+        initial = Row(key=key[1], state=bytearray(encode_state(state)), route=key[0])
         self.processor.handleInitialState(key, initial, None)
-
-
-# Spark's own Arrow <-> pandas conversions of the pandas operators (no JVM needed): a frame of
-# input rows as the Python worker builds it, and output frames as the worker ships them back.
-_ARROW_TYPES = {"string": "string", "bigint": "int64"}
-_SPARK_TYPES = {"string": StringType(), "bigint": LongType(), "array<string>": ArrayType(StringType()),
-                "binary": BinaryType()}
-ROUTED_TYPES = (("route", "string"), ("key", "string"), *EVENT_COLUMNS, ("event_time", "bigint"), ("dl_key", "string"),
-                ("dl_value", "string"))
-OUTPUT_STRUCT = StructType([StructField(name, _SPARK_TYPES[t], True) for name, t in OUTPUT_FIELDS])
-
-
-def to_spark_frame(rows: list[Row]) -> pd.DataFrame:
-    """Routed rows -> the pandas frame transformWithStateInPandas hands the processor."""
-    import pyarrow as pa
-    from pyspark.sql.conversion import ArrowBatchTransformer
-
-    batch = pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=pa.schema(
-        [(name, getattr(pa, _ARROW_TYPES[t])()) for name, t in ROUTED_TYPES]))
-    series = ArrowBatchTransformer.to_pandas(batch, timezone="UTC", prefer_int_ext_dtype=True)  # as build_session sets it
-    return pd.DataFrame(list(pd.concat(series, axis=1).itertuples(index=False)))
-
-
-def from_spark_frame(frame: pd.DataFrame) -> list[Row]:
-    """An output frame -> the rows Spark reads from it (the output schema's Arrow types)."""
-    from pyspark.sql.conversion import PandasToArrowConversion
-
-    batch = PandasToArrowConversion.convert(frame, OUTPUT_STRUCT, timezone="UTC", safecheck=True, arrow_cast=True,
-                                            assign_cols_by_name=True)
-    return [OutputRow(*(d[c] for c in OUTPUT_COLUMNS)) for d in batch.to_pylist()]
 
 
 def routed(event: Event, event_time: int | None = None, offset: int = 0, *, key: str | None = None) -> Row:
@@ -350,9 +309,8 @@ def test_order_of_rows_within_a_batch_does_not_matter() -> None:
     assert results[0] == results[1]
 
 
-@pytest.mark.parametrize("rows_api", [True, False])
-def test_a_change_beyond_the_horizon_becomes_a_dead_letter_with_its_source(rows_api: bool) -> None:
-    harness = Harness(horizon_ms=1_000, rows_api=rows_api)
+def test_a_change_beyond_the_horizon_becomes_a_dead_letter_with_its_source() -> None:
+    harness = Harness(horizon_ms=1_000)
     harness.feed(BOB, [routed(follow("ann", "bob"), 50_000, offset=1)])
     out = harness.feed(BOB, [routed(tweet("t1", 10, "old"), 48_999, offset=7),
                              routed(tweet("t2", 20, "new"), 50_000, offset=8)])
@@ -500,34 +458,11 @@ def test_block_rows_are_written_to_the_blocks_table(monkeypatch: pytest.MonkeyPa
     ]
 
 
-@pytest.mark.parametrize("batches", [
-    pytest.param([[follow("ann", "bob"), tweet("t1", 10, "hello")]], id="new key"),
-    pytest.param([SEED, [tweet("t3", 30, "three"), unfollow("cat", "bob")],
-                  [ProfileVersion("bob", 1, "Bob", "https://a", None), TweetDelete("t1", "bob", 1)]], id="three batches"),
-    pytest.param([SEED, [BlockChange("bob", "ann", 1, "block"), MuteChange("cat", "bob", 1, "mute")],
-                  [BlockChange("bob", "ann", 2, "unblock"), MuteChange("cat", "bob", 2, "unmute")]],
-                 id="blocks and mutes"),
-])
-def test_pandas_processor_gives_the_rows_and_state_of_the_row_processor(batches: list[list[Event]]) -> None:
-    rows_api, frames = Harness(), Harness(rows_api=False)
-    for batch in batches:
-        rows = [routed(e, key=BOB[1]) for e in batch]
-        assert frames.feed(BOB, rows) == rows_api.feed(BOB, rows)
-        assert frames.blob(BOB) == rows_api.blob(BOB)
-    letters = [rejected(1, "bad_json", "{")]
-    assert frames.feed((ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters) == rows_api.feed(
-        (ROUTE_DEAD_LETTER, TWEETS_TOPIC), letters)
-
-
 BIG = 2**53 + 1  # the first integer a float64 cannot hold; the envelope accepts up to 2**63 - 1
 
 
-@pytest.mark.parametrize("rows_api", [
-    pytest.param(True, id="transformWithState"),
-    pytest.param(False, id="transformWithStateInPandas"),
-])
-def test_integers_beyond_float_precision_stay_exact(rows_api: bool) -> None:
-    harness = Harness(rows_api=rows_api)
+def test_integers_beyond_float_precision_stay_exact() -> None:
+    harness = Harness()
     harness.seed(BOB, seeded_state())
     big = tweet("t9", BIG, "big", version=BIG, pv=BIG)
     # The delete and the profile leave created_at/profile_version null in the same input frame.
@@ -540,8 +475,8 @@ def test_integers_beyond_float_precision_stay_exact(rows_api: bool) -> None:
     assert harness.peek(BOB).tweets["t9"] == (BIG, BIG, "big", BIG)
 
 
-def test_pandas_initial_state_handler() -> None:
-    harness = Harness(rows_api=False)
+def test_initial_state_handler() -> None:
+    harness = Harness()
     harness.initial(BOB, seeded_state())
     assert harness.peek(BOB) == seeded_state()
 

@@ -23,7 +23,7 @@ from feed_service.settings import Settings
 from spark_jobs import stream
 from spark_jobs.bootstrap import build_manifest, write_manifest
 from spark_jobs.stream.options import trigger_of
-from spark_jobs.stream.pinned import operator_for
+from spark_jobs.stream.pinned import OPERATOR_FILE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -251,7 +251,20 @@ def test_bootstrap_from_a_folder_without_backfill_is_refused(tmp_path: Path, cap
 
 
 @pytest.mark.usefixtures("no_spark")
-def test_another_operator_for_a_checkpoint_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    operator_for(tmp_path / "ckpt", "applyInPandasWithState")
-    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--operator", "transformWithState"]) == 2
-    assert "created with --operator applyInPandasWithState" in capsys.readouterr().err
+@pytest.mark.parametrize("args", [[], ["--operator", "transformWithState"]], ids=["default", "asked-for"])
+def test_a_checkpoint_of_a_retired_operator_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                args: list[str]) -> None:
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / OPERATOR_FILE).write_text("applyInPandasWithState")
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), *args]) == 2
+    err = capsys.readouterr().err
+    assert "feedctl stream: " in err and "created with --operator applyInPandasWithState" in err
+    assert "--via backfill" in err and "Traceback" not in err
+
+
+@pytest.mark.usefixtures("no_spark")
+def test_a_retired_operator_is_no_longer_a_choice(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--operator", "applyInPandasWithState"])
+    assert exited.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    assert not (tmp_path / "ckpt").exists()

@@ -358,28 +358,17 @@ def test_run_key_fills_source_ms_from_the_event_times() -> None:
     assert [r[OUTPUT_COLUMNS.index("source_ms")] for r in out] == [None] * 4
 
 
-@pytest.mark.parametrize("rows_api", [True, False], ids=["transformWithState", "transformWithStateInPandas"])
-def test_the_operators_carry_source_ms(rows_api: bool) -> None:
+def test_the_operator_carries_source_ms() -> None:
     from tests.unit.test_stream_processor import BOB, Harness, routed, seeded_state
 
-    harness = Harness(rows_api=rows_api)
+    harness = Harness()
     harness.seed(BOB, seeded_state())
-    big = 2**53 + 1  # exact through the pandas path's Int64 columns
+    big = 2**53 + 1
     out = harness.feed(BOB, [routed(tweet("t3", 30), big, offset=1), routed(follow("dan"), 1_000, offset=2),
                              routed(ProfileVersion("bob", 4, "B"), None, offset=3)])
     assert sorted((r.kind, r.tweet_id, r.source_ms) for r in out) == sorted([
         ("timeline", "t3", big), ("timeline", "t2", 1_000), ("timeline", "t1", 1_000), ("tweet", "t3", big),
         ("author", "t3", big), ("profile", None, big)])  # the profile has no time: the batch's latest
-
-
-def test_the_pandas_frame_keeps_source_ms_as_nullable_int64() -> None:
-    from spark_jobs.timeline_join import _frame
-
-    result, src = sourced(seeded(), [(tweet("t3", 30), 2**53 + 1), (PROFILE, None)])
-    rows = result_rows(result, src) + result_rows(result)
-    frame = _frame(rows)
-    assert str(frame["source_ms"].dtype) == "Int64"
-    assert frame["source_ms"].iloc[0] == 2**53 + 1 and frame["source_ms"].isna().iloc[-1]
 
 
 # --- the sink ------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """``feedctl demo``: the main job end to end on the local stack, narrated step by step.
 
+Long (about 600 lines) on purpose: one narrated scenario whose steps share the stack, the stream and
+the published events; its reads and checks are helpers of that one script.
+
 stack up + provisioning -> streaming join (Spark) -> gRPC server -> a timed demo workload (with
 blocks and mutes) -> wait until the stream has caught up -> print one home timeline read through
 the gRPC API, and check every page of it against the engine's batch reference over the same events;
@@ -25,6 +28,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterator
 
+from feed_service.core.rules import is_pull_author, is_pull_reposter
 from feed_service.core.trim_tracker import default_margin
 from feed_service.cli.arg_types import pull_threshold
 from feed_service.settings import Settings
@@ -277,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         followers: dict[str, int] = {}
         for (_, followee), (_, active) in tables.follows.items():
             followers[followee] = followers.get(followee, 0) + active
-        pull = {a for a, n in followers.items() if n >= settings.pull_threshold}
+        pull = {a for a, n in followers.items() if is_pull_author(n, settings.pull_threshold)}
         say(f"    {len(pull)} pull authors (>= {settings.pull_threshold} followers, the largest"
             f" {max(followers.values(), default=0)}); their tweets are in no inbox")
         # The busiest timeline that follows a pull author among those the view must give exactly
@@ -291,8 +295,7 @@ def run(args: argparse.Namespace) -> int:
         for sees in tables.visible().values():
             for user in sees:
                 seers[user] = seers.get(user, 0) + 1
-        pull_reposters = (frozenset(u for u, n in seers.items() if n >= settings.pull_threshold)
-                          if settings.pull_reposters else frozenset())
+        pull_reposters = frozenset(u for u, n in seers.items() if is_pull_reposter(n, settings.reposter_threshold))
         merged = [u for u in below_cap if any(e["author_id"] in pull for e in expected[u])] or below_cap
         # prefer a timeline that shows a pull reposter's repost too (merged in at read time)
         merged = [u for u in merged if any(e.get("reposted_by") in pull_reposters for e in expected[u])] or merged
@@ -531,8 +534,9 @@ def _filtered_reply(settings: Settings, stream: Any, address: str, token: str, u
     """A reply ``user_id`` does not see because it does not follow the user replied to comes in,
     at its own time, once it follows that user (the reply rule is decided again on every follow,
     not once at insert: docs/reposts-and-replies.md); the timeline then equals the reference."""
-    from feed_service.core.events import event_to_json
+    from feed_service.core.events import event_to_json, fields_of
     from feed_service.core.reference import reference_tables, reference_timelines
+    from feed_service.core.rules import direct
     from feed_service.kafka.producer import EventProducer
 
     tables = reference_tables(published)
@@ -542,10 +546,13 @@ def _filtered_reply(settings: Settings, stream: Any, address: str, token: str, u
     tweets_of: dict[str, int] = {}
     for author, _ in tables.tweets:
         tweets_of[author] = tweets_of.get(author, 0) + 1
-    candidates = [(tweets_of.get(c[5], 0), author, tid, c[5]) for (author, tid), c in tables.tweets.items()
-                  if len(c) > 4 and author in sees and c[5] not in (author, user_id) and c[5] not in sees
-                  and (user_id, c[5]) not in hidden and (c[5], user_id) not in hidden
-                  and (user_id, c[5]) not in tables.follows and tid not in shown]
+    candidates = []
+    for (author, tid), c in tables.tweets.items():
+        parent = fields_of(c).in_reply_to_author_id
+        # a reply user_id would see once it follows the parent: its author seen, not direct for user_id
+        if (author in sees and not direct(author, parent, user_id, sees) and (user_id, parent) not in hidden
+                and (parent, user_id) not in hidden and (user_id, parent) not in tables.follows and tid not in shown):
+            candidates.append((tweets_of.get(parent, 0), author, tid, parent))
     if not candidates:
         say(f"    no reply of a user {user_id} follows to a user it does not follow in this workload")
         return True

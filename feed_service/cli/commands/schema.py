@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from feed_service.core.event_kinds import event_json_schema
+from feed_service.core.event_schema import event_json_schema
 
 
 def register(sub: argparse._SubParsersAction) -> None:

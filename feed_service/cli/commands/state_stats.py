@@ -42,11 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.settings import Settings
     from spark_jobs.runtime.session import build_session
     from spark_jobs.state_stats import QUERY_SUBDIR, collect_stats
+    from spark_jobs.stream.pinned import refuse_retired_operator
 
     settings = Settings.from_env().as_role("stream")
     checkpoint = args.checkpoint.resolve()
     if not (checkpoint / QUERY_SUBDIR).is_dir():  # before paying for a Spark session
         raise CheckpointError(f"no stream checkpoint at {checkpoint} (expected {checkpoint / QUERY_SUBDIR})")
+    refuse_retired_operator(checkpoint)
     spark = build_session("feed-state-stats", shuffle_partitions=2)
     try:
         report = collect_stats(spark, settings, checkpoint, sample=args.sample)

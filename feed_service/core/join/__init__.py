@@ -34,7 +34,10 @@ One module per phase, in the order :func:`step` runs them (docs/join-engine.md):
 - :mod:`~feed_service.core.join.hides`: block and mute edges, the antijoin (ΔH, who sees the author);
 - :mod:`~feed_service.core.join.profiles`: profile versions (rows only);
 - :mod:`~feed_service.core.join.audience`: hybrid fan-out, inbox holders and pull follows;
+- :mod:`~feed_service.core.join.relations`: the readers whose relation to the author changed;
 - :mod:`~feed_service.core.join.deltas`: the output rows;
+- :mod:`~feed_service.core.join.replies`: a reply's inbox rows, to the holders the reply rule shows it to;
+- :mod:`~feed_service.core.join.refill`: the rows a trimmed inbox asks for again;
 - :mod:`~feed_service.core.join.forget`: history older than two horizons leaves the state;
 - :mod:`~feed_service.core.join.key_step`: :func:`step` itself, :class:`StepResult`, :func:`needs_edges`;
 - :mod:`~feed_service.core.join.readers`: sorted reader tuples and their diffs, shared by the above.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Iterator, Mapping, NamedTuple, Sequence
 
-from feed_service.core.events import TweetContent
+from feed_service.core.events import TweetContent, content_entry
 from feed_service.core.join.readers import Audience
 from feed_service.core.join.tweets import TouchedTweet, TweetsDiff, touched
 from feed_service.core.rows import AuthorTimelineDelta, DeltaOp, Entry, TimelineDelta, TweetChange
@@ -45,10 +45,7 @@ def outputs(key: str, tweets: TweetsDiff, inbox: Audience) -> Outputs:
 
 
 
-def _entry(tweet_id: str, author_id: str, c: TweetContent) -> Entry:
-    if len(c) == 4:
-        return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3], None, None, None, None, None))
-    return _new(Entry, (tweet_id, author_id, c[1], c[0], c[2], c[3], c[4], c[5], None, None, None))
+_entry = content_entry  # a stored content's entry: the layout is events.TweetFields'
 
 
 def _delta(op: DeltaOp, entry: Entry, timeline_ids: tuple[str, ...]) -> TimelineDelta:

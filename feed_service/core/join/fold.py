@@ -23,12 +23,10 @@ from feed_service.core.events import (
     TweetUpsert,
     content_beats,
     content_of,
-    edge_rank,
-    hide_rank,
     join_keys,
     profile_of,
-    profile_rank,
 )
+from feed_service.core.rules import edge_rank, hide_rank, profile_rank
 from feed_service.core.state import BLOCKED_BY_AUTHOR, BLOCKS_AUTHOR, MUTES, Edge
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple
 
-from feed_service.core.events import edge_rank
+from feed_service.core.rules import edge_rank
 from feed_service.core.join.readers import Audience, with_, without
 from feed_service.core.state import AuthorState, Edge
 

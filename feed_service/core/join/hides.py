@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import AbstractSet, Mapping, NamedTuple, Sequence
 
-from feed_service.core.events import hide_rank
+from feed_service.core.rules import hide_rank
 from feed_service.core.join.follows import FollowsDiff
 from feed_service.core.join.readers import Audience, with_, without
 from feed_service.core.rows import BlockDelta

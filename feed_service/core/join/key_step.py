@@ -25,8 +25,11 @@ from feed_service.core.join.hides import apply_hides, unchanged_hides
 from feed_service.core.join.horizon import timely
 from feed_service.core.join.profiles import apply_profiles
 from feed_service.core.join.refill import refill_deltas
+from feed_service.core.join.relations import RelationChange, relation_changes
+from feed_service.core.join.replies import inbox_rows
 from feed_service.core.join.tweets import apply_tweets
 from feed_service.core.retention import NO_WATERMARK, Retention
+from feed_service.core.rules import is_pull_author
 from feed_service.core.rows import AuthorTimelineDelta, BlockDelta, ProfileRow, PullFollowDelta, TimelineDelta, TweetChange
 from feed_service.core.state import AuthorState
 
@@ -64,6 +67,9 @@ class StepResult:
     """Positions in ``changes`` of the changes rejected as beyond the history horizon (not applied)."""
     blocks: tuple[BlockDelta, ...] = ()
     """Users this key's author starts or stops blocking (the ``blocks`` table)."""
+    relations: tuple[RelationChange, ...] = ()
+    """Readers whose relation to the author changed (:mod:`.relations`): messages for the per-reader
+    stage, not rows (they do not count as emitted)."""
 
     @property
     def delta_count(self) -> int:
@@ -88,7 +94,7 @@ def needs_edges(state: AuthorState | None, changes: Sequence[Event], *, pull_thr
     if any(type(ev) is FollowChange or type(ev) is BlockChange or type(ev) is MuteChange or type(ev) is RefillRequest
            for ev in changes):
         return True  # a refill answers the inbox holders, who are read from the edges
-    if (len(state.active) >= pull_threshold) != state.pull:
+    if is_pull_author(len(state.active), pull_threshold) != state.pull:
         return True
     return not state.pull and any(type(ev) is TweetUpsert or type(ev) is TweetDelete for ev in changes)
 
@@ -193,10 +199,11 @@ def step(
     follows = apply_follows(state, batch.follows, watermark) if batch.follows else unchanged_follows(state)
     hides = apply_hides(state, batch.hides, watermark) if batch.hides else unchanged_hides(state)
     profiles, profile_rows = apply_profiles(state, batch.profiles) if batch.profiles else (state.profiles, _NONE)
-    pull = len(follows.active.after) >= pull_threshold
+    pull = is_pull_author(len(follows.active.after), pull_threshold)
     fanout = fan_out(state, follows, hides, pull, bool(batch.follows or batch.hides))
+    relations = relation_changes(state, follows, hides) if batch.follows or batch.hides else _NONE
     out = outputs(key, tweets, fanout.inbox)
-    deltas = out.deltas
+    deltas = inbox_rows(key, state.tweets, out.deltas) if out.deltas else out.deltas
     if batch.refills:  # a trimmed inbox's rows written again (docs/trimming.md#refill)
         touched_ids = {*tweets.changed, *tweets.removed, *tweets.evicted}
         deltas = [*deltas, *refill_deltas(key, batch.refills, tweets.after, fanout.inbox, touched_ids)]
@@ -208,7 +215,7 @@ def step(
     new_state = _successor(state, history, state.clock + 1 if emitted else state.clock, tweets.after,
                            follows.active.after, profiles, pull, watermark, fanout.seen)
     return StepResult(new_state, new_state.clock, tuple(deltas), tuple(out.tweets), tuple(profile_rows),
-                      tuple(out.author_timeline), tuple(fanout.pull_follows), late, tuple(hides.blocks))
+                      tuple(out.author_timeline), tuple(fanout.pull_follows), late, tuple(hides.blocks), relations)
 
 
 def _initial(state: AuthorState | None, changes: Sequence[Event], *, inbox_cap: int, pull_threshold: int,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from feed_service.core.events import Profile, profile_rank
+from feed_service.core.events import Profile
+from feed_service.core.rules import profile_rank
 from feed_service.core.rows import ProfileRow
 from feed_service.core.state import AuthorState
 

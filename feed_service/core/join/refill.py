@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Collection, Mapping
 
-from feed_service.core.events import TweetContent
-from feed_service.core.inbox_rule import shown_in_inbox
+from feed_service.core.events import TweetContent, fields_of
+from feed_service.core.rules import shown_in_inbox
 from feed_service.core.join.deltas import _delta, _entry, _newest_first
 from feed_service.core.join.readers import Audience
 from feed_service.core.rows import TimelineDelta
@@ -37,8 +37,9 @@ def refill_deltas(key: str, requests: Mapping[str, set[tuple[int, str, int]]], r
             for tid, c in _newest_first(retained):
                 if taken >= need:
                     break
-                at = (c[1], tid)
-                if at > (below_at, below_tid) or not shown_in_inbox(key, c[5] if len(c) > 4 else None, reader):
+                f = fields_of(c)
+                at = (f.created_at, tid)
+                if at > (below_at, below_tid) or not shown_in_inbox(key, f.in_reply_to_author_id, reader):
                     continue
                 # A row on the line itself is written again but not counted: the line names a row by
                 # (created_at, tweet_id) only, and the row it names may be this author's (present,
@@ -50,6 +51,6 @@ def refill_deltas(key: str, requests: Mapping[str, set[tuple[int, str, int]]], r
                     rows[tid] = c
         audience = (reader,)
         out.extend(_delta("update", _entry(tid, key, c), audience)
-                   for tid, c in sorted(rows.items(), key=lambda item: (item[1][1], item[0]), reverse=True))
+                   for tid, c in sorted(rows.items(), key=lambda item: (fields_of(item[1]).created_at, item[0]), reverse=True))
     return out
 

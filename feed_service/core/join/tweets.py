@@ -11,7 +11,8 @@ from __future__ import annotations
 from itertools import islice
 from typing import Iterator, Mapping, NamedTuple, TypeAlias
 
-from feed_service.core.events import TweetContent, content_beats, content_digest
+from feed_service.core.events import TweetContent, content_beats, content_digest, no_replies, parent_author_of
+from feed_service.core.rules import reply_class
 from feed_service.core.state import AuthorState, ColdTweet
 
 
@@ -74,7 +75,7 @@ def apply_tweets(state: AuthorState, upserts: dict[str, TweetContent], deletes: 
             after = _merge_ordered(after, changed)
         excess = len(after) - inbox_cap
         if excess > 0:
-            if sum(map(len, after.values())) == 4 * len(after):  # no reply among them: one class
+            if no_replies(after.values()):  # one class
                 evicted = list(islice(after, excess))  # the oldest: ``after`` is in ascending order
             else:
                 evicted = _evicted_by_class(state.key, after, inbox_cap)
@@ -102,7 +103,7 @@ def _evicted_by_class(key: str, tweets: Mapping[str, TweetContent], inbox_cap: i
     counts: dict[str | None, int] = {}
     out: list[str] = []
     for tid, c in reversed(tweets.items()):
-        cls = c[5] if len(c) > 4 and c[5] != key else None
+        cls = reply_class(key, parent_author_of(c))
         n = counts.get(cls, 0)
         if n >= inbox_cap:
             out.append(tid)

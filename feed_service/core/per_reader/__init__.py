@@ -9,7 +9,11 @@ is decided by one more stage, a pure function of its state and its input message
 - :mod:`~feed_service.core.per_reader.audience_stage`: the stage, a join over audiences decided with
   set operations into the rows of ``home_extras``, reposters' own reposts and the readers' visible
   and hidden sets;
-- :mod:`~feed_service.core.per_reader.pull_reposts`: a pull reposter's reposts, decided at read.
+- :mod:`~feed_service.core.per_reader.pull_reposts`: a pull reposter's reposts, decided at read;
+- :mod:`~feed_service.core.per_reader.routing`: the stage's one entry point for its drivers.
+
+The rules they apply (the reply rule, "direct", the earliest reposter, the pull reposter test) are
+:mod:`feed_service.core.rules`'.
 
 :mod:`~feed_service.core.per_reader.messages` holds the records that travel between them. Every
 message is an assignment versioned by its sender's clock, so the stage keeps the newest per

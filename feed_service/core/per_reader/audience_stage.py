@@ -32,7 +32,8 @@ the order, batching or duplication of the messages.
 
 Longer than one module should be (about 550 lines) because its indexes, decisions and written rows
 are one state kept consistent within each step; the rules it applies (the reply rule, "direct", the
-earliest reposter) are to move to one module of rules shared with the reference and the reads.
+earliest reposter, the pull reposter test) are :mod:`feed_service.core.rules`', shared with the
+reference and the reads.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from feed_service.core.inbox_rule import shown_in_inbox
+from feed_service.core.rules import conditional_readers, direct, direct_among, is_pull_reposter, reply_class, repost_order, shown_in_inbox
 from feed_service.core.per_reader.messages import (
     ConditionalTweet,
     ExtrasFanout,
@@ -310,7 +311,7 @@ class AudienceStage:
         out: list[PullReposterDelta] = []
         for user in sorted(comers):
             audience = self.aud.get(user, _NOBODY)
-            was_pull, pull = user in self.pull, len(audience) >= self.pull_threshold
+            was_pull, pull = user in self.pull, is_pull_reposter(len(audience), self.pull_threshold)
             if pull != was_pull:
                 (self.pull.add if pull else self.pull.discard)(user)
                 self._note(("pull", user), True if pull else None, True if was_pull else None)
@@ -337,13 +338,12 @@ class AudienceStage:
         """Whether ``reposter``'s repost ``e`` of ``t`` is decided here (not merged at read)."""
         if reposter not in self.pull:
             return True
-        parent = e.in_reply_to_author_id
-        return t[0] == reposter and parent is not None and parent != reposter
+        return t[0] == reposter and reply_class(reposter, e.in_reply_to_author_id) is not None
 
     def _order(self, t: TweetKey) -> None:
         live = self.reposts.get(t)
         pushed = () if not live else tuple(sorted(
-            (e.reposted_at, p, e) for p, e in live.items() if self._pushed(p, t, e)))
+            (*repost_order(e.reposted_at, p), e) for p, e in live.items() if self._pushed(p, t, e)))
         if pushed:
             self.order[t] = pushed  # type: ignore[assignment]
         else:
@@ -361,8 +361,7 @@ class AudienceStage:
         cond = self.cond.get(t)
         if cond is not None and cond[1] is not None and aud_a:
             x = cond[1].in_reply_to_author_id
-            shown = aud_a.intersection(aud.get(x, _NOBODY))
-            shown.discard(x)
+            shown = conditional_readers(aud_a, x, aud.get(x, _NOBODY))  # type: ignore[arg-type]
             if shown:
                 groups[cond[1]] = shown
         order = self.order.get(t)
@@ -370,6 +369,7 @@ class AudienceStage:
             x = order[0][2].in_reply_to_author_id
             taken: set[str] = set()
             hid_a = self.hid.get(author, _NOBODY)
+            audience_of = self._audience_of
             for _, reposter, e in order:
                 readers = aud.get(reposter, _NOBODY)
                 readers = (only.intersection(readers) if only is not None else set(readers)) - taken
@@ -378,36 +378,28 @@ class AudienceStage:
                 taken |= readers
                 if hid_a:
                     readers -= hid_a
-                direct = readers.intersection(aud_a)
-                if direct and x is not None and x != author:  # a reply to a third user: direct if X is seen
-                    seen_x = direct.intersection(aud.get(x, _NOBODY))
-                    if x in direct:
-                        seen_x.add(x)
-                    direct = seen_x
-                readers -= direct
+                readers -= direct_among(readers.intersection(aud_a), author, x, audience_of)
                 if readers:
                     groups[e] = readers
         return groups
 
-    def _direct(self, author: str, parent: str | None, reader: str) -> bool:
-        """The reference's ``direct``: the reader sees the author, and the inbox rule shows the tweet
-        or the reader sees the parent's author."""
-        if reader not in self.aud.get(author, _NOBODY):
-            return False
-        return shown_in_inbox(author, parent, reader) or reader in self.aud.get(parent, _NOBODY)
+    def _audience_of(self, user: str) -> set[str] | frozenset[str]:
+        """The readers who see ``user``."""
+        return self.aud.get(user, _NOBODY)
 
     def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
         """``reader``'s row of tweet ``t``, or None."""
         author = t[0]
+        sees = _Sees(self.aud, reader)
         cond = self.cond.get(t)
         if cond is not None and cond[1] is not None:
-            x = cond[1].in_reply_to_author_id
-            if reader != x and reader in self.aud.get(author, _NOBODY) and reader in self.aud.get(x, _NOBODY):
+            x = cond[1].in_reply_to_author_id  # a third user: the row is the reader's if direct and not in its inbox
+            if direct(author, x, reader, sees) and not shown_in_inbox(author, x, reader):
                 return cond[1]
         order = self.order.get(t)
         if not order or reader in self.hid.get(author, _NOBODY):
             return None
-        if self._direct(author, order[0][2].in_reply_to_author_id, reader):
+        if direct(author, order[0][2].in_reply_to_author_id, reader, sees):
             return None
         for _, reposter, e in order:
             if reader in self.aud.get(reposter, _NOBODY):
@@ -529,6 +521,18 @@ class AudienceStage:
             if content is not None and content[1] is not None and content[1].in_reply_to_author_id is not None:
                 users.add(content[1].in_reply_to_author_id)
         return frozenset(users)
+
+
+class _Sees:
+    """The users one reader sees, as a container over the stage's audiences (for :func:`~feed_service.core.rules.direct`)."""
+
+    __slots__ = ("aud", "reader")
+
+    def __init__(self, aud: Mapping[str, set[str]], reader: str) -> None:
+        self.aud, self.reader = aud, reader
+
+    def __contains__(self, user: object) -> bool:
+        return self.reader in self.aud.get(user, _NOBODY)  # type: ignore[arg-type]
 
 
 def _toggle(index: dict, owner, member, on: bool) -> None:

@@ -3,10 +3,11 @@
 :func:`author_side` runs after :func:`feed_service.core.join.step` with the key's state before and
 the step's result, and returns:
 
-- the inbox deltas less what the per-reader stage decides: a reply to a third user X is written by
-  this key only to X's own inbox; the stage decides it for everyone else from one
-  :class:`ConditionalTweet` per tweet and change (never one message per holder);
-- a :class:`Relation` for every reader whose "sees this author" or "hidden from this author" changed;
+- for a reply to a third user X, which the step wrote to X's own inbox only (its reply phase,
+  :mod:`feed_service.core.join.replies`), one :class:`ConditionalTweet` per tweet and change, from
+  which the stage decides it for everyone else (never one message per holder);
+- a :class:`Relation` for every reader whose "sees this author" or "hidden from this author" changed
+  (the step's relation phase, :mod:`feed_service.core.join.relations`, says which);
 - as a reposter, a :class:`RepostEdge` for every repost edge of this user whose winning change
   changed (a repost is routed to its reposter's key, where every change of the edge meets, and to
   the key of the author it names);
@@ -27,18 +28,17 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from feed_service.core.events import (
-    BlockChange,
     Event,
-    FollowChange,
-    MuteChange,
     RepostChange,
     TweetContent,
-    repost_rank,
+    content_entry,
+    content_of,
+    parent_author_of,
 )
+from feed_service.core.rules import reply_class, repost_rank
 from feed_service.core.join.key_step import StepResult
 from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostEdge, RepostedTweet
-from feed_service.core.rows import Entry, TimelineDelta
-from feed_service.core.state import AuthorState, hides_reader
+from feed_service.core.state import AuthorState
 
 RepostRank = tuple[int, bool, str, int, int]
 """``repost_rank`` of an edge's winning change: (version, unreposted, author_id, created_at, profile_version)."""
@@ -64,8 +64,6 @@ class SideResult:
     """What :func:`author_side` produced for one key and batch."""
 
     side: RepostSide
-    deltas: tuple[TimelineDelta, ...]
-    """The inbox deltas to write (the step's, less the conditional replies)."""
     relations: tuple[Relation, ...] = ()
     replies: tuple[ConditionalTweet, ...] = ()
     edges: tuple[RepostEdge, ...] = ()
@@ -82,9 +80,8 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     late = set(result.late)
     timely = [ev for i, ev in enumerate(changes) if i not in late]
     ts = side.clock + 1
-    deltas = _split_replies(key, before, result.deltas)
     replies = _conditional_changes(key, before, after, result, ts)
-    relations = _relations(key, before, after, timely, ts)
+    relations = [Relation(r.reader, key, r.sees, r.hidden, ts) for r in result.relations]
     edges, reposters, new_names = _fold_reposts(key, side, timely)
     edge_messages = [RepostEdge(key, tid, edges[tid], ts) for tid in sorted(edges)
                      if side.edges.get(tid) != edges[tid]]
@@ -94,13 +91,13 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     for tid in sorted(changed | set(new_names)):
         old = _content(tid, before, side.archive)
         new = _content(tid, after, archive)
-        entry = None if new is None else _entry_of(key, tid, new)
+        entry = None if new is None else content_entry(tid, key, new)
         for reposter in sorted(reposters.get(tid, ())):
             if old != new or reposter in new_names.get(tid, ()):
                 tweets.append(RepostedTweet(reposter, key, tid, entry, ts))
     emitted = bool(replies or relations or edge_messages or tweets)
     new_side = RepostSide(edges, reposters, archive, ts if emitted else side.clock)
-    return SideResult(new_side, tuple(deltas), tuple(relations), tuple(replies),
+    return SideResult(new_side, tuple(relations), tuple(replies),
                       tuple(edge_messages), tuple(tweets))
 
 
@@ -131,50 +128,13 @@ def same_side(a: RepostSide | None, b: RepostSide) -> bool:
     return a.edges is b.edges and a.reposters is b.reposters and a.archive is b.archive and a.clock == b.clock
 
 
-def reply_class(key: str, entry: Entry | TweetContent | None) -> str | None:
-    """The third user a tweet of ``key`` replies to, or None for a plain tweet (no reply, or a reply
-    to the author itself: a thread)."""
-    if entry is None:
-        return None
-    parent = entry.in_reply_to_author_id if isinstance(entry, Entry) else (entry[5] if len(entry) > 4 else None)
-    return None if parent is None or parent == key else parent
-
-
-def _split_replies(key: str, before: AuthorState | None, deltas: Sequence[TimelineDelta]) -> list[TimelineDelta]:
-    """The inbox deltas this key writes: a holder R has a tweet's inbox row while the tweet is plain or
-    replies to R itself (a reply to a third user is decided by the per-reader stage from the
-    tweet's :class:`ConditionalTweet`); an update compares the old content's class with the new one's."""
-    out: list[TimelineDelta] = []
-    for delta in deltas:
-        op, entry, ids = delta
-        if op == "update":
-            old_content = before.tweets.get(entry.tweet_id) if before is not None else None
-            old_class, new_class = reply_class(key, old_content), reply_class(key, entry)
-            old_entry = _entry_of(key, entry.tweet_id, old_content) if old_content is not None else entry
-        else:
-            old_class = new_class = reply_class(key, entry)
-            old_entry = entry
-        if old_class is None and new_class is None:
-            out.append(delta)
-            continue
-        rows: dict[tuple[str, Entry], list[str]] = {}
-        for reader in ids:
-            had = op != "insert" and (old_class is None or old_class == reader)
-            has = op != "delete" and (new_class is None or new_class == reader)
-            row_op = "update" if had and has else "delete" if had else "insert" if has else None
-            if row_op is not None:
-                rows.setdefault((row_op, old_entry if row_op == "delete" else entry), []).append(reader)
-        out.extend(TimelineDelta(row_op, row_entry, tuple(readers)) for (row_op, row_entry), readers in rows.items())
-    return out
-
-
 def _conditional(key: str, state: AuthorState | None, tid: str) -> TweetContent | None:
     """The content of ``tid`` as a conditional tweet of this push author: retained, a reply to a
     third user; None otherwise (a pull author's replies are decided at read: docs/fan-out.md)."""
     if state is None or state.pull:
         return None
     c = state.tweets.get(tid)
-    return c if c is not None and reply_class(key, c) is not None else None
+    return c if c is not None and reply_class(key, parent_author_of(c)) is not None else None
 
 
 def _conditional_changes(key: str, before: AuthorState | None, after: AuthorState, result: StepResult,
@@ -192,41 +152,8 @@ def _conditional_changes(key: str, before: AuthorState | None, after: AuthorStat
     for tid in sorted(tids):
         old, new = _conditional(key, before, tid), _conditional(key, after, tid)
         if old != new:
-            out.append(ConditionalTweet(key, tid, None if new is None else _entry_of(key, tid, new), ts))
+            out.append(ConditionalTweet(key, tid, None if new is None else content_entry(tid, key, new), ts))
     return out
-
-
-def _entry_of(key: str, tweet_id: str, c: TweetContent) -> Entry:
-    parent = (c[4], c[5]) if len(c) > 4 else (None, None)
-    return Entry(tweet_id, key, c[1], c[0], c[2], c[3], *parent)
-
-
-def _status(state: AuthorState | None, reader: str) -> tuple[bool, bool]:
-    """(reader sees the author, the author is hidden from the reader) in ``state``."""
-    if state is None:
-        return False, False
-    h = state.hides.get(reader)
-    hidden = h is not None and hides_reader(h)
-    e = state.followers.get(reader)
-    return (e is not None and e[1] and not hidden), hidden
-
-
-def _relations(key: str, before: AuthorState | None, after: AuthorState, changes: Sequence[Event], ts: int
-               ) -> list[Relation]:
-    readers: set[str] = set()
-    for ev in changes:
-        if type(ev) is FollowChange:
-            readers.add(ev.follower_id)
-        elif type(ev) is MuteChange:
-            readers.add(ev.muter_id)
-        elif type(ev) is BlockChange:
-            readers.add(ev.blocked_id if ev.blocker_id == key else ev.blocker_id)
-    relations = []
-    for reader in sorted(readers):
-        old, new = _status(before, reader), _status(after, reader)
-        if old != new:
-            relations.append(Relation(reader, key, new[0], new[1], ts))
-    return relations
 
 
 def _fold_reposts(key: str, side: RepostSide, changes: Sequence[Event]
@@ -273,10 +200,7 @@ def _archive(archive: Mapping[str, TweetContent], before: AuthorState | None, af
         if tid in after.tweets or tid not in after.cold:
             out.pop(tid, None)
         elif tid in changed and changed[tid] is not None:
-            e = changed[tid]
-            base = (e.version, e.created_at, e.text, e.profile_version)
-            out[tid] = base if e.in_reply_to_tweet_id is None else base + (e.in_reply_to_tweet_id,
-                                                                          e.in_reply_to_author_id)
+            out[tid] = content_of(changed[tid])
         elif before is not None and tid in before.tweets:
             out[tid] = before.tweets[tid]
     return out

@@ -18,9 +18,9 @@ from feed_service.core.state import AuthorState
 
 
 def step_with_side(state: AuthorState | None, changes: Sequence[Event], **step_options) -> tuple[StepResult, SideResult]:
-    """:func:`~feed_service.core.join.step` then :func:`author_side`: the result's deltas are the
-    inbox deltas less the conditional replies, and its state carries the new side. The state is
-    ``state`` itself when neither the step nor the side changed anything (the store writes nothing)."""
+    """:func:`~feed_service.core.join.step` then :func:`author_side`: the result's state carries the
+    new side. The state is ``state`` itself when neither the step nor the side changed anything (the
+    store writes nothing)."""
     result = step(state, changes, **step_options)
     key = result.state.key
     old_side = side_of(state)
@@ -28,6 +28,6 @@ def step_with_side(state: AuthorState | None, changes: Sequence[Event], **step_o
     new_state = result.state
     if not same_side(old_side, side.side):
         new_state = replace(new_state, side=side_payload(side.side))
-    if new_state is not result.state or side.deltas != result.deltas:
-        result = replace(result, state=new_state, deltas=side.deltas)
+    if new_state is not result.state:
+        result = replace(result, state=new_state)
     return result, side

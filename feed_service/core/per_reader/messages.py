@@ -45,7 +45,7 @@ class ConditionalTweet(NamedTuple):
 class RepostEdge(NamedTuple):
     """To the per-reader stage (from the author key of ``reposter``, where every change of the edge
     meets): the winning change of its edge to ``tweet_id``: ``(version, unreposted, author_id,
-    created_at, profile_version)`` as :func:`~feed_service.core.events.repost_rank` ranks it."""
+    created_at, profile_version)`` as :func:`~feed_service.core.rules.repost_rank` ranks it."""
 
     reposter: str
     tweet_id: str

@@ -24,11 +24,10 @@ from __future__ import annotations
 from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from feed_service.core.rows import Entry
+from feed_service.core.rules import Repost, direct, is_earliest, precedes, repost_order, shown_in_inbox
 
 TweetKey = tuple[str, str]
 """(author_id, tweet_id): a tweet's identity."""
-Repost = tuple[int, str]
-"""(reposted_at, reposter): what orders the reposts of one tweet (the earliest is the entry's)."""
 
 
 class RepostFacts(NamedTuple):
@@ -73,8 +72,8 @@ def lookups(reader: str, extras_rows: Iterable[Entry], pulled_rows: Iterable[Ent
         pushed.add(key(e))
         users.add(e.author_id)
         parent = e.in_reply_to_author_id
-        if parent is not None and parent not in (e.author_id, reader):
-            users.add(parent)
+        if not shown_in_inbox(e.author_id, parent, reader):  # whether the reader sees the parent decides
+            users.add(parent)  # type: ignore[arg-type]
     return Lookups(frozenset(pulled), frozenset(pushed), frozenset(users))
 
 
@@ -83,8 +82,8 @@ def shows_extras_row(entry: Entry, facts: RepostFacts) -> bool:
     decided it), a repost entry unless a pull reposter the reader merges in reposted it earlier."""
     if entry.reposted_by is None:
         return True
-    mine = (entry.reposted_at, entry.reposted_by)
-    return all(mine < other for other in facts.pulled.get(key(entry), ()))
+    mine = repost_order(entry.reposted_at, entry.reposted_by)  # type: ignore[arg-type]
+    return all(precedes(mine, other) for other in facts.pulled.get(key(entry), ()))
 
 
 def shows_pulled_row(entry: Entry, reader: str, facts: RepostFacts) -> bool:
@@ -92,14 +91,12 @@ def shows_pulled_row(entry: Entry, reader: str, facts: RepostFacts) -> bool:
     author = entry.author_id
     if author in facts.hidden:
         return False
-    if author in facts.sees:
-        parent = entry.in_reply_to_author_id
-        if parent is None or parent in (author, reader) or parent in facts.sees:
-            return False  # direct: the tweet shows at its own time (inbox, extras or a pull author)
-    mine = (entry.reposted_at, entry.reposted_by)
+    if direct(author, entry.in_reply_to_author_id, reader, facts.sees):
+        return False  # the tweet shows at its own time (inbox, extras or a pull author)
+    mine = repost_order(entry.reposted_at, entry.reposted_by)  # type: ignore[arg-type]
     k = key(entry)
     pushed = facts.pushed.get(k)
-    if pushed is not None and pushed < mine:
+    if pushed is not None and precedes(pushed, mine):
         return False
-    return all(mine <= other for other in facts.pulled.get(k, ()))
+    return is_earliest(mine, facts.pulled.get(k, ()))
 

@@ -1,0 +1,113 @@
+"""The backfill's Spark columns that restate a rule of feed_service/core/rules.py agree with the rule.
+
+Each test evaluates the SQL form (spark_jobs/backfill/join.py, winners.py) and the Python rule on the
+same rows: every combination of a few users for the reply rule, counts around the threshold for the
+pull test, and every pair of changes of one edge at one or two versions for the version ranks.
+One local Spark session serves the module (the session's own one, if the run already built it).
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Any, Iterator
+
+import pytest
+
+from feed_service.core import rules
+from feed_service.core.event_kinds import EDGE_KINDS
+
+USERS = ("ann", "bob", "cat")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A local SparkSession built as the suite's ``spark`` fixture builds it (same settings and
+    jars), so a later ``getOrCreate`` of the integration tests gets the same session; not stopped
+    here for the same reason (the process's end, or that fixture, stops it)."""
+    pytest.importorskip("pyspark")
+    from spark_jobs.runtime.session import build_session
+
+    yield build_session("feed-tests")
+
+
+def test_reply_class_and_the_inbox_rule_columns_are_the_rules(spark: Any) -> None:
+    from spark_jobs.backfill.join import reply_class, shown_in_inbox
+
+    rows = [(a, p, r) for a, p, r in product(USERS, (None, *USERS), USERS)]
+    frame = spark.createDataFrame(rows, "author_id string, in_reply_to_author_id string, timeline_id string")
+    got = frame.select("author_id", "in_reply_to_author_id", "timeline_id", reply_class().alias("cls"),
+                       shown_in_inbox("timeline_id").alias("shown")).collect()
+    assert len(got) == len(rows)
+    for r in got:
+        assert (r.cls or None) == rules.reply_class(r.author_id, r.in_reply_to_author_id), r
+        assert r.shown == rules.shown_in_inbox(r.author_id, r.in_reply_to_author_id, r.timeline_id), r
+    assert {r.shown for r in got} == {True, False}  # both sides of the rule were exercised
+
+
+def test_the_pull_author_column_is_the_rule(spark: Any) -> None:
+    from spark_jobs.backfill.join import is_pull_author
+
+    threshold = 3
+    frame = spark.createDataFrame([(n,) for n in range(7)], "count bigint")
+    got = {r["count"]: r.pull for r in frame.select("count", is_pull_author("count", threshold).alias("pull")).collect()}
+    assert got == {n: rules.is_pull_author(n, threshold) for n in range(7)}
+    assert set(got.values()) == {True, False}
+
+
+def _changes(kind_type: str) -> list[dict[str, Any]]:
+    """Every change of one edge at versions 1 and 2, both ops (a repost with two payloads)."""
+    kind = EDGE_KINDS[kind_type]
+    assert kind.edge is not None
+    out: list[dict[str, Any]] = []
+    for version, op in product((1, 2), kind.ops):
+        base = {kind.edge.subject: "ann", kind.edge.target: "t1" if kind_type == "repost" else "bob",
+                "version": version, "op": op}
+        if kind_type != "repost":
+            out.append(base)
+        elif op == kind.on_op:
+            out += [{**base, "author_id": "cat", "created_at": at, "profile_version": 1} for at in (5, 7)]
+        else:
+            out.append({**base, "author_id": "cat", "created_at": None, "profile_version": None})
+    return out
+
+
+def _rank(kind_type: str, change: dict[str, Any]) -> tuple:
+    on = change["op"] == EDGE_KINDS[kind_type].on_op
+    if kind_type == "follow":
+        return rules.edge_rank(change["version"], on)
+    if kind_type == "repost":
+        return rules.repost_rank(change["version"], on, change["author_id"], change["created_at"],
+                                 change["profile_version"])
+    return rules.hide_rank(change["version"], on)
+
+
+@pytest.mark.parametrize("kind_type", sorted(EDGE_KINDS))
+def test_the_edge_winner_columns_are_the_version_ranks(spark: Any, kind_type: str) -> None:
+    """Of every subset of an edge's changes (up to three), the backfill's winner is the greatest rank."""
+    from itertools import combinations
+
+    from spark_jobs.backfill.winners import _edge_winners
+
+    kind = EDGE_KINDS[kind_type]
+    changes = _changes(kind_type)
+    columns = ["type", *(f.name for f in kind.fields), "op", "batch"]
+    types = {f.name: ("bigint" if f.rule in ("natural", "version") or f.name == "version" else "string")
+             for f in kind.fields}
+    schema = ", ".join(f"{c} {types.get(c, 'bigint' if c == 'batch' else 'string')}" for c in columns)
+    rows, expected = [], {}
+    subsets = [s for n in (1, 2, 3) for s in combinations(range(len(changes)), n)]
+    for batch, subset in enumerate(subsets):
+        picked = [changes[i] for i in subset]
+        for c in picked:
+            rows.append(tuple(kind_type if col == "type" else batch if col == "batch" else c.get(col)
+                              for col in columns))
+        best = max(picked, key=lambda c: _rank(kind_type, c))
+        expected[batch] = (best["version"], best["op"], best.get("created_at"))
+    # One edge per subset: the subject names the subset, so one window ranks each subset apart.
+    subject = kind.edge.subject  # type: ignore[union-attr]
+    at = columns.index(subject)
+    rows = [(*r[:at], f"u{r[-1]}", *r[at + 1:]) for r in rows]
+    events = spark.createDataFrame(rows, schema)
+    got = {int(r[subject][1:]): (r.version, r.op, r["created_at"] if kind_type == "repost" else None)
+           for r in _edge_winners(events, kind).collect()}
+    assert got == expected

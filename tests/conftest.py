@@ -103,9 +103,9 @@ def stack_config() -> Iterator[StackConfig]:
 CLUSTER_FIXTURES = ("cluster_stack_config", "secure_stack_config")
 
 
-#: The streamed world's phases (tests/support/world.py): tests of phase 1, then those that straddle the
-#: phases, then those of phase 2; a test that takes none of these keeps its place among the first.
-WORLD_PHASE_FIXTURES = ("world_before_phase2", "world_phase2")
+#: The streamed world's phases (tests/support/world.py): tests of phase 1, then those of phase 2; a test
+#: that takes none of these keeps its place among the first.
+WORLD_PHASE_FIXTURES = ("world_phase2",)
 
 
 def _cluster_order(item: pytest.Item) -> tuple[int, int, int]:

@@ -1,6 +1,6 @@
 """The session's streamed world (tests/support/world.py): ``world`` once phase 1 is caught up,
 ``world_phase2`` once phase 2 is (tests/conftest.py runs every test of the first kind before any of the
-second, and tests that take ``world_before_phase2`` in between)."""
+second)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,6 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield streamed
     finally:
         streamed.stop()
-
-
-@pytest.fixture()
-def world_before_phase2(world: World) -> World:
-    """The world in phase 1, for a test that opens what must see phase 2 land (watches) and then calls
-    :meth:`World.advance_to_phase2` itself."""
-    assert world.phase == 1, "a test that needs phase 1 ran after phase 2 (see tests/conftest.py)"
-    return world
 
 
 @pytest.fixture()

@@ -150,11 +150,11 @@ def test_pages_and_watches_of_dropped_readers_through_grpc_equal_the_reference(w
             # inbox rows); kept readers' watches: test_reposts_replies_reads.py (here a batch may drop
             # them, as nobody reports their reads)
             watched = dropped[:4]
-            clients = [WatchClient(server, u) for u in watched]
+            clients = [WatchClient(server, u, cap=pipeline.inbox_cap) for u in watched]
             wait_subscribed(server, watched)
             for client in clients:
                 client.seed(server)
-            world.publish_more(_live_changes(world, watched))
+            world.publish(_live_changes(world, watched))
             server.changes_applied()
             home = reference_entries(world.tables(), inbox_cap=pipeline.inbox_cap)
             for user in users:

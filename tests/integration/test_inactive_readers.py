@@ -45,7 +45,7 @@ def test_a_reader_goes_inactive_misses_writes_reads_exactly_and_comes_back(world
             # the reader keeps reading (so it stays active), exactly while its inbox is rebuilt
             assert read_all_home_timelines(server, [reader])[reader] == reference[reader]
             nudge += 1  # a batch, for the reader's return and the rebuild's answers (a user nobody follows)
-            world.publish_more([{"type": "profile", "user_id": "w-nudge", "version": nudge, "display_name": "n"}])
+            world.publish([{"type": "profile", "user_id": "w-nudge", "version": nudge, "display_name": "n"}])
         back = (stream.progress() or {}).get("activity") or {}
         assert back.get("rebuilds", 0) >= 1 and back.get("rebuild_requests", 0) >= 1, back
         flag, rows = _flag_and_rows(pipeline, reader)

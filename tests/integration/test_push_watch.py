@@ -60,7 +60,7 @@ from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 
-from tests.support.pipeline import StreamProcess, publish, read_all_home_timelines, read_table
+from tests.support.pipeline import StreamProcess, read_all_home_timelines, read_table
 from tests.support.world import PULL_THRESHOLD, World
 
 #: The world's threshold: in both tests star has six followers and is merged in at read time
@@ -222,7 +222,8 @@ def _ids(entries) -> list[str]:
     return [e.tweet_id for e in entries]
 
 
-def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: StreamProcess, unique: str) -> None:
+def test_push_watch_resume_and_the_exact_read_cache(world: World, pipeline: Settings, stream: StreamProcess,
+                                                    unique: str) -> None:
     tag = unique[-6:]
     ann, bob, cat, star, fan1, fan2, fan3, fan4, fan5 = (
         f"{n}-{tag}" for n in ("ann", "bob", "cat", "star", "fan1", "fan2", "fan3", "fan4", "fan5"))
@@ -234,7 +235,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
         *(_tweet(a, n) for a in (bob, cat, star) for n in range(3)),
         *(_follow(u, bob) for u in idle[:20]),  # some idle users have timelines too
     ]
-    publish(pipeline, history)
+    world.publish(history, wait=False)
     stream.wait_caught_up()
     server, stores = _server(pipeline)
     try:
@@ -253,30 +254,30 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
         assert stores[-1].calls == calls, "idle watchers read Cassandra"  # polling would be 201 x 2 / s
 
         step = [_tweet(bob, 10)]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         got = watcher.take(lambda m: f"{bob}-t10" in _ids(m.entries))
         assert [e.author_display_name for m in got for e in m.entries if e.tweet_id == f"{bob}-t10"] == ["Bob"]
 
         step = [_tweet(bob, 1, version=2, text="edited")]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         got = watcher.take(lambda m: any(e.tweet_id == f"{bob}-t1" for e in m.changed))
         (edited,) = [e for m in got for e in m.changed if e.tweet_id == f"{bob}-t1"]
         assert (edited.version, edited.text) == (2, "edited")
 
         step = [_delete(bob, 2, version=2)]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         watcher.take(lambda m: f"{bob}-t2" in m.removed_tweet_ids)
 
         step = [_follow(ann, cat, version=2, op="unfollow")]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         got = watcher.take(lambda m: {f"{cat}-t{n}" for n in range(3)} <= set(m.removed_tweet_ids))
 
         step = [_tweet(star, 11)]  # a pull author: one change for all its followers
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         watcher.take(lambda m: f"{star}-t11" in _ids(m.entries))
         stream.wait_caught_up()
@@ -292,7 +293,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
 
     # -- 2. resume across a server restart: no gap, no duplicate --------------------------
     away = [_tweet(bob, 20), _tweet(star, 21)]
-    publish(pipeline, away)
+    world.publish(away, wait=False)
     history += away
     stream.wait_caught_up()
     server, stores = _server(pipeline)
@@ -303,7 +304,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
         caught_up += [i for m in resumed.drain(1.0) for i in _ids(m.entries)]
         assert caught_up == [f"{bob}-t20", f"{star}-t21"], caught_up  # exactly the two, oldest first
         step = [_tweet(cat, 22), _tweet(bob, 23)]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         live = resumed.take(lambda m: f"{bob}-t23" in _ids(m.entries))
         live += resumed.drain(1.0)
@@ -339,7 +340,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
                          "version": versions[key]} if rng.random() < 0.5 else
                         {"type": "mute", "op": rng.choice(("mute", "unmute")), "muter_id": a, "muted_id": b,
                          "version": versions[key]})
-            publish(pipeline, events)
+            world.publish(events, wait=False)
             history += events
             deadline = time.monotonic() + 3  # reads racing the stream's writes and their changes
             stub = server.stub()
@@ -435,13 +436,14 @@ def _home_timeline(settings: Settings) -> dict[tuple[str, str], Entry]:
     return {(r[0], r[1]): Entry(r[1], *r[2:]) for r in rows if r[0] in VIEW_USERS and r[1] is not None}
 
 
-def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Settings, stream: StreamProcess) -> None:
+def test_applying_the_timeline_changes_rebuilds_the_home_timelines(world: World, pipeline: Settings,
+                                                                   stream: StreamProcess) -> None:
     assert pipeline.view_changes  # the default
-    publish(pipeline, BASE)
+    world.publish(BASE, wait=False)
     stream.wait_caught_up()
-    publish(pipeline, UNFOLLOW_FIRST)
+    world.publish(UNFOLLOW_FIRST, wait=False)
     stream.wait_caught_up()
-    publish(pipeline, CHANGES)
+    world.publish(CHANGES, wait=False)
     stream.wait_caught_up()
     stored = _home_timeline(pipeline)
 

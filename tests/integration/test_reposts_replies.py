@@ -35,7 +35,7 @@ def test_stream_with_reposts_and_replies_equals_the_reference_through_a_kill(wor
     defaults = Settings()
     pipeline = world.topics_for(unique, inbox_cap=defaults.inbox_cap, trim_slack=defaults.trim_slack,
                                 pull_threshold=defaults.pull_threshold)
-    events = world.phase1
+    events = world.events
     kinds = {(e["type"], e.get("op")) for e in events}
     assert {("repost", "repost"), ("repost", "unrepost")} <= kinds
     assert any(e.get("in_reply_to_author_id") for e in events)

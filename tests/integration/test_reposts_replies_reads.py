@@ -5,7 +5,7 @@ and the reader's visible set, as the writer leaves them. Then end to end on the 
 (tests/support/world.py: reposts, replies and hides, a small pull threshold, so pull authors' replies
 are filtered at read by ``reader_visible``), every home and user timeline read page by page through gRPC (the read
 cache on: each read twice, the second filled or hit) equal to the batch reference; and pushed
-watches opened before phase 2 lands, whose clients end equal to the reference too.
+watches of a history of the test's own, whose clients end equal to the reference too.
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ from __future__ import annotations
 import asyncio
 
 from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
-from feed_service.core.reference import reference_entries, reference_tables, reference_user_timelines
+from feed_service.core.reference import reference_entries, reference_user_timelines
 from feed_service.core.rows import AuthorTimelineWrite, Entry
 from feed_service.settings import Settings
 
+from tests.support.history import followers, history, split
 from tests.support.isolation import isolated
 from tests.support.pipeline import read_table
 from tests.support.reads import WatchClient, entry_key, pages, wait_subscribed
-from tests.support.world import World
+from tests.support.world import SHARES, World
+
+#: The watched history's seed (its users ``wr-``, the module's own).
+WATCHED_SEED = 7
 
 
 def test_the_reader_reads_extras_user_reposts_and_the_visible_set(settings: Settings, unique: str) -> None:
@@ -61,14 +65,16 @@ def test_the_reader_reads_extras_user_reposts_and_the_visible_set(settings: Sett
     assert sees == {"u001", "u149", *seen[20:140]} and nobody == set() and empty == []
 
 
-def test_home_and_user_timelines_and_watches_through_grpc_equal_the_reference(world_before_phase2: World) -> None:
-    """On the streamed world (tests/support/world.py): phase 1's pages, then watches open while
-    phase 2 lands through the restarted stream."""
-    world = world_before_phase2
-    pipeline, first = world.settings, world.phase1
+def test_home_and_user_timelines_and_watches_through_grpc_equal_the_reference(world: World) -> None:
+    """On the streamed world's phase 1 (tests/support/world.py): every home and user timeline's pages;
+    then pushed watches of kept readers on a history of their own (users ``wr-``: reposts, replies,
+    hides, edits, deletes, unfollows), opened after its first half and kept open while the second half
+    lands, whose clients end equal to the reference. (Watches of readers whose inbox is not kept:
+    test_dropped_inbox_reads.py.)"""
+    pipeline = world.settings
     users = world.readers
     pulls = read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")
-    tables = reference_tables(first)
+    tables = world.tables()
     visible = tables.visible()
     own_all = reference_user_timelines(tables, inbox_cap=None)
     hidden_replies = [(r, e.tweet_id) for r, a in pulls for e in own_all.get(a, [])
@@ -85,16 +91,19 @@ def test_home_and_user_timelines_and_watches_through_grpc_equal_the_reference(wo
                 assert pages(server, "GetHomeTimeline", user, 3) == [entry_key(e) for e in home.get(user, [])], user
             assert pages(server, "GetUserTimeline", user, 4) == [entry_key(e) for e in own.get(user, [])], user
 
-        watched = users[:6]
-        clients = [WatchClient(server, u) for u in watched]
+        first, second = split(history(WATCHED_SEED, "wr-", users=20, events=500, **SHARES), 0.5)
+        world.publish(first)
+        server.changes_applied()
+        watched = followers(first)[:6]
+        clients = [WatchClient(server, u, cap=pipeline.inbox_cap) for u in watched]
         wait_subscribed(server, watched)
         for client in clients:
             client.seed(server)
-        world.advance_to_phase2()
+        world.publish(second)
         server.changes_applied()
         home = reference_entries(world.tables(), inbox_cap=pipeline.inbox_cap)
-        for user in users:
-            assert pages(server, "GetHomeTimeline", user, 5) == [entry_key(e) for e in home.get(user, [])], user
+        assert any(e.reposted_by for u in watched for e in home.get(u, []))
+        assert any(e.in_reply_to_author_id for u in watched for e in home.get(u, []))
         for client in clients:
             expected = [entry_key(e) for e in home.get(client.user, [])]
             assert client.wait_for(expected) == expected, client.user

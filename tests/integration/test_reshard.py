@@ -35,7 +35,7 @@ from feed_service.workload.generator import generate
 from spark_jobs.checkpoint import inspect_checkpoint
 from spark_jobs.stream.pinned import recorded_state_buckets
 
-from .pipeline import StreamProcess, publish, read_timelines, running
+from tests.support.pipeline import StreamProcess, publish, read_timelines, running
 
 
 def _isolated(settings: Settings, unique: str) -> Settings:

@@ -34,15 +34,16 @@ def _wait_for_stats(stream: StreamProcess, batch_id: int, timeout: float = 90) -
     raise AssertionError(f"no state stats of batch {batch_id} within {timeout}s; progress {stream.progress()}")
 
 
-def _rows_per_key(settings: Settings, table: str, key: str) -> list[int]:
-    """Rows per partition; a partition holding only its statics (a reader of pull authors alone) has none."""
-    return list(Counter(r[0] for r in read_table(settings, f"SELECT {key}, created_at FROM {table}")
-                        if r[1] is not None).values())
+def _rows_per_key(settings: Settings, table: str, key: str) -> tuple[list[int], int]:
+    """Rows per partition holding rows, and the number of partitions: one holding only its statics (a
+    reader of pull authors alone) has no row."""
+    rows = read_table(settings, f"SELECT {key}, created_at FROM {table}")
+    return list(Counter(r[0] for r in rows if r[1] is not None).values()), len({r[0] for r in rows})
 
 
 def test_progress_and_command_report_state_size_and_rows_per_timeline(world: World) -> None:
     """On the streamed world's phase 1 (tests/support/world.py), caught up and idle."""
-    pipeline, stream, checkpoint, events = world.settings, world.stream, world.checkpoint, world.phase1
+    pipeline, stream, checkpoint, events = world.settings, world.stream, world.checkpoint, world.events
     caught_up = stream.wait_caught_up()
     # (the progress of an idle trigger already names the next batch: the commit log says which one ran)
     batch = last_committed_batch(checkpoint / "join")
@@ -72,12 +73,14 @@ def test_progress_and_command_report_state_size_and_rows_per_timeline(world: Wor
     assert {**periodic["state"], "batch_id": None} == {**state, "batch_id": None}
 
     # Rows per timeline equal what CQL counts, timeline by timeline.
-    home = summarize(_rows_per_key(pipeline, "home_timeline", "timeline_id")).to_dict()
-    own = summarize(_rows_per_key(pipeline, "author_timeline", "author_id")).to_dict()
+    home_rows, home_partitions = _rows_per_key(pipeline, "home_timeline", "timeline_id")
+    home = summarize(home_rows).to_dict()
+    own = summarize(_rows_per_key(pipeline, "author_timeline", "author_id")[0]).to_dict()
     timelines = report["timelines"]
     assert home["count"] > 0 and own["count"] > 0
+    assert home_partitions > home["count"]  # readers of pull authors alone: partitions holding statics only
     assert timelines["home_timeline"] == {"table": "home_timeline", "partitions": home["count"], "exact": True,
-                                          "sampled": home["count"], "rows": home}
+                                          "sampled": home_partitions, "rows": home}
     assert timelines["author_timeline"]["rows"] == own
     assert periodic["timelines"] == timelines  # its sample (1000) covers every timeline here: exact too
     # Readers by state (docs/activity.md): every reader written counts as read then (kept for a
@@ -91,6 +94,6 @@ def test_progress_and_command_report_state_size_and_rows_per_timeline(world: Wor
         sampled = counter.count("home_timeline", "timeline_id", sample=10, rng=random.Random(1))
     real = Counter(r[0] for r in read_table(pipeline, "SELECT timeline_id, created_at FROM home_timeline")
                    if r[1] is not None)  # not a partition holding only its static pull_authors
-    assert (sampled.sampled, sampled.exact, sampled.rows.count) == (10, False, 10)
+    assert (sampled.sampled, sampled.exact) == (10, False) and 0 < sampled.rows.count <= 10
     assert sampled.rows.max in real.values() and sampled.rows.p50 in real.values()
-    assert sampled.partitions >= 10
+    assert sampled.partitions >= sampled.rows.count

@@ -17,7 +17,7 @@ from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
 from spark_jobs.stream.pinned import STATE_BUCKETS_FILE
 
-from .pipeline import (
+from tests.support.pipeline import (
     GARBAGE, GARBAGE_CODES, Delivered, StreamProcess, consume_all, publish, read_table, read_timelines, running,
 )
 from ..dashboard import dashboard_metric_names, exported_names

@@ -111,7 +111,7 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(world_phase2: World) -> 
     # read are dropped: their rows are skipped, their reads merged, exactly as well)
     refills = world.phase1_progress.get("refill") or {}
     assert refills.get("refill_short_timelines", 0) > 0 and refills.get("refill_requests", 0) > 0, refills
-    assert len(reference_timelines(events, inbox_cap=None)[reader]) == 10 * PROLIFIC_TWEETS  # entries received
+    assert len(reference_timelines(events, inbox_cap=None)[reader]) >= 10 * PROLIFIC_TWEETS  # entries received
     assert _count(pipeline, reader) <= CAP + SLACK and _count(pipeline, other) <= CAP + SLACK
     assert _over_the_bound(pipeline) == {}
 

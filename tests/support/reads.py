@@ -35,10 +35,13 @@ def pages(server: Any, rpc: str, user: str, size: int) -> list[tuple]:
 
 class WatchClient:
     """A watch client on a thread of its own: its timeline read in full once the watch is open
-    (:meth:`seed`), then every message applied (upsert by tweet id, remove)."""
+    (:meth:`seed`), then every message applied (upsert by tweet id, remove), and shown capped at
+    ``cap`` entries (the view defines the newest ``inbox_cap`` entries: rows falling below it are not
+    removed by any message, docs/view-changes.md)."""
 
-    def __init__(self, server: Any, user: str) -> None:
+    def __init__(self, server: Any, user: str, *, cap: int) -> None:
         self.user = user
+        self.cap = cap
         self.state: dict[str, Any] = {}
         self.lock = threading.Lock()
         self.messages = 0
@@ -77,7 +80,8 @@ class WatchClient:
 
     def timeline(self) -> list[tuple]:
         with self.lock:
-            return sorted((entry_key(e) for e in self.state.values()), key=lambda k: (k[6] or k[2], k[0]), reverse=True)
+            return sorted((entry_key(e) for e in self.state.values()), key=lambda k: (k[6] or k[2], k[0]),
+                          reverse=True)[:self.cap]
 
     def wait_for(self, expected: list[tuple], seconds: float = 10) -> list[tuple]:
         """The client's timeline once it equals ``expected`` or after ``seconds`` (the last messages

@@ -82,7 +82,7 @@ class World:
     phase: int = 0
     phase1_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     phase1_progress: dict[str, Any] = field(default_factory=dict)
-    #: Events tests published in phase 2 (:meth:`publish_more`): part of the reference from then on.
+    #: Events tests published into the world (:meth:`publish`): part of the reference from then on.
     more: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -91,8 +91,8 @@ class World:
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        """The valid events published so far (both phases once phase 2 ran)."""
-        return self.phase1 + (self.phase2 + self.more if self.phase >= 2 else [])
+        """The valid events published so far: phase 1, the tests' own, and phase 2 once it ran."""
+        return self.phase1 + self.more + (self.phase2 if self.phase >= 2 else [])
 
     @property
     def readers(self) -> list[str]:
@@ -157,13 +157,14 @@ class World:
         self.stream.wait_caught_up(timeout=CATCH_UP_S)
         return self
 
-    def publish_more(self, events: list[dict[str, Any]]) -> None:
-        """Phase 2 only: publish ``events`` (ids of the test's own, or changes the reference takes in
-        as :attr:`events`), and wait until the stream has caught up with them."""
-        assert self.phase == 2, "the world takes more events in phase 2 only"
+    def publish(self, events: list[dict[str, Any]], *, wait: bool = True) -> None:
+        """Publish ``events`` into the world's topics (users or ids of the test's own, or changes the
+        reference takes in as :attr:`events`: every test on the world's topics sees them), and unless
+        ``wait`` is false wait until the stream has caught up with them."""
         publish(self.settings, events)
         self.more.extend(events)
-        self.stream.wait_caught_up(timeout=CATCH_UP_S)
+        if wait:
+            self.stream.wait_caught_up(timeout=CATCH_UP_S)
 
     def stop(self) -> None:
         """Stop the stream; it must exit with code 0."""

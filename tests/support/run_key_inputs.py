@@ -1,7 +1,7 @@
 """The inputs of the stateful operator's per-key step (:func:`spark_jobs.timeline_join.run_key`)
 without Spark: events as the routed rows the Row API hands over, and an edges reader for keys that
-have no edges part (tests/unit/test_run_key.py, test_view_changes.py, test_stream_per_reader.py,
-test_backfill_per_reader.py)."""
+have no edges part (tests/unit/test_run_key.py, test_view_changes.py; the stream's and the backfill's
+paths of :mod:`tests.support.per_reader_stream` and :mod:`tests.support.backfill_stages`)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ from typing import Iterator
 
 import pytest
 
+# The shared helpers' asserts explain their failures as a test's own do.
+pytest.register_assert_rewrite("tests.support")
+
 from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig
 

@@ -221,14 +221,14 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
     from feed_service.store.cassandra_writer import CassandraWriter
     from feed_service.store.session import connect
     from feed_service.store.stage_inputs import CassandraStageInputs
-    from tests.unit.test_backfill_per_reader import _history
-    from tests.unit.test_pull_reposters_storage import view_indexes
-    from tests.unit.test_reposts_replies_properties import Run
-    from tests.unit.test_stream_per_reader import Fakes, _reset, run_stream
+    from tests.support.backfill_stages import generated_history
+    from tests.support.per_reader_stream import Fakes, reset_fakes, run_stream
+    from tests.support.repost_indexes import view_indexes
+    from tests.support.repost_runs import Run
 
     pipeline = isolated(settings, unique)
     ks = pipeline.keyspace
-    lines = [json.dumps(event_to_json(e)) for e in _history(2, 600)]
+    lines = [json.dumps(event_to_json(e)) for e in generated_history(2, 600)]
     cuts = sorted(random.Random(2).sample(range(1, len(lines)), 5))
     batches = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)])]
     threshold = 6  # some reposters pull, some push (tests/unit/test_pull_reposters_storage.py)
@@ -238,7 +238,7 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
     view = engine.view
     cluster, session = connect(pipeline)
     try:
-        _reset()
+        reset_fakes()
         Fakes.store, Fakes.inputs = CassandraWriter(session, ks), CassandraStageInputs(session, ks)  # type: ignore[assignment]
         run_stream(Run([], batches, 0), inbox_cap=500, pull_threshold=threshold, replay=random.Random(4),
                    pull_reposters=True)
@@ -296,5 +296,5 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
         assert reposters == with_inbox == sorted(pull[reader_id])
         _drop(session, ks)
     finally:
-        _reset()
+        reset_fakes()
         cluster.shutdown()

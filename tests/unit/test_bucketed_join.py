@@ -28,8 +28,10 @@ from spark_jobs.bucketed_join import (
 )
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
 from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
-from tests.unit.test_join_properties import random_event
-from tests.unit.test_stream_processor import EDGES_NAME, STATE_NAME, TWEETS_TOPIC, FakeHandle, Harness, rejected, routed
+from tests.support.join_runs import random_event
+from tests.support.processor_harness import (
+    EDGES_NAME, STATE_NAME, TWEETS_TOPIC, FakeHandle, Harness, rejected, routed,
+)
 
 CONFIG = JoinConfig(inbox_cap=3, pull_threshold=2, clock_start=100)
 

@@ -17,7 +17,7 @@ from feed_service.core.events import FollowChange, TweetDelete, TweetUpsert
 from feed_service.core.reference import reference_timelines
 from feed_service.core.view import Materializer
 
-from .test_reposts_replies_properties import USERS, Run, runs
+from tests.support.repost_runs import USERS, Run, random_event, runs
 
 #: Fewer examples than the other property tests: each runs two engines and reads every timeline
 #: after every batch.
@@ -93,8 +93,6 @@ def test_inactive_readers_get_no_inbox_writes_and_cost_no_rows() -> None:
 
 def test_random_histories_flip_activity_for_real() -> None:
     """The property tests above are not vacuous: rows are skipped, inboxes dropped and rebuilt."""
-    from .test_reposts_replies_properties import random_event
-
     rnd = random.Random(5)
     skipped = dropped = rebuilds = 0
     for _ in range(40):

@@ -16,7 +16,7 @@ from feed_service.server.config import ServerConfig
 from feed_service.server.client_channel import ClientTLS
 from feed_service.server.testing import TEST_SECRET, ServerThread, tls_options
 from feed_service.settings import Settings
-from feed_service.stack.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
+from feed_service.stack.stream_process import StreamProcess  # noqa: F401 - re-exported for tests
 
 #: Raw records that are not valid events, each with the reason code the pipeline must give.
 GARBAGE: tuple[tuple[str, bytes], ...] = (

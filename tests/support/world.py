@@ -32,6 +32,7 @@ from typing import Any
 
 from feed_service.core.reference import FinalTables, reference_tables, reference_timelines
 from feed_service.settings import Settings
+from feed_service.stack.config import free_ports
 from feed_service.stack.stream_process import StreamProcess
 
 from .history import deletes_of_newest, followers, history, prolific, split
@@ -78,6 +79,7 @@ class World:
     phase1: list[dict[str, Any]]
     phase2: list[dict[str, Any]]
     stream: StreamProcess
+    #: Where each garbage record published so far was delivered.
     garbage: list[Delivered] = field(default_factory=list)
     phase: int = 0
     phase1_rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -102,10 +104,6 @@ class World:
     def tables(self) -> FinalTables:
         """The reference's final tables of what was published so far."""
         return reference_tables(self.events)
-
-    def phase1_reference(self) -> dict[str, list[dict[str, Any]]]:
-        """The reference home timelines of phase 1, at the world's cap."""
-        return reference_timelines(self.phase1, inbox_cap=INBOX_CAP)
 
     def reference(self) -> dict[str, list[dict[str, Any]]]:
         """The reference home timelines of what was published so far, at the world's cap."""
@@ -151,17 +149,19 @@ class World:
                                 read_report_interval_s=READ_REPORT_INTERVAL_S)
         publish(self.settings, self.phase2)
         self.stream = StreamProcess(self.settings, self.stream.checkpoint, log_file=self.stream.log_file,
-                                    extra_args=list(STREAM_ARGS))
+                                    extra_args=list(STREAM_ARGS), metrics_port=self.stream.metrics_port)
         self.phase = 2
         self.stream.start()
         self.stream.wait_caught_up(timeout=CATCH_UP_S)
         return self
 
-    def publish(self, events: list[dict[str, Any]], *, wait: bool = True) -> None:
+    def publish(self, events: list[dict[str, Any]], garbage: list[tuple[str, bytes]] | None = None, *,
+                wait: bool = True) -> None:
         """Publish ``events`` into the world's topics (users or ids of the test's own, or changes the
-        reference takes in as :attr:`events`: every test on the world's topics sees them), and unless
-        ``wait`` is false wait until the stream has caught up with them."""
-        publish(self.settings, events)
+        reference takes in as :attr:`events`: every test on the world's topics sees them) and raw
+        ``garbage`` records (their coordinates join :attr:`garbage`), and unless ``wait`` is false wait
+        until the stream has caught up with them."""
+        publish(self.settings, events, garbage or (), delivered=self.garbage)
         self.more.extend(events)
         if wait:
             self.stream.wait_caught_up(timeout=CATCH_UP_S)
@@ -178,5 +178,6 @@ def new_world(settings: Settings, folder: Path) -> World:
     pipeline = isolated(settings, f"world{unique_suffix()[:6]}", inbox_cap=INBOX_CAP, trim_slack=TRIM_SLACK,
                         pull_threshold=PULL_THRESHOLD)
     first, second = corpus()
-    stream = StreamProcess(pipeline, folder / "ckpt", log_file=folder / "stream.log", extra_args=list(STREAM_ARGS))
+    stream = StreamProcess(pipeline, folder / "ckpt", log_file=folder / "stream.log", extra_args=list(STREAM_ARGS),
+                           metrics_port=free_ports(1)[0])
     return World(pipeline, folder, first, second, stream)

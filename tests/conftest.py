@@ -34,6 +34,13 @@ INTEGRATION_DIR = Path(__file__).parent / "integration"
 def pytest_configure(config: pytest.Config) -> None:
     # in the environment, so child processes (stream job, backfill) find the same jars
     os.environ.setdefault("FEED_CACHE_DIR", str(REPO_ROOT / ".stack" / "cache"))
+    # Hypothesis tests that name no count of their own: its default, times FEED_TEST_SCALE
+    from hypothesis import settings
+
+    from tests.support.sizes import examples
+
+    settings.register_profile("feed", max_examples=examples())
+    settings.load_profile("feed")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

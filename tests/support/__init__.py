@@ -2,7 +2,7 @@
 Cassandra and gRPC back: :mod:`tests.support.pipeline`), the isolated pipeline (own topics and
 keyspace: :mod:`tests.support.isolation`), the one history strategy (:mod:`tests.support.history`),
 the session's streamed world (:mod:`tests.support.world`) and the unit tests' model harness of the
-read path (:mod:`tests.support.model`).
+read path (:mod:`tests.support.model`), and how many random cases they all take (:mod:`tests.support.sizes`).
 
 The unit tests' other shared helpers, one concern a module: the random histories of the property
 tests (:mod:`~tests.support.join_runs` for the plain join, :mod:`~tests.support.repost_runs` with

@@ -28,6 +28,7 @@ from feed_service.core.events import (
 from feed_service.core.join import Entry
 from feed_service.core.reference import reference_tables
 from feed_service.core.view import Materializer
+from .sizes import examples
 
 USERS = ["u0", "u1", "u2", "u3"]
 TWEET_IDS = ["t0", "t1", "t2"]  # shared across authors: identity is (author, tweet)
@@ -54,7 +55,7 @@ GARBAGE = [
 ]
 
 #: The Hypothesis settings of the property tests over :func:`runs`.
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def random_event(rnd: random.Random, *, fixed_created_at: bool, deletes: bool) -> Event:

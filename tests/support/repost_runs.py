@@ -29,6 +29,7 @@ from feed_service.core.events import (
     TweetUpsert,
     event_to_json,
 )
+from .sizes import examples
 
 USERS = ["u0", "u1", "u2", "u3", "u4"]
 AUTHORS = USERS[:3]
@@ -47,7 +48,7 @@ GARBAGE = [
 ]
 
 #: The Hypothesis settings of the property tests over :func:`runs`.
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def random_event(rnd: random.Random) -> Event:

@@ -18,10 +18,11 @@ from feed_service.core.reference import reference_timelines
 from feed_service.core.view import Materializer
 
 from tests.support.repost_runs import USERS, Run, random_event, runs
+from tests.support.sizes import examples
 
 #: Fewer examples than the other property tests: each runs two engines and reads every timeline
 #: after every batch.
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _engine(*, inbox_cap: int, pull_threshold: int, encode_states: bool, trim_slack: int | None) -> Materializer:

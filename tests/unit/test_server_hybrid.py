@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import grpc
 import pytest

@@ -46,8 +46,9 @@ from tests.support.model import (
 )
 from tests.support.loopback import loopback_config
 from tests.support.page_races import DeliveringStore, PendingFeed
+from tests.support.sizes import examples
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

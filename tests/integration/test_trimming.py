@@ -11,6 +11,8 @@ cannot have beside its small cap.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 
 from feed_service.core.reference import reference_tables, reference_timelines, trim_rule_violations
 from feed_service.core.rows import Entry, TimelineFanout, TimelineWrite
+from feed_service.core.rules import reply_class
 from feed_service.core.trim_tracker import default_margin
 from feed_service.settings import Settings
 from feed_service.workload.generator import WORKLOAD_EPOCH_MS
@@ -127,8 +130,9 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(world_phase2: World) -> 
     # The engine bounds the other two tables: an author timeline holds its newest live tweets (at most
     # the cap), pull follows the active followers of pull authors who see them.
     tables = reference_tables(events)
-    per_author = dict(read_table(pipeline, "SELECT author_id, COUNT(*) FROM author_timeline GROUP BY author_id"))
-    assert max(per_author.values()) <= CAP and per_author[f"{PREFIX}prolific1"] == CAP
+    per_class = Counter((r[0], reply_class(r[0], r[1] or None)) for r in read_table(
+        pipeline, "SELECT author_id, in_reply_to_author_id FROM author_timeline"))  # retention per class
+    assert max(per_class.values()) <= CAP and per_class[(f"{PREFIX}prolific1", None)] == CAP
     followers: dict[str, set[str]] = {}
     for (follower, followee), (_, active) in tables.follows.items():
         if active:

@@ -116,7 +116,8 @@ def _pipeline(base: Settings, tag: str) -> Settings:
     return settings
 
 
-def _graph_pipeline(base: Settings, name: str, seed: int, args: argparse.Namespace, workdir: Path, buckets: int | None = None,
+def _graph_pipeline(base: Settings, name: str, seed: int, args: argparse.Namespace, workdir: Path,
+                    buckets: int | None = None,
                     env: dict[str, str] | None = None) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
     """Isolated topics and keyspace, the follow graph published, and the stream started on them
     (``buckets``: the new checkpoint's state buckets, docs/state-buckets.md; None: the default;

@@ -30,7 +30,7 @@ def _reference_below_the_cap(pipeline: Settings, events: list[dict]) -> dict[str
 
 
 def test_stream_survives_kill_and_restart_with_identical_state(settings: Settings, unique: str, tmp_path: Path) -> None:
-    """The default operator and layout (state buckets). A checkpoint of one state per key killed in
+    """The default layout (state buckets). A checkpoint of one state per key killed in
     a batch and restarted by a release whose default is buckets is test_reshard.py's in-place test."""
     pipeline = isolated(settings, unique)
     events = _history(seed=3)

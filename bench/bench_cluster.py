@@ -30,7 +30,6 @@ from feed_service.ops.provision import provision  # noqa: E402
 from feed_service.stack.config import CLUSTER, SINGLE, StackConfig  # noqa: E402
 from feed_service.stack.local_stack import LocalStack  # noqa: E402
 from feed_service.store.cassandra_writer import DEFAULT_BATCH_ROWS  # noqa: E402
-from spark_jobs.stream.options import DEFAULT_OPERATOR  # noqa: E402
 
 
 def run_topology(topology: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
@@ -54,12 +53,12 @@ def run_topology(topology: str, args: argparse.Namespace, root: Path) -> dict[st
             ceiling = bench_stream.raw_ceiling(raw_settings, args.tweets * args.fanout, 2, DEFAULT_BATCH_ROWS)
             print(f"[{topology}] raw Cassandra ceiling ({base.write_consistency}): {ceiling:,.0f} timeline inserts/s; "
                   f"load average {bench_stream._load()}", flush=True)
-            r = bench_stream.throughput(base, DEFAULT_OPERATOR, args, root / f"work-{topology}")
+            r = bench_stream.throughput(base, args, root / f"work-{topology}")
         finally:
             os.environ.pop("FEED_SPARK_MASTER", None)
             if previous is not None:
                 os.environ["FEED_SPARK_MASTER"] = previous
-        print(f"[{topology}] stream ({DEFAULT_OPERATOR}): {r['tweets_per_s']:,.0f} tweets/s, "
+        print(f"[{topology}] stream: {r['tweets_per_s']:,.0f} tweets/s, "
               f"{r['inserts_per_s']:,.0f} timeline inserts/s ({r['rows']:,} rows in {r['seconds']:.1f}s, fan-out "
               f"{args.fanout}), {100 * r['inserts_per_s'] / ceiling:.0f}% of the raw ceiling; load average "
               f"{bench_stream._load()}", flush=True)

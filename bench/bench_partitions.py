@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_stream import _graph_pipeline, _tweet, freshness  # noqa: E402 - the sibling benchmark's machinery
 
 from feed_service.settings import Settings  # noqa: E402
-from spark_jobs.stream.options import DEFAULT_OPERATOR  # noqa: E402
 
 #: The stream's per-batch log line (spark_jobs/stream/supervisor.py, supervise): time, batch id, input rows, durations.
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO feed\.stream: batch (\d+): (\d+) input rows, .*triggerExecution=(\d+)ms")
@@ -78,7 +77,7 @@ def backlog(base: Settings, partitions: int, args: argparse.Namespace, workdir: 
     from feed_service.kafka.producer import EventProducer
 
     settings, graph, stream = _graph_pipeline(replace(base, state_partitions=partitions), f"p{partitions}b", 7,
-                                              args.operator, args, workdir)
+                                              args, workdir)
     try:
         graph_done = int(stream.wait_caught_up(timeout=1200)["timeline-join"]["batch_id"])
         rows_before = stream.progress()["timeline_rows_written"]
@@ -108,15 +107,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="tweets/s of the freshness run")
     parser.add_argument("--seconds", type=float, default=30.0, help="sampled seconds of the freshness run")
     parser.add_argument("--warmup-seconds", type=float, default=15.0)
-    parser.add_argument("--operator", default=DEFAULT_OPERATOR)
     parser.add_argument("--skip", default="", help="comma list of phases to skip: backlog,freshness")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     counts = [int(p) for p in args.partitions.split(",")]
     base = Settings.from_env()
     workdir = Path(tempfile.mkdtemp(prefix="bench-partitions-"))
-    print(f"bench_partitions: {counts} state partitions, {args.events:,} tweets backlog, fan-out {args.fanout},"
-          f" {args.operator}; logs in {workdir}; {_load()}", flush=True)
+    print(f"bench_partitions: {counts} state partitions, {args.events:,} tweets backlog, fan-out {args.fanout}"
+          f"; logs in {workdir}; {_load()}", flush=True)
     for run, partitions in enumerate(counts):
         if "backlog" not in skip:
             folder = workdir / f"{run}-p{partitions}-backlog"

@@ -100,14 +100,14 @@ def stream_part(args: argparse.Namespace, root: Path) -> int:
     try:
         up(stacks)
         print(f"bench_security stream: {args.rounds} round(s) of plain, secure; {args.tweets:,} tweets to"
-              f" {args.fanout} followers each ({args.authors} authors, {args.users:,} users), operator"
-              f" {args.operator}; logs in {workdir}; load average {_load()}", flush=True)
+              f" {args.fanout} followers each ({args.authors} authors, {args.users:,} users);"
+              f" logs in {workdir}; load average {_load()}", flush=True)
         for rnd in range(1, args.rounds + 1):
             for name in ("plain", "secure"):
                 config, stack = stacks[name]
                 pids = {"kafka": stack.kafka.process.pid(), "cassandra": stack.cassandra.process.pid()}
                 load0 = os.getloadavg()[0]
-                r = throughput(config.settings(keyspace="bench"), args.operator, args, workdir,
+                r = throughput(config.settings(keyspace="bench"), args, workdir,
                                env=config.environment(), side_pids={k: v for k, v in pids.items() if v})
                 load1 = os.getloadavg()[0]
                 drop(r.pop("settings").as_role(ADMIN))  # the next run's stack holds no leftovers
@@ -129,7 +129,7 @@ def _us(r: dict, key: str) -> str:
 
 def print_stream(rows: list[dict], args: argparse.Namespace) -> None:
     print(f"\n==== stream throughput, plaintext vs secured single-node stack: {args.tweets:,} tweets x fan-out"
-          f" {args.fanout}, operator {args.operator} (load average at the end {_load()})")
+          f" {args.fanout} (load average at the end {_load()})")
     print(f"{'run':<12} {'tweets/s':>9} {'inserts/s':>10} {'seconds':>8} {'batches':>7} {'stream us/tw':>12}"
           f" {'kafka us/tw':>11} {'cass us/tw':>10}  load 1m")
     for r in rows:
@@ -167,8 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     rest: list[str] = []
     if "--" in argv:
         argv, rest = argv[:argv.index("--")], argv[argv.index("--") + 1:]
-    from spark_jobs.stream.options import DEFAULT_OPERATOR
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("part", choices=("stream", "read"))
@@ -177,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fanout", type=int, default=50, help="stream: followers per author")
     parser.add_argument("--authors", type=int, default=200)
     parser.add_argument("--users", type=int, default=5000)
-    parser.add_argument("--operator", default=DEFAULT_OPERATOR)
     parser.add_argument("--keep", action="store_true", help="keep the stacks' folder (logs) at the end")
     args = parser.parse_args(argv)
     from isolated import exit_on_sigterm

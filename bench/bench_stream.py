@@ -7,10 +7,10 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
    statements, bounded concurrency) in ``--writer-procs`` processes, no Spark: one statement per row,
    UNLOGGED batches of rows, and one fan-out statement per tweet and chunk of ``--fanout`` timelines
    (the stream's form, docs/idempotent-writes.md); shares are of the best of them;
-2. throughput, per stateful operator: a graph where every author has ``--fanout`` followers is
+2. throughput, per state layout: a graph where every author has ``--fanout`` followers is
    streamed first; then a backlog of ``--tweets`` tweets is published at once and the time until the
-   stream has caught up gives tweets/s and timeline inserts/s; with ``--hide-share`` the default
-   operator runs once more with block and mute changes interleaved into the same backlog, that
+   stream has caught up gives tweets/s and timeline inserts/s; with ``--hide-share`` the stream
+   runs once more with block and mute changes interleaved into the same backlog, that
    share of all its events (docs/blocks-and-mutes.md), for events/s side by side;
 3. freshness: ``--rate`` tweets/s, ``--warmup-seconds`` unsampled, then ``--seconds``; for a sample
    of tweets, the time from the producer's delivery report to the row being readable in a
@@ -21,9 +21,9 @@ topics (suffix) and keyspaces, and prints figures; it asserts nothing.
    and to a Watch on a read server (bench/control_changes.py).
 
     .venv/bin/python bench/bench_stream.py [--tweets 10000] [--fanout 50] [--rate 100] [--seconds 30]
-        [--state-buckets 0,16] [--operators transformWithState] [--skip raw,throughput,freshness]
+        [--state-buckets 0,16] [--skip raw,throughput,freshness]
 
-Runs of transformWithState are made once per state layout of ``--state-buckets`` (0: one state per
+The stream's runs are made once per state layout of ``--state-buckets`` (0: one state per
 key, the layout before buckets; N: N buckets of join keys, docs/state-buckets.md), side by side.
 """
 
@@ -47,8 +47,6 @@ from feed_service.ops.provision import provision
 from feed_service.settings import DEFAULT_STATE_BUCKETS, Settings
 from spark_jobs.runtime.session import SPARK_CONF_ENV
 from feed_service.stack.stream_process import StreamProcess
-from spark_jobs.stream.options import DEFAULT_OPERATOR
-from spark_jobs.timeline_join import OPERATORS
 
 from control_changes import ControlSamples, run_control_changes
 from isolated import drop, exit_on_sigterm
@@ -118,8 +116,8 @@ def _pipeline(base: Settings, tag: str) -> Settings:
     return settings
 
 
-def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: argparse.Namespace,
-                    workdir: Path, buckets: int | None = None,
+def _graph_pipeline(base: Settings, name: str, seed: int, args: argparse.Namespace, workdir: Path,
+                    buckets: int | None = None,
                     env: dict[str, str] | None = None) -> tuple[Settings, dict[str, list[str]], StreamProcess]:
     """Isolated topics and keyspace, the follow graph published, and the stream started on them
     (``buckets``: the new checkpoint's state buckets, docs/state-buckets.md; None: the default;
@@ -133,7 +131,7 @@ def _graph_pipeline(base: Settings, name: str, seed: int, operator: str, args: a
         for event in _follow_events(graph):
             producer.publish_event(event)
     stream = StreamProcess(settings, workdir / f"ckpt-{tag}", log_file=workdir / f"stream-{tag}.log",
-                           extra_args=["--operator", operator], env=env).start()
+                           env=env).start()
     return settings, graph, stream
 
 
@@ -181,7 +179,7 @@ def raw_ceiling(settings: Settings, rows: int, procs: int, batch_rows: int, fano
 
 
 # -- 2. throughput -------------------------------------------------------------------------------
-def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir: Path,
+def throughput(base: Settings, args: argparse.Namespace, workdir: Path,
                hide_share: float = 0.0, buckets: int | None = None, env: dict[str, str] | None = None,
                side_pids: dict[str, int] | None = None) -> dict[str, float]:
     """The backlog of ``args.tweets`` tweets (plus block and mute changes, ``hide_share`` of all
@@ -194,8 +192,7 @@ def throughput(base: Settings, operator: str, args: argparse.Namespace, workdir:
     from feed_service.kafka.producer import EventProducer
 
     side_pids = side_pids or {}
-    settings, graph, stream = _graph_pipeline(base, f"{operator[:5].lower()}{'h' if hide_share else ''}", 7,
-                                              operator, args, workdir, buckets, env)
+    settings, graph, stream = _graph_pipeline(base, f"tput{'h' if hide_share else ''}", 7, args, workdir, buckets, env)
     batches: dict[int, int] = {}
     try:
         stream.wait_caught_up(timeout=600)
@@ -289,7 +286,7 @@ def freshness(base: Settings, args: argparse.Namespace, workdir: Path, buckets: 
     from feed_service.kafka.producer import EventProducer
     from feed_service.store.session import connect
 
-    settings, graph, stream = _graph_pipeline(base, "fresh", 11, args.operator, args, workdir, buckets)
+    settings, graph, stream = _graph_pipeline(base, "fresh", 11, args, workdir, buckets)
     cluster, session = connect(settings, keyspace=settings.keyspace)
     lookup = session.prepare("SELECT tweet_id FROM home_timeline WHERE timeline_id = ? AND created_at = ? "
                              "AND tweet_id = ?")
@@ -455,11 +452,9 @@ def main() -> int:
                         help="seconds the caught-up stream idles before the freshness run starts (Spark stops "
                              "Python workers idle for a minute)")
     parser.add_argument("--state-buckets", default=f"0,{DEFAULT_STATE_BUCKETS}",
-                        help="comma list of state layouts (0: one state per key) for the transformWithState runs, "
+                        help="comma list of state layouts (0: one state per key) for the stream's runs, "
                              "side by side (docs/state-buckets.md)")
     parser.add_argument("--writer-procs", type=int, default=2)
-    parser.add_argument("--operators", default=",".join(OPERATORS), help="comma list, for the throughput runs")
-    parser.add_argument("--operator", default=DEFAULT_OPERATOR, help="for the freshness run")
     parser.add_argument("--variants", default="",
                         help="freshness runs back to back with different Spark settings: "
                              "'name:spark.k=v,spark.k2=v2|name2:...' (an empty conf = the defaults)")
@@ -481,7 +476,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     print(f"bench_stream: kafka {base.kafka_bootstrap}, cassandra {base.cassandra_hosts}:{base.cassandra_port}, "
           f"logs in {workdir}")
-    results: dict[str, object] = {}
+    results: dict[str, Any] = {}  # "raw": the ceiling; per state layout, its throughput run
     if "raw" not in skip:
         raw_settings = _pipeline(base, f"raw{uuid.uuid4().hex[:4]}")
         rows = args.tweets * args.fanout
@@ -500,41 +495,37 @@ def main() -> int:
         print(f"raw Cassandra ceiling (the best of the three): {ceiling:,.0f} timeline inserts/s")
     layouts = [int(b) for b in args.state_buckets.split(",") if b.strip()]
 
-    def layouts_of(operator: str) -> list[int]:
-        return layouts if operator == "transformWithState" else [0]
-
-    def layout_name(operator: str, buckets: int) -> str:
-        return f"{operator}, {f'{buckets} state buckets' if buckets else 'one state per key'}"
+    def layout_name(buckets: int) -> str:
+        return f"stream, {f'{buckets} state buckets' if buckets else 'one state per key'}"
 
     if "throughput" not in skip:
-        for operator in args.operators.split(","):
-            for buckets in layouts_of(operator):
-                r = throughput(base, operator, args, workdir, buckets=buckets)
-                results[(operator, buckets)] = r
-                engine = engine_cpu_per_event(_graph(args.authors, args.users, args.fanout, random.Random(7), "e-"),
-                                              args.tweets, r["mean_batch_rows"], base.inbox_cap)
-                share = f", {100 * r['inserts_per_s'] / results['raw']:.0f}% of raw" if "raw" in results else ""
-                print(f"{layout_name(operator, buckets)}: {r['tweets_per_s']:,.0f} tweets/s, "
-                      f"{r['inserts_per_s']:,.0f} timeline inserts/s ({r['rows']:,} rows in {r['seconds']:.1f}s, "
-                      f"fan-out {args.fanout}{share}); {r['batches']} batches of {r['mean_batch_rows']:,.0f} rows; "
-                      f"stream CPU {1e6 * r['cpu_s'] / r['events']:,.0f} us/event (Python workers "
-                      f"{1e6 * r['worker_cpu_s'] / r['events']:,.0f}), engine alone {1e6 * engine:,.0f} us/event: "
-                      f"{r['cpu_s'] / r['events'] / engine:.1f}x; load average {_load()}", flush=True)
+        for buckets in layouts:
+            r = throughput(base, args, workdir, buckets=buckets)
+            results[f"layout {buckets}"] = r
+            engine = engine_cpu_per_event(_graph(args.authors, args.users, args.fanout, random.Random(7), "e-"),
+                                          args.tweets, r["mean_batch_rows"], base.inbox_cap)
+            share = f", {100 * r['inserts_per_s'] / results['raw']:.0f}% of raw" if "raw" in results else ""
+            print(f"{layout_name(buckets)}: {r['tweets_per_s']:,.0f} tweets/s, "
+                  f"{r['inserts_per_s']:,.0f} timeline inserts/s ({r['rows']:,} rows in {r['seconds']:.1f}s, "
+                  f"fan-out {args.fanout}{share}); {r['batches']} batches of {r['mean_batch_rows']:,.0f} rows; "
+                  f"stream CPU {1e6 * r['cpu_s'] / r['events']:,.0f} us/event (Python workers "
+                  f"{1e6 * r['worker_cpu_s'] / r['events']:,.0f}), engine alone {1e6 * engine:,.0f} us/event: "
+                  f"{r['cpu_s'] / r['events'] / engine:.1f}x; load average {_load()}", flush=True)
         if args.hide_share > 0:
-            key = (DEFAULT_OPERATOR, layouts[-1] if layouts else 0)
-            plain = results.get(key) or throughput(base, DEFAULT_OPERATOR, args, workdir, buckets=key[1])
-            r = throughput(base, DEFAULT_OPERATOR, args, workdir, hide_share=args.hide_share, buckets=key[1])
-            print(f"{layout_name(*key)} with {args.hide_share:.0%} blocks and mutes: {r['events_per_s']:,.0f} events/s "
+            last = layouts[-1] if layouts else 0
+            plain = results.get(f"layout {last}") or throughput(base, args, workdir, buckets=last)
+            r = throughput(base, args, workdir, hide_share=args.hide_share, buckets=last)
+            print(f"{layout_name(last)} with {args.hide_share:.0%} blocks and mutes: {r['events_per_s']:,.0f} events/s "
                   f"({r['events']:,} events, {r['rows']:,} timeline rows in {r['seconds']:.1f}s) against "
                   f"{plain['events_per_s']:,.0f} events/s without them: {r['events_per_s'] / plain['events_per_s']:.2f}x, "
                   f"the same tweets in {r['seconds'] / plain['seconds']:.2f}x the time; load average {_load()}", flush=True)
     if "freshness" not in skip:
         for name, conf in _variants(args.variants):
             os.environ[SPARK_CONF_ENV] = conf  # read by the stream process's build_session
-            for buckets in layouts_of(args.operator):
+            for buckets in layouts:
                 f = freshness(base, args, workdir, buckets=buckets)
                 print(f"freshness [{name}: {conf or 'defaults'}] at {args.rate:.0f} tweets/s, fan-out {args.fanout} "
-                      f"({layout_name(args.operator, buckets)}): first {args.warmup_seconds:.0f}s after "
+                      f"({layout_name(buckets)}): first {args.warmup_seconds:.0f}s after "
                       f"{args.idle_seconds:.0f}s idle (after {args.prime_seconds:.0f}s of tweets) p50 {f['cold_p50_s']:.2f}s, p99 {f['cold_p99_s']:.2f}s, "
                       f"max {f['cold_max_s']:.2f}s ({f['cold_samples']} samples); the {args.seconds:.0f}s after "
                       f"p50 {f['steady_p50_s']:.2f}s, p99 {f['steady_p99_s']:.2f}s, max {f['steady_max_s']:.2f}s "

@@ -13,7 +13,7 @@ that caused it (:mod:`feed_service.core.change_sources`), computed whether or no
 is configured.
 
 Operator: ``transformWithState`` (Row API), each key's rows handed over as ``Row`` objects and
-``Row`` objects given back; the checkpoint records it. The pandas operators
+``Row`` objects given back; the checkpoint records it (spark_jobs/stream/pinned.py). The pandas operators
 (``transformWithStateInPandas``, ``applyInPandasWithState``) are retired: they built a pandas frame
 per key on the way in and out, about twice the cost of a micro-batch, and a checkpoint made with one
 is refused at start (docs/streaming.md, "One stateful operator").
@@ -22,7 +22,7 @@ is refused at start (docs/streaming.md, "One stateful operator").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Literal, TypeAlias
+from typing import Any, Callable, Iterable, Iterator
 
 import json
 
@@ -43,12 +43,6 @@ from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizo
 from feed_service.core.stored_step import StoredStep, step_stored, stored_parts
 from spark_jobs.envelope import ROUTE_DEAD_LETTER
 from spark_jobs.output_rows import OUTPUT_COLUMNS, dead_letter_rows, message_rows, result_rows
-
-Operator: TypeAlias = Literal["transformWithState"]
-OPERATORS: tuple[Operator, ...] = ("transformWithState",)
-#: Operators of earlier releases: a checkpoint that recorded one is refused (spark_jobs/stream/pinned.py).
-RETIRED_OPERATORS: tuple[str, ...] = ("transformWithStateInPandas", "applyInPandasWithState")
-
 
 def events_from_rows(rows: Iterable[Any]) -> list[Event]:
     """Typed events from validated rows (validation already happened in the JVM: no re-parse).

@@ -19,6 +19,9 @@ from typing import Iterator
 
 import pytest
 
+# The shared helpers' asserts explain their failures as a test's own do.
+pytest.register_assert_rewrite("tests.support")
+
 from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig
 
@@ -31,6 +34,13 @@ INTEGRATION_DIR = Path(__file__).parent / "integration"
 def pytest_configure(config: pytest.Config) -> None:
     # in the environment, so child processes (stream job, backfill) find the same jars
     os.environ.setdefault("FEED_CACHE_DIR", str(REPO_ROOT / ".stack" / "cache"))
+    # Hypothesis tests that name no count of their own: its default, times FEED_TEST_SCALE
+    from hypothesis import settings
+
+    from tests.support.sizes import examples
+
+    settings.register_profile("feed", max_examples=examples())
+    settings.load_profile("feed")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -103,9 +113,16 @@ def stack_config() -> Iterator[StackConfig]:
 CLUSTER_FIXTURES = ("cluster_stack_config", "secure_stack_config")
 
 
-def _cluster_order(item: pytest.Item) -> tuple[int, int]:
-    uses = any(name in getattr(item, "fixturenames", ()) for name in CLUSTER_FIXTURES)
-    return (int(uses), int(uses and Path(str(item.fspath)).name == "test_cluster.py"))
+#: The streamed world's phases (tests/support/world.py): tests of phase 1, then those of phase 2; a test
+#: that takes none of these keeps its place among the first.
+WORLD_PHASE_FIXTURES = ("world_phase2",)
+
+
+def _cluster_order(item: pytest.Item) -> tuple[int, int, int]:
+    names = getattr(item, "fixturenames", ())
+    uses = any(name in names for name in CLUSTER_FIXTURES)
+    phase = max((rank for rank, name in enumerate(WORLD_PHASE_FIXTURES, 1) if name in names), default=0)
+    return (int(uses), int(uses and Path(str(item.fspath)).name == "test_cluster.py"), phase)
 
 
 @pytest.fixture(scope="session")

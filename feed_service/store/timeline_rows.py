@@ -55,8 +55,9 @@ class TableRows:
     """Rows per partition of one timeline table.
 
     ``rows``: the distribution over the partitions counted (all of them, or the sample; partitions
-    without a live row are not counted). ``partitions``: how many partitions hold rows, exact when
-    ``exact``, else estimated from the sample's share of the token ring.
+    without a live row, such as an inbox holding only its statics, are left out). ``partitions``: how
+    many partitions hold rows, exact when ``exact``, else estimated from the sample's share of the token
+    ring. ``sampled``: how many partition keys were read, those without a row included.
     """
 
     table: str
@@ -135,7 +136,9 @@ class TimelineRows:
         distinct = f"SELECT DISTINCT {key}, token({key}) FROM {self._keyspace}.{table}"
         counts: list[int] = []
         chunk: list[str] = []
+        read = 0
         for row in scan_by_token(self.session, distinct, key, profile=self._profile):
+            read += 1
             chunk.append(row[0])
             if len(chunk) >= KEYS_PER_ROUND:
                 counts += self._partition_counts(table, key, chunk)
@@ -143,7 +146,7 @@ class TimelineRows:
         counts += self._partition_counts(table, key, chunk)
         # a home_timeline partition holding only its statics counts no row: not counted
         rows = summarize(n for n in counts if n > 0)
-        return TableRows(table, rows, rows.count, True, rows.count)
+        return TableRows(table, rows, rows.count, True, read)
 
     def _partition_counts(self, table: str, key: str, keys: list[str]) -> list[int]:
         """``COUNT(created_at)`` of each partition of ``keys``, in order (one read per partition)."""
@@ -178,7 +181,7 @@ class TimelineRows:
         rows = summarize(n for n in self._partition_counts(table, key, [k for k, _ in keys]) if n > 0)
         if len(keys) < sample:  # the whole ring held fewer partitions than asked for: every one was counted
             return TableRows(table, rows, rows.count, True, len(keys))
-        return TableRows(table, rows, estimate_partitions(len(keys), start, keys[-1][1]), False, len(keys))
+        return TableRows(table, rows, estimate_partitions(rows.count, start, keys[-1][1]), False, len(keys))
 
 
 def timeline_rows(settings: "Settings", *, sample: int | None = None) -> dict[str, TableRows]:

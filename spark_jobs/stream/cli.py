@@ -11,10 +11,9 @@ from typing import Sequence
 from spark_jobs.job_cli import job_main
 from spark_jobs.stream.metrics import DEFAULT_METRICS_HOST, DEFAULT_METRICS_PORT
 from spark_jobs.stream.options import (
-    DEFAULT_CHECKPOINT, DEFAULT_MAX_OFFSETS_PER_TRIGGER, DEFAULT_OPERATOR, DEFAULT_STATE_STATS_INTERVAL, StreamOptions,
+    DEFAULT_CHECKPOINT, DEFAULT_MAX_OFFSETS_PER_TRIGGER, DEFAULT_STATE_STATS_INTERVAL, StreamOptions,
 )
 from spark_jobs.stream.runner import run
-from spark_jobs.timeline_join import OPERATORS
 
 DESCRIPTION = "The streaming job: Kafka changelogs -> validated changes -> stateful join -> Cassandra."
 
@@ -32,9 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-partitions", type=int, default=None,
                         help="state partitions of a new checkpoint (default: FEED_STATE_PARTITIONS, else 2); an"
                              " existing checkpoint keeps its own until `feedctl reshard` (docs/streaming.md)")
-    parser.add_argument("--operator", choices=OPERATORS, default=None,
-                        help=f"stateful operator ({DEFAULT_OPERATOR}, the only one; a checkpoint made with a"
-                             " retired pandas operator is refused: docs/streaming.md, \"One stateful operator\")")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=DEFAULT_MAX_OFFSETS_PER_TRIGGER)
     parser.add_argument("--trigger-seconds", type=float, default=0.0,
                         help="micro-batch interval; 0 = start the next batch as soon as one ends")
@@ -89,7 +85,6 @@ def _seconds(text: str) -> float:
 def options_from_args(args: argparse.Namespace) -> StreamOptions:
     return StreamOptions(
         checkpoint=args.checkpoint.resolve(),
-        operator=args.operator,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         trigger_seconds=args.trigger_seconds,
         starting_offsets=args.starting_offsets,

@@ -7,12 +7,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from spark_jobs.stream.metrics import DEFAULT_METRICS_HOST
-from spark_jobs.timeline_join import Operator
 
 DEFAULT_CHECKPOINT = Path(".stack/local/checkpoints/stream")
-#: The one stateful operator, transformWithState (Row API): no pandas frame built per key, in or out,
-#: and it takes an initial state (backfill bootstrap): docs/streaming.md, "One stateful operator".
-DEFAULT_OPERATOR: Operator = "transformWithState"
 #: Bounds a micro-batch after downtime so the first batches after a restart stay short.
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 #: How often the per-key state size and rows per timeline are computed for the progress record
@@ -25,8 +21,6 @@ class StreamOptions:
     """How to run the stream; the view's shape (inbox cap) comes from the settings."""
 
     checkpoint: Path = DEFAULT_CHECKPOINT
-    operator: Operator | None = None
-    """None: the operator the checkpoint was created with, or DEFAULT_OPERATOR for a new one."""
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     trigger_seconds: float = 0.0
     starting_offsets: str = "earliest"

@@ -10,8 +10,6 @@ from pathlib import Path
 
 from feed_service.errors import CheckpointError
 from spark_jobs.checkpoint import inspect_checkpoint
-from spark_jobs.stream.options import DEFAULT_OPERATOR
-from spark_jobs.timeline_join import OPERATORS, RETIRED_OPERATORS, Operator
 
 log = logging.getLogger("feed.stream")
 
@@ -32,6 +30,14 @@ def clock_start_for(checkpoint: Path, initial: int | None = None) -> int:
 
 
 OPERATOR_FILE = "operator"
+OPERATOR = "transformWithState"
+"""The stateful operator the stream runs, the only one, written into a new checkpoint's
+:data:`OPERATOR_FILE`. It is recorded (and that record kept as earlier releases wrote it) so that a
+checkpoint made by an earlier release with one of :data:`RETIRED_OPERATORS`, whose state
+``transformWithState`` cannot read, is refused at start rather than misread (docs/streaming.md,
+"One stateful operator")."""
+#: Operators of earlier releases (``--operator`` then): a checkpoint that recorded one is refused.
+RETIRED_OPERATORS: tuple[str, ...] = ("transformWithStateInPandas", "applyInPandasWithState")
 
 
 def retired_operator_refusal(checkpoint: Path, recorded: str) -> CheckpointError:
@@ -40,7 +46,7 @@ def retired_operator_refusal(checkpoint: Path, recorded: str) -> CheckpointError
     (docs/streaming.md, "One stateful operator")."""
     return CheckpointError(
         f"checkpoint {checkpoint} was created with --operator {recorded}, which this release no longer runs"
-        f" (only {DEFAULT_OPERATOR}); move it with `feedctl reshard --checkpoint {checkpoint} --via backfill"
+        f" (only {OPERATOR}); move it with `feedctl reshard --checkpoint {checkpoint} --via backfill"
         " --partitions N` (or `feedctl backfill --out DIR` and `feedctl stream --checkpoint NEW --bootstrap-from"
         " DIR`): docs/streaming.md, \"One stateful operator\"")
 
@@ -61,23 +67,19 @@ def refuse_retired_operator(checkpoint: Path) -> None:
         raise retired_operator_refusal(checkpoint, recorded)
 
 
-def operator_for(checkpoint: Path, requested: Operator | None) -> Operator:
-    """The checkpoint's stateful operator, recorded at creation; :class:`CheckpointError` for a
-    checkpoint of a retired operator (:func:`retired_operator_refusal`) or another unknown one."""
+def pin_operator(checkpoint: Path) -> None:
+    """Record :data:`OPERATOR` in a new checkpoint; a checkpoint that recorded it continues.
+    :class:`CheckpointError` for a checkpoint of a retired operator (:func:`retired_operator_refusal`)
+    or of an operator this release does not know."""
     recorded = recorded_operator(checkpoint)
     if recorded is None:
-        chosen = requested or DEFAULT_OPERATOR
         checkpoint.mkdir(parents=True, exist_ok=True)
-        (checkpoint / OPERATOR_FILE).write_text(chosen)
-        return chosen
+        (checkpoint / OPERATOR_FILE).write_text(OPERATOR)
+        return
     if recorded in RETIRED_OPERATORS:
         raise retired_operator_refusal(checkpoint, recorded)
-    if recorded not in OPERATORS:
+    if recorded != OPERATOR:
         raise CheckpointError(f"{checkpoint / OPERATOR_FILE} names an unknown operator {recorded!r}")
-    if requested is not None and requested != recorded:
-        raise CheckpointError(f"checkpoint {checkpoint} was created with --operator {recorded}; "
-                              f"it cannot continue with {requested} (use a new checkpoint)")
-    return recorded  # type: ignore[return-value]
 
 
 STATE_BUCKETS_FILE = "state_buckets"

@@ -14,7 +14,7 @@ from feed_service.settings import Settings
 from spark_jobs.envelope import parse_changes, routed_changes
 from spark_jobs.stream.batch import BatchTimes, foreach_batch
 from spark_jobs.stream.options import StreamOptions, trigger_of
-from spark_jobs.stream.pinned import clock_start_for, operator_for, state_buckets_for
+from spark_jobs.stream.pinned import clock_start_for, pin_operator, state_buckets_for
 from spark_jobs.stream.activity import StreamActivity
 from spark_jobs.stream.refill import StreamRefill
 from spark_jobs.stream.trimming import StreamTrimming
@@ -113,7 +113,7 @@ def start_stream(
     config = JoinConfig(inbox_cap=settings.inbox_cap, pull_threshold=settings.pull_threshold,
                         clock_start=clock_start_for(options.checkpoint, clock_start),
                         horizon_ms=settings.retention.horizon_ms)
-    operator_for(options.checkpoint, options.operator)  # a checkpoint of a retired operator is refused
+    pin_operator(options.checkpoint)  # a checkpoint of a retired operator is refused
     buckets = state_buckets_for(options.checkpoint, settings.state_buckets)
     outputs = join_timelines(
         routed_changes(parsed),

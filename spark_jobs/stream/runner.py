@@ -26,7 +26,7 @@ from spark_jobs.stream.inputs import InputGuard
 from spark_jobs.stream.continuation import continue_from_backfill, seed_per_reader_inputs
 from spark_jobs.stream.metrics_endpoint import serve_metrics
 from spark_jobs.stream.options import StreamOptions
-from spark_jobs.stream.pinned import clock_start_for, operator_for, per_reader_layout_for, state_partitions_for
+from spark_jobs.stream.pinned import clock_start_for, per_reader_layout_for, pin_operator, state_partitions_for
 from spark_jobs.stream.query import RunningStream, start_stream
 from spark_jobs.stream.restarts import Restarts
 from spark_jobs.stream.supervisor import STATUS_INTERVAL_SECONDS, supervise
@@ -97,7 +97,7 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
     # Held until the stream ends: a second stream or a reshard on this checkpoint is refused meanwhile.
     lock = CheckpointLock.acquire(options.checkpoint, "feedctl stream")
     try:
-        operator = operator_for(options.checkpoint, options.operator)
+        pin_operator(options.checkpoint)
         per_reader_layout_for(options.checkpoint)
         partitions = state_partitions_for(options.checkpoint, settings.state_partitions)
         guard = deps.input_guard(settings, options.checkpoint)
@@ -119,8 +119,7 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
         for sig in (signal.SIGTERM, signal.SIGINT):
             deps.install_signal(sig, lambda *_: stop.set())
         restarts = Restarts(deps.max_consecutive_restarts, deps.restart_backoff_seconds)
-        log.info("stream started: checkpoint %s, operator %s, %d state partitions", options.checkpoint, operator,
-                 partitions)
+        log.info("stream started: checkpoint %s, %d state partitions", options.checkpoint, partitions)
         stats = (stream_stats(spark, settings, options.checkpoint, options.state_stats_interval,
                               sample=STATE_STATS_TIMELINE_SAMPLE) if options.state_stats_interval > 0 else None)
         metrics, stop_metrics = serve_metrics(settings, options)

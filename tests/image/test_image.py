@@ -18,7 +18,6 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.request import urlopen
@@ -31,7 +30,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from feed_service.api import timeline_pb2 as pb
 from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.core.reference import reference_timelines
-from feed_service.ops.provision import provision
 from feed_service.security.pki import LocalCA
 from feed_service.server import auth
 from feed_service.settings import Settings
@@ -39,7 +37,8 @@ from feed_service.stack.config import free_ports
 from feed_service.stack.versions import SCALA_BINARY, SPARK_VERSION
 from feed_service.workload.generator import generate
 
-from ..integration.pipeline import StreamProcess, _entries, publish, read_timelines
+from tests.support.pipeline import StreamProcess, page_entries, publish, read_timelines
+from tests.support.isolation import isolated, unique_suffix
 
 IMAGE = os.environ.get("FEED_IMAGE", "")
 PODMAN = shlex.split(os.environ.get("FEED_PODMAN", "podman"))
@@ -239,10 +238,7 @@ class ImageStream(StreamProcess):
 @pytest.fixture(scope="module")
 def pipeline(settings: Settings) -> Settings:
     """Own topics and keyspace for this module's pipeline."""
-    unique = uuid.uuid4().hex[:8]
-    isolated = replace(settings.with_topic_suffix(f".img{unique}"), keyspace=f"feed_img{unique}")
-    provision(isolated)
-    return isolated
+    return isolated(settings, f"img{unique_suffix()[:8]}")
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +316,7 @@ def _home_timelines(channel: grpc.Channel, secret: str, users: list[str]) -> dic
         while True:
             page = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=7, page_token=token),
                                         metadata=metadata, timeout=10)
-            entries += _entries(page)
+            entries += page_entries(page)
             token = page.next_page_token
             if not token:
                 break

@@ -1,9 +1,16 @@
 """The backfill job on the real stack: Kafka changelogs -> Spark batch join -> Cassandra, and the
 stream bootstrapped from it. Every test compares with the engine's batch reference.
 
-One round trip serves the first two tests (a stream start and a backfill are the slow parts): the
-stream runs over a history, its view is wiped and the backfill command rebuilds it (``rebuilt``); the
-first test checks the rebuild, the second bootstraps a stream from that backfill and continues it.
+One round trip serves the first three tests (a stream start and a backfill are the slow parts), over
+a history rich in every rule: reposts (by pull reposters too), replies, blocks and mutes (by the
+reader and by the author, lifted, tied at one version), edits, deletes, garbage records, pull authors
+(a pull threshold of 6) and an author crossing it up. The stream runs over it, its view is recorded
+and wiped and the ``feedctl backfill`` command rebuilds it (``rebuilt``): the first test checks the
+rebuild table for table and through gRPC; the second bootstraps a stream from that backfill and
+continues it (the rest of the history with its unreposts, edits, deletes, unfollows, follows, lifted
+and new hides, and the author falling back under the threshold); the third runs a backfill at a cap of
+2 without writes over the same topics (a second history added) for the DataFrame join against the
+engine states. The tombstone test has a small pipeline of its own.
 """
 
 from __future__ import annotations
@@ -13,46 +20,87 @@ import os
 import random
 import subprocess
 import sys
-import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
-from feed_service.core.events import event_to_json, parse_event
-from feed_service.core.reference import reference_tables, reference_timelines
+from feed_service.core.events import parse_event
+from feed_service.core.reference import (
+    reference_tables, reference_timelines, reference_user_timelines,
+)
+from feed_service.core.state import decode_state
 from feed_service.kafka.client_config import client_config
 from feed_service.kafka.keys import ROLE_OF_TYPE
-from feed_service.ops.provision import provision
 from feed_service.security.roles import PRODUCER
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.backfill import BackfillOptions, run_backfill
-from spark_jobs.backfill.join import join_timelines_batch
+from spark_jobs.backfill.join import author_timeline_rows, join_timelines_batch, retained_tweets
 from spark_jobs.backfill.read import classify, read_snapshot, valid_events
 from spark_jobs.backfill.snapshot import Snapshot
 from spark_jobs.backfill.states import state_timeline_rows
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
-from .pipeline import GARBAGE, StreamProcess, publish, read_table, read_timelines, running
+from tests.support.history import followers
+from tests.support.isolation import isolated
+from tests.support.pipeline import (
+    GARBAGE, StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, read_timelines, running,
+)
+from tests.support.views import read_views
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
-TABLES = ("home_timeline", "tweets", "profiles", "blocks")
+#: The rich history's pull threshold: about half of its authors are pull authors (docs/fan-out.md).
+THRESHOLD = 6
+RICH_PREFIX = "bf7-"
 #: The (subject, object) fields of a block and of a mute edge.
 HIDE_ENDS = {"block": ("blocker_id", "blocked_id"), "mute": ("muter_id", "muted_id")}
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    """Own topics and keyspace for one test."""
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
+#: The view as Cassandra holds it, table by table (``pull_authors``: the inbox partitions' static copy
+#: of pull_follows). Every table but that one is wiped before the rebuild.
+VIEW_TABLES = {
+    "home_timeline": "SELECT timeline_id, created_at, tweet_id, author_id, version, text, profile_version,"
+                     " in_reply_to_tweet_id, in_reply_to_author_id FROM home_timeline",
+    "pull_authors": "SELECT DISTINCT timeline_id, pull_authors FROM home_timeline",
+    "author_timeline": "SELECT author_id, created_at, tweet_id, version, text, profile_version, in_reply_to_tweet_id,"
+                       " in_reply_to_author_id FROM author_timeline",
+    "pull_follows": "SELECT follower_id, author_id FROM pull_follows",
+    "tweets": "SELECT tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
+              " in_reply_to_author_id FROM tweets",
+    "profiles": "SELECT user_id, version, display_name, avatar_url, bio FROM profiles",
+    "blocks": "SELECT blocker_id, blocked_id FROM blocks",
+    "home_extras": "SELECT * FROM home_extras",
+    "user_reposts": "SELECT * FROM user_reposts",
+    "reader_visible": "SELECT reader_id, user_id FROM reader_visible",
+    "reader_hidden": "SELECT reader_id, user_id FROM reader_hidden",
+}
 
 
 def _history(seed: int, events: int = 600) -> list[dict]:
     return list(generate(users=30, events=events, seed=seed, mean_following=6, prefix=f"b{seed}-"))
+
+
+def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX) -> list[dict]:
+    """The generator's history with 15 % reposts, 30 % replies and 5 % hides."""
+    return list(generate(users=40, events=events, seed=seed, mean_following=6, prefix=prefix,
+                         repost_share=0.15, reply_share=0.3, hide_share=0.05))
+
+
+def _crossing(prefix: str, *, up: bool, version: int) -> list[dict[str, Any]]:
+    """Follows that take ``{prefix}star`` to THRESHOLD + 1 followers (up) or back to 2 (down), with
+    tweets of the star in the same batch."""
+    star = f"{prefix}star"
+    fans = [f"{prefix}fan{i}" for i in range(THRESHOLD + 1)]
+    kept = fans if up else fans[:2]
+    events: list[dict[str, Any]] = [
+        {"type": "follow", "op": "follow" if f in kept else "unfollow", "follower_id": f, "followee_id": star,
+         "version": version} for f in fans]
+    events += [{"type": "tweet", "op": "upsert", "tweet_id": f"{star}-{version}-{n}", "author_id": star,
+                "version": 1, "created_at": 1_767_225_600_000 + version * 100 + n, "text": f"star {version}/{n}",
+                "profile_version": 1} for n in range(3)]
+    if version == 1:
+        events.insert(0, {"type": "profile", "user_id": star, "version": 1, "display_name": "The Star"})
+    return events
 
 
 def _hide(kind: str, op: str, subject: str, target: str, version: int) -> dict:
@@ -96,70 +144,130 @@ def _tables(settings: Settings) -> dict[str, list[tuple]]:
     }
 
 
+def _view(pipeline: Settings) -> dict[str, list[tuple]]:
+    """Every table of :data:`VIEW_TABLES`, as sorted tuples ('' read as None: no reply, no repost)."""
+    rows = {table: read_table(pipeline, query) for table, query in VIEW_TABLES.items()}
+    # the static copy as sorted tuples; and the inbox rows alone (a partition holding only statics
+    # reads as one row without a clustering key)
+    rows["pull_authors"] = [(t, tuple(sorted(a))) for t, a in rows["pull_authors"] if a]
+    rows["home_timeline"] = [r for r in rows["home_timeline"] if r[1] is not None]
+    return {table: sorted(tuple(None if v == "" else v for v in r) for r in found) for table, found in rows.items()}
+
+
+def _differences(got: dict[str, list[tuple]], want: dict[str, list[tuple]]) -> dict[str, tuple]:
+    """Per table that differs: (row count, rows only in ``got``, rows only in ``want``; a few of each)."""
+    out = {}
+    for table in sorted(set(got) | set(want)):
+        a, b = set(got.get(table, [])), set(want.get(table, []))
+        if got.get(table) != want.get(table):
+            out[table] = (len(got.get(table, [])), len(want.get(table, [])), sorted(a - b)[:3], sorted(b - a)[:3])
+    return out
+
+
+def _reads(pipeline: Settings, users: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every home timeline of ``users`` through gRPC (a fresh server: its read cache empty)."""
+    with grpc_server(pipeline, reports=False) as server:
+        return read_all_home_timelines(server, users)
+
+
+def _backfill_command(pipeline: Settings, out: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], cwd=REPO_ROOT,
+                          env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=timeout)
+
+
 class Rebuilt(NamedTuple):
     """A pipeline the stream ran on, its view wiped and rebuilt by the backfill command, and what was
-    read at each step."""
+    read at each step; ``published``: every valid event published into its topics so far (the later
+    tests add theirs)."""
 
     pipeline: Settings
     events: list[dict]
-    streamed: dict[str, list[dict[str, Any]]]
-    streamed_tables: dict[str, list[tuple]]
-    wiped: dict[str, list[dict[str, Any]]]
+    later: list[dict]
+    published: list[dict]
+    streamed: dict[str, list[tuple]]
+    streamed_reads: dict[str, list[dict[str, Any]]]
+    wiped: dict[str, list[tuple]]
     out: Path
     backfill: subprocess.CompletedProcess
-    timelines: dict[str, list[dict[str, Any]]]
-    tables: dict[str, list[tuple]]
+    view: dict[str, list[tuple]]
+    reads: dict[str, list[dict[str, Any]]]
 
 
 @pytest.fixture(scope="module")
 def rebuilt(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Rebuilt:
-    """The stream over a history with blocks, mutes and bad records; then its view truncated and
-    rebuilt by ``feedctl backfill``, the real command as an operator runs it."""
-    pipeline = _isolated(settings, uuid.uuid4().hex[:10])
+    """The stream over three quarters of the rich history with extra hides, the star's crossing up and
+    bad records; then its view truncated and rebuilt by ``feedctl backfill``, the real command as an
+    operator runs it. The rest of the history is ``later``."""
+    pipeline = isolated(settings, pull_threshold=THRESHOLD)
     tmp = tmp_path_factory.mktemp("rebuilt")
-    events = _history(seed=11)
-    events += _hides(events, seed=11)
+    history = _rich_history(seed=7)
+    cut = len(history) * 3 // 4
+    events = history[:cut]
+    events += _hides(events, seed=11) + _crossing(RICH_PREFIX, up=True, version=1)
     publish(pipeline, events, GARBAGE)
     with running(StreamProcess(pipeline, tmp / "ckpt", log_file=tmp / "stream.log")) as stream:
         stream.wait_caught_up()
-    streamed, streamed_tables = read_timelines(pipeline), _tables(pipeline)
+    users = followers(history + events)
+    streamed, streamed_reads = _view(pipeline), _reads(pipeline, users)
 
-    for table in TABLES:
-        read_table(pipeline, f"TRUNCATE {table}")
-    wiped = read_timelines(pipeline)
+    for table in VIEW_TABLES:
+        if table != "pull_authors":  # a column of home_timeline
+            read_table(pipeline, f"TRUNCATE {table}")
+    wiped = _view(pipeline)
 
     out = tmp / "backfill"
-    proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], cwd=REPO_ROOT,
-                          env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=600)
-    return Rebuilt(pipeline, events, streamed, streamed_tables, wiped, out, proc, read_timelines(pipeline),
-                   _tables(pipeline))
+    proc = _backfill_command(pipeline, out)
+    return Rebuilt(pipeline, events, history[cut:], list(events), streamed, streamed_reads, wiped, out, proc,
+                   _view(pipeline), _reads(pipeline, users))
 
 
-def test_backfill_after_wipe_rebuilds_what_the_stream_wrote(rebuilt: Rebuilt) -> None:
+def test_backfill_after_wipe_rebuilds_what_the_stream_wrote_table_for_table_and_the_reference(
+        rebuilt: Rebuilt) -> None:
     pipeline, events, streamed, out, proc = (rebuilt.pipeline, rebuilt.events, rebuilt.streamed, rebuilt.out,
                                              rebuilt.backfill)
-    assert streamed == reference_timelines(events)
-    assert rebuilt.streamed_tables["blocks"] == _blocks_in_force(events)
-    assert rebuilt.wiped == {}
+    reference = reference_timelines(events, inbox_cap=pipeline.inbox_cap)
+    assert rebuilt.streamed_reads == reference
+    assert streamed["blocks"] == _blocks_in_force(events)
+    pulls = {a for _, a in streamed["pull_follows"]}
+    assert f"{RICH_PREFIX}star" in pulls and len(pulls) >= 3  # several pull authors, the star among them
+    assert streamed["pull_authors"] and streamed["author_timeline"]
+    assert all(rows == [] for rows in rebuilt.wiped.values()), rebuilt.wiped
 
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert rebuilt.timelines == streamed
-    assert rebuilt.tables == rebuilt.streamed_tables
+    # the same hybrid layout and per-reader tables, table for table, and the same reads
+    assert _differences(rebuilt.view, streamed) == {}
+    assert rebuilt.reads == reference
+
+    # the rebuilt home timelines (inboxes with per-reader entries) hold reposts and replies to a third
+    # user; the user timelines (tweets with reposts) are the reference's
+    tables = reference_tables(events)
+    got_home, got_users = read_views(pipeline)
+    assert any(e.reposted_by for entries in got_home.values() for e in entries)
+    assert any(e.in_reply_to_author_id not in (None, e.author_id) for entries in got_home.values() for e in entries)
+    assert got_users == reference_user_timelines(tables, inbox_cap=pipeline.inbox_cap)
 
     manifest = json.loads((out / "manifest.json").read_text())
     summary = manifest["summary"]
     assert summary["records_read"] == len(events) + len(GARBAGE)
     assert summary["invalid"] == len(GARBAGE) and summary["tombstones"] == 0
-    assert summary["rows"]["timeline"] == sum(len(t) for t in streamed.values())
-    assert summary["timelines"] == len(streamed)
+    assert summary["rows"]["timeline"] == len(streamed["home_timeline"])
+    # the timelines the author keys reach: readers with an entry of a push or pull author seen directly
+    # (plain, or a reply to the reader; what only the per-reader stage brings is counted in its rows)
+    assert summary["timelines"] == sum(
+        1 for reader, entries in reference.items()
+        if any(not e.get("reposted_by") and e.get("in_reply_to_author_id") in (None, reader) for e in entries))
+    for table in ("home_extras", "user_reposts", "reader_visible"):
+        assert summary["rows"][table] == len(streamed[table]) > 0, table
+    assert summary["per_reader"]["inputs"] > 0 and summary["per_reader"]["extras_rows"] > 0
+    stamps = {r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")}
+    assert stamps == {manifest["backfill_ts"]}  # the stage's clock started at backfill_ts - 1
     assert "backfill summary" in proc.stderr and "stage write: done" in proc.stderr
     for topic, parts in manifest["end_offsets"].items():  # per partition progress lines
         for p in parts:
             assert f"{topic} p{p}:" in proc.stderr
 
     # Running it again is a no-op on the data (in place, idempotent), and refuses a used folder.
-    again = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], cwd=REPO_ROOT,
-                           env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=120)
+    again = _backfill_command(pipeline, out, timeout=120)
     assert again.returncode == 2 and "already holds a completed backfill" in again.stderr
 
 
@@ -207,42 +315,136 @@ def _continuation(events: list[dict], seed: int) -> list[dict]:
     return more
 
 
+def _touched_tweets(events: list[dict]) -> set[str]:
+    """Tweet ids ``events`` upsert or delete."""
+    return {e["tweet_id"] for e in events if e["type"] == "tweet"}
+
+
+def _touched_pairs(events: list[dict]) -> set[tuple[str, str]]:
+    """(user, user) pairs, both ways, between which ``events`` follow, unfollow, block or mute."""
+    ends = {"follow": ("follower_id", "followee_id"), **HIDE_ENDS}
+    return {pair for e in events if e["type"] in ends
+            for a, b in [(e[ends[e["type"]][0]], e[ends[e["type"]][1]])] for pair in ((a, b), (b, a))}
+
+
 def test_stream_bootstrapped_from_backfill_continues_exactly(rebuilt: Rebuilt, spark, tmp_path: Path) -> None:
     pipeline, events, out = rebuilt.pipeline, rebuilt.events, rebuilt.out
     assert rebuilt.backfill.returncode == 0, rebuilt.backfill.stderr[-4000:]
     manifest = json.loads((out / "manifest.json").read_text())
     backfill_ts = manifest["backfill_ts"]
-    assert rebuilt.timelines == reference_timelines(events)
-    assert rebuilt.tables["blocks"] == _blocks_in_force(events)
+    assert rebuilt.reads == reference_timelines(events, inbox_cap=pipeline.inbox_cap)
+    assert rebuilt.view["blocks"] == _blocks_in_force(events)
 
     # The DataFrame join and the engine's states hold exactly the same rows.
     snap = Snapshot(manifest["start_offsets"], manifest["end_offsets"])
     winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, pipeline, snap)))))
-    joined = _rows(join_timelines_batch(winners, 800, pipeline.pull_threshold))
+    joined = _rows(join_timelines_batch(winners, pipeline.inbox_cap, pipeline.pull_threshold))
     from_states = _rows(state_timeline_rows(spark.read.parquet(str(out / "state"))))
     assert joined == from_states and len(joined) == manifest["summary"]["rows"]["timeline"]
 
-    more = _continuation(events, seed=13)
+    # The continuation needs the stream's state from the backfill, the per-reader stage's included:
+    # the rest of the history (unreposts, follows, edits of what the backfill holds), then changes of
+    # :func:`_continuation`, then the star falls back below the threshold (pushed again).
+    more = rebuilt.later + _continuation(events, seed=13) + _crossing(RICH_PREFIX, up=False, version=2)
+    everything = events + more
     checkpoint = tmp_path / "ckpt"
-    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "stream.log",
+    log = tmp_path / "stream.log"
+    with running(StreamProcess(pipeline, checkpoint, log_file=log,
                                extra_args=["--bootstrap-from", str(out)])) as stream:
         publish(pipeline, more)
+        rebuilt.published.extend(more)
         stream.wait_caught_up()
-        assert read_timelines(pipeline) == reference_timelines(events + more)
-        assert _tables(pipeline)["blocks"] == _blocks_in_force(events + more)
+        tables = reference_tables(everything)
+        assert _reads(pipeline, followers(everything)) == reference_timelines(everything, inbox_cap=pipeline.inbox_cap)
+        assert read_views(pipeline)[1] == reference_user_timelines(tables, inbox_cap=pipeline.inbox_cap)
+        assert _tables(pipeline)["blocks"] == _blocks_in_force(everything)
+        assert f"{RICH_PREFIX}star" not in {a for _, a in read_table(pipeline, "SELECT follower_id, author_id"
+                                                                                " FROM pull_follows")}
     assert int((checkpoint / "clock_start").read_text()) == backfill_ts
+    assert "per-reader stage inputs seeded" in log.read_text(errors="replace")
 
-    # Nothing of the backfilled history was applied twice: rows the continuation did not touch keep
-    # the backfill's timestamp, everything the stream wrote is above it.
-    stamps = [r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_timeline")]
-    assert min(stamps) == backfill_ts and stamps.count(backfill_ts) > len(stamps) // 2
-    assert any(s > backfill_ts for s in stamps)
+    # Nothing of the backfilled history was applied twice: inbox rows the continuation did not touch
+    # (their tweet not edited or deleted, no follow, block or mute between reader and author, no
+    # follower gained or lost by the author) keep the backfill's timestamp, everything the stream wrote
+    # is above it (inboxes and per-reader entries).
+    stamps = {(t, tid): s for t, tid, s in read_table(pipeline, "SELECT timeline_id, tweet_id, writetime(version)"
+                                                                " FROM home_timeline")
+              if tid is not None}  # not a partition holding only its statics (a reader of pull authors only)
+    untouched = [(t, tid) for t, _, tid, author, *_ in rebuilt.view["home_timeline"]
+                 if tid not in _touched_tweets(more) and (t, author) not in _touched_pairs(more)
+                 and author not in {e["followee_id"] for e in more if e["type"] == "follow"}]
+    assert len(untouched) > 20 and {stamps.get(row) for row in untouched} == {backfill_ts}
+    assert min(stamps.values()) == backfill_ts and any(s > backfill_ts for s in stamps.values())
+    stamps = [r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")]
+    assert min(stamps) == backfill_ts and max(stamps) > backfill_ts
 
     # A second bootstrap into the now used checkpoint is refused before Spark starts.
     again = subprocess.run([sys.executable, "-m", "spark_jobs.stream", "--checkpoint", str(checkpoint),
                             "--bootstrap-from", str(out)], cwd=REPO_ROOT,
                            env={**os.environ, **pipeline.to_env()}, capture_output=True, text=True, timeout=60)
     assert again.returncode != 0 and "committed batches" in again.stderr
+
+
+def test_dataframe_join_is_the_engine_states_at_a_small_cap_and_no_write_leaves_cassandra_alone(
+        rebuilt: Rebuilt, spark, tmp_path: Path) -> None:
+    """At a cap of 2 authors exceed it in every class: the join retains per class and writes a reply
+    to X only to X, as the author step does; the winners keep a reply's parent. A backfill without
+    writes over the rebuilt pipeline's topics (no stream runs on them now), with a second history of
+    users of their own added (and same-version ties between two parents of a reply): Cassandra holds
+    what it held before, table for table."""
+    from pyspark import StorageLevel
+
+    pipeline = rebuilt.pipeline
+    more = _rich_history(seed=8, events=600, prefix="br8-")
+    replies = [e for e in more if e["type"] == "tweet" and e.get("in_reply_to_author_id")]
+    more += [{**e, "in_reply_to_author_id": e["author_id"], "in_reply_to_tweet_id": "t-self"} for e in replies[:20]]
+    publish(pipeline, more)
+    rebuilt.published.extend(more)
+    events = list(rebuilt.published)
+    before = _view(pipeline)
+    small = pipeline.replace(inbox_cap=2)
+    out = tmp_path / "backfill-cap2"
+    result = run_backfill(spark, small, BackfillOptions(out=out, write=False))
+    manifest = result.manifest
+    assert result.summary["written"] is False
+    assert _differences(_view(pipeline), before) == {}
+
+    snap = Snapshot(manifest["start_offsets"], manifest["end_offsets"])
+    persisted = []
+
+    def keep(df):  # type: ignore[no-untyped-def] - the snapshot is read once for the checks below
+        persisted.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
+    winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, small, snap))))).map(keep)
+    try:
+        tables = reference_tables(events)
+        live = {(r.author_id, r.tweet_id): (r.version, r.created_at, r.text, r.profile_version,
+                                            *((r.in_reply_to_tweet_id, r.in_reply_to_author_id)
+                                              if r.in_reply_to_tweet_id is not None else ()))
+                for r in winners.live_tweets.collect()}
+        assert live == tables.tweets
+
+        states = spark.read.parquet(str(out / "state"))
+        joined = sorted(tuple(r) for r in join_timelines_batch(winners, 2, small.pull_threshold).collect())
+        from_states = sorted(tuple(r) for r in state_timeline_rows(states).collect())
+        per_timeline: dict[str, list[tuple]] = {}
+        for row in from_states:
+            per_timeline.setdefault(row[0], []).append(row)
+        newest = sorted(r for rows in per_timeline.values()
+                        for r in sorted(rows, key=lambda r: (r[3], r[1], r[2]))[-2:])
+        assert joined == newest and manifest["summary"]["rows"]["timeline"] == len(joined)
+        assert any(r[8] not in (None, r[2]) for r in joined)  # replies to a third user, in that user's inbox
+
+        retained = {(s.key, tid) for s in (decode_state(bytes(r.state)) for r in states.collect())
+                    for tid in s.tweets}
+        assert {(r.author_id, r.tweet_id) for r in author_timeline_rows(winners, 2).collect()} == retained
+        # per class: more than the newest 2 of some author
+        assert retained_tweets(winners.live_tweets, 2).groupBy("author_id").count().where("count > 2").count() > 0
+        assert json.loads((out / "manifest.json").read_text())["per_reader_inputs"] == "per_reader"
+    finally:
+        for df in persisted:
+            df.unpersist()
 
 
 def _noisy(events: list[dict], seed: int) -> list[dict]:
@@ -277,7 +479,7 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
 ) -> None:
     from confluent_kafka import Producer
 
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     history = _history(seed=14, events=400)
     events = _noisy(history + _hides(history, seed=14), seed=14)
     publish(pipeline, events[: len(events) // 2])
@@ -322,13 +524,3 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     assert summary["entities"]["mutes_in_force"] == sum(1 for _, on in tables.mutes.values() if on)
     assert summary["entities"]["tweets_deleted"] == len(tables.deleted)
     assert summary["entities"]["follow_edges_active"] == sum(1 for _, a in tables.follows.values() if a)
-
-
-def test_backfill_no_write_leaves_cassandra_alone(settings: Settings, spark, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
-    events = [event_to_json(parse_event(e)) for e in _history(seed=15, events=100)]
-    publish(pipeline, events)
-    result = run_backfill(spark, pipeline, BackfillOptions(out=tmp_path / "backfill", write=False))
-    assert read_timelines(pipeline) == {}
-    assert result.summary["written"] is False
-    assert result.summary["rows"]["timeline"] == sum(len(t) for t in reference_timelines(events).values())

@@ -5,7 +5,6 @@ from the author timelines, exactly); ``--all-inboxes`` lays out every inbox and 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from feed_service.core.reference import reference_timelines
@@ -13,8 +12,9 @@ from feed_service.settings import Settings
 from feed_service.store.cassandra_activity import CassandraActivity
 from spark_jobs.backfill import BackfillOptions, run_backfill
 
-from .pipeline import grpc_server, publish, read_all_home_timelines, read_table
-from .test_backfill import _history, _isolated
+from tests.support.pipeline import grpc_server, publish, read_all_home_timelines, read_table
+from tests.support.history import history
+from tests.support.isolation import isolated
 
 
 def _inbox(pipeline: Settings, reader: str) -> tuple[bool | None, int]:
@@ -24,8 +24,8 @@ def _inbox(pipeline: Settings, reader: str) -> tuple[bool | None, int]:
 
 def test_backfill_leaves_inactive_readers_inboxes_out_unless_asked(settings: Settings, spark, unique: str,
                                                                    tmp_path: Path) -> None:
-    pipeline = replace(_isolated(settings, unique), inactive_after_s=3600, read_report_interval_s=60)
-    events = _history(seed=21, events=240)
+    pipeline = isolated(settings, unique, inactive_after_s=3600, read_report_interval_s=60)
+    events = history(21, "b21-", events=240)
     publish(pipeline, events)
     reference = reference_timelines(events, inbox_cap=pipeline.inbox_cap)
     readers = sorted(u for u in reference if reference[u])

@@ -52,7 +52,7 @@ from feed_service.stack.local_stack import LocalStack
 from feed_service.stack.stack_secrets import StackSecrets
 from feed_service.workload.generator import generate
 
-from .pipeline import (
+from tests.support.pipeline import (
     GARBAGE, StreamProcess, consume_all, publish, read_all_home_timelines, read_timelines, timelines_in,
 )
 from .standalone_driver import DRIVER

@@ -40,7 +40,7 @@ from feed_service.errors import InvalidEvent
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN, parse_changes, routed_changes
 from spark_jobs.timeline_join import events_from_rows
 
-from .pipeline import GARBAGE, GARBAGE_CODES
+from tests.support.pipeline import GARBAGE, GARBAGE_CODES
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from feed_service.settings import Settings
 from feed_service.stack.config import StackConfig
 from feed_service.workload.generator import generate
 
-from .pipeline import StreamProcess, publish
+from tests.support.pipeline import StreamProcess, publish
 
 #: The table whose MODIFY the stream's role loses: its first batch of tweets writes it.
 WITHHELD = "tweets"

@@ -3,91 +3,41 @@
 A small pull threshold makes several authors pull authors (their tweets merged in at read time), and
 a designed history makes one author cross the threshold up and back down while the stream runs,
 with a kill -9 of the stream in the middle of it. Every home timeline read page by page through
-``GetHomeTimeline`` must equal the batch reference, which knows nothing about pull authors.
+``GetHomeTimeline`` must equal the batch reference, which knows nothing about pull authors. (The
+same without a kill, and with reposts, replies and hides: every reader of the streamed world,
+tests/integration/test_world.py; the backfill of a hybrid view: tests/integration/test_backfill.py.)
 
-Blocks and mutes through the same path: one read server goes through three phases of a designed
-history, each compared with the batch reference (which hides a tweet of author A from reader R when R
-mutes A, R blocks A or A blocks R): follows and tweets with blocks and mutes already in them (a block
-published with a follow of the same pair, so both land in one micro-batch; a mute and a block undone
-in the same history; a self-block, which must become exactly one dead letter); then a block and a
-mute of authors the readers follow, which take entries out; then the unblock and the unmute, which
-bring them back. The pull threshold makes the blocked author a pull author, so the read-time merge
-is covered as well as the inboxes. The ``blocks`` table is checked after each phase.
-
-The kill test has a pipeline of its own and comes first. The three tests after it share one stream
-process on the module's topics and keyspace (a stream start is the slow part of these tests), each
-with users of its own. Their first histories are published before that stream starts, so each lands
-in its first batch, as with a stream of its own. The last test stops the stream, as the backfill it
-runs must rebuild everything that stream wrote.
+Blocks and mutes through the same path, on the streamed world (tests/support/world.py): one read
+server goes through three phases of a designed history of users of the test's own, each compared with
+the batch reference of that history (which hides a tweet of author A from reader R when R mutes A, R
+blocks A or A blocks R): follows and tweets with blocks and mutes already in them (a block published
+with a follow of the same pair, so both land in one micro-batch; a mute and a block undone in the same
+history; a self-block, which must become exactly one dead letter); then a block and a mute of authors
+the readers follow, which take entries out; then the unblock and the unmute, which bring them back.
+The blocked author has the world's pull threshold of followers, so the read-time merge is covered as
+well as the inboxes. The ``blocks`` table is checked after each phase.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any
 
-import pytest
-
-from feed_service.api import timeline_pb2 as pb
-from feed_service.core.reference import reference_tables, reference_timelines
+from feed_service.core.reference import reference_timelines
 from feed_service.kafka.offsets import watermarks
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
-from .pipeline import (
-    StreamProcess, consume_all, grpc_server, publish, read_all_home_timelines, read_table, running, stop_cleanly,
+from tests.support.isolation import isolated
+from tests.support.pipeline import (
+    StreamProcess, consume_all, grpc_server, publish, read_all_home_timelines, read_table, running,
 )
+from tests.support.world import PULL_THRESHOLD, World
 
-#: In the blocks test bob has four followers and is read-time merged (docs/fan-out.md); everyone else
-#: there is pushed.
+#: The kill test's pull threshold: several of its 40 users are pull authors.
 THRESHOLD = 4
 T0 = 1_767_225_600_000
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    from dataclasses import replace
-
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", pull_threshold=THRESHOLD)
-    provision(isolated)
-    return isolated
-
-
-class Shared(NamedTuple):
-    """The module's own topics and keyspace, and the first history of each test that shares its stream,
-    published: for the gRPC and the backfill tests (users ``h{tag}-*`` and ``b{tag}-*``) a history and
-    the star's crossing up, in one batch; for the blocks test (``*-{tag}``) its first phase and its
-    self-block."""
-
-    pipeline: Settings
-    histories: dict[str, list[dict[str, Any]]]
-    tag: str
-    self_block: bytes
-
-
-@pytest.fixture(scope="module")
-def shared(settings: Settings) -> Shared:
-    unique = uuid.uuid4().hex[:10]
-    pipeline = _isolated(settings, unique)
-    tag = unique[-6:]
-    histories = {test: _history(f"{letter}{tag}-") + _crossing(f"{letter}{tag}-", up=True, version=1)
-                 for test, letter in (("grpc", "h"), ("backfill", "b"))}
-    histories["blocks"] = _blocks_base(tag)
-    self_block = json.dumps(_block(f"ann-{tag}", f"ann-{tag}", 1), separators=(",", ":")).encode()
-    publish(pipeline, [e for events in histories.values() for e in events], [("blocks_mutes", self_block)])
-    return Shared(pipeline, histories, tag, self_block)
-
-
-@pytest.fixture(scope="module")
-def stream(shared: Shared, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
-    """The module's stream process on ``shared``; the backfill test stops it (cleanly), so it comes last.
-    It must exit with code 0."""
-    folder = tmp_path_factory.mktemp("stream")
-    process = StreamProcess(shared.pipeline, folder / "ckpt", log_file=folder / "stream.log").start()
-    yield process
-    stop_cleanly(process)
 
 
 def _crossing(prefix: str, *, up: bool, version: int) -> list[dict[str, Any]]:
@@ -129,16 +79,18 @@ def _authors(timelines: dict[str, list[dict[str, Any]]], reader: str) -> set[str
 
 
 def _blocks_users(tag: str) -> tuple[str, ...]:
-    """ann, bob, cat, dan, eve and fay of the blocks test."""
-    return tuple(f"{name}-{tag}" for name in ("ann", "bob", "cat", "dan", "eve", "fay"))
+    """ann, bob, cat, dan, eve and fay of the blocks test, and gus and hal, who only follow bob."""
+    return tuple(f"{name}-{tag}" for name in ("ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal"))
 
 
 def _blocks_base(tag: str) -> list[dict[str, Any]]:
-    """The blocks test's first phase."""
-    ann, bob, cat, dan, eve, fay = _blocks_users(tag)
+    """The blocks test's first phase: bob has the world's pull threshold of followers (a pull author)."""
+    ann, bob, cat, dan, eve, fay, gus, hal = _blocks_users(tag)
+    bobs_followers = (ann, cat, dan, fay, gus, hal)
+    assert len(bobs_followers) == PULL_THRESHOLD
     return [
         {"type": "profile", "user_id": bob, "version": 1, "display_name": "Bob"},
-        _follow(ann, bob), _follow(cat, bob), _follow(dan, bob), _follow(fay, bob),  # bob: a pull author
+        *(_follow(f, bob) for f in bobs_followers),
         _follow(bob, ann), _follow(cat, ann), _follow(ann, cat), _follow(bob, cat),
         *(_tweet(author, n) for author in (ann, bob, cat, eve) for n in range(2)),
         # the pair in one batch: eve blocks dan as dan follows eve, so dan never gets eve's tweets
@@ -157,10 +109,10 @@ def _users(events: list[dict[str, Any]]) -> list[str]:
 
 
 def test_kill_while_an_author_crosses_the_threshold(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique, pull_threshold=THRESHOLD)
     prefix = f"k{unique[-6:]}-"
     # a base history for the background: the stream takes it in batches of 40 before the crossings,
-    # so it is kept short (the gRPC and backfill tests have the full one)
+    # so it is kept short
     base = _history(prefix, events=200)
     publish(pipeline, base)
     checkpoint = tmp_path / "ckpt"
@@ -184,133 +136,54 @@ def test_kill_while_an_author_crosses_the_threshold(settings: Settings, unique: 
     assert {a for _, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")} >= {f"{prefix}star"}
 
 
-def test_home_timelines_through_grpc_equal_the_reference_with_pull_authors(
-        shared: Shared, stream: StreamProcess) -> None:
-    pipeline = shared.pipeline
-    prefix, events = f"h{shared.tag}-", shared.histories["grpc"]
-    stream.wait_caught_up()
-    pulls = {a for f, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")
-             if a.startswith(prefix)}
-    assert len(pulls) >= 3  # several authors are read-time merged, the star among them
-    with grpc_server(pipeline) as server:
-        assert read_all_home_timelines(server, _users(events)) == reference_timelines(events)
-
-        # GetUserTimeline: an author's live tweets, newest first, paged, readable with any token.
-        star = f"{prefix}star"
-        tables = reference_tables(events)
-        own = sorted(((c[1], tid, c[0], c[2]) for (a, tid), c in tables.tweets.items() if a == star), reverse=True)
-        ids, token = [], ""
-        while True:
-            page = server.stub().GetUserTimeline(pb.GetUserTimelineRequest(user_id=star, page_size=2,
-                                                                           page_token=token),
-                                                 metadata=server.auth("someone-else"), timeout=10)
-            ids += [(e.created_at_ms, e.tweet_id, e.version, e.text) for e in page.entries]
-            assert all(e.author_display_name == "The Star" for e in page.entries)
-            token = page.next_page_token
-            if not token:
-                break
-        assert ids == own
-
-    # the star falls back below the threshold: its tweets are pushed to its remaining followers
-    more = _crossing(prefix, up=False, version=2)
-    publish(pipeline, more)
-    stream.wait_caught_up()
-    assert not {a for _, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")
-                if a == f"{prefix}star"}
-    with grpc_server(pipeline) as server:
-        assert read_all_home_timelines(server, _users(events + more)) == reference_timelines(events + more)
-
-
-def test_blocks_and_mutes_hide_and_restore_entries_through_the_stream(shared: Shared, stream: StreamProcess) -> None:
-    pipeline = shared.pipeline
-    ann, bob, cat, dan, eve, fay = _blocks_users(shared.tag)
-    users = sorted((ann, bob, cat, dan, eve, fay))
-    base = shared.histories["blocks"]  # published with the self-block before the stream started
+def test_blocks_and_mutes_hide_and_restore_entries_through_the_stream(world: World, unique: str) -> None:
+    pipeline = world.settings
+    tag = unique[-6:]
+    ann, bob, cat, dan, eve, fay, gus, hal = _blocks_users(tag)
+    users = sorted(_blocks_users(tag))
+    base = _blocks_base(tag)
     hiding = [_block(bob, ann, 3), _mute(cat, ann, 3), _tweet(bob, 5)]
     restoring = [_block(bob, ann, 4, "unblock"), _mute(cat, ann, 4, "unmute")]
+    cap = pipeline.inbox_cap
 
     def blocks_rows() -> set[tuple[str, str]]:
-        """The test's rows of the blocks table (the other tests' histories have blocks too)."""
+        """The test's rows of the blocks table (the world's corpus has blocks too)."""
         return {r for r in read_table(pipeline, "SELECT blocker_id, blocked_id FROM blocks") if r[0] in users}
 
-    with grpc_server(pipeline) as server:
-        stream.wait_caught_up()
+    # the first phase with the self-block, raw (the producer refuses it): the world records where it landed
+    self_block = json.dumps(_block(ann, ann, 1), separators=(",", ":")).encode()
+    garbage_before = len(world.garbage)
+    with world.server() as server:
+        world.publish(base, [("blocks_mutes", self_block)])
         before = read_all_home_timelines(server, users, page_size=3)
-        assert before == reference_timelines(base, inbox_cap=pipeline.inbox_cap)
+        assert before == reference_timelines(base, inbox_cap=cap)
+        assert {a for _, a in read_table(pipeline, "SELECT follower_id, author_id FROM pull_follows")
+                if a == bob} == {bob}  # bob is read-time merged
         assert eve not in _authors(before, dan) and {bob, cat} <= _authors(before, ann) and ann in _authors(before, cat)
         assert blocks_rows() == {(eve, dan)}
 
-        publish(pipeline, hiding)
-        stream.wait_caught_up()
+        world.publish(hiding)
         hidden = read_all_home_timelines(server, users, page_size=3)
-        assert hidden == reference_timelines(base + hiding, inbox_cap=pipeline.inbox_cap)
+        assert hidden == reference_timelines(base + hiding, inbox_cap=cap)
         assert bob not in _authors(hidden, ann) and ann not in _authors(hidden, bob)  # both ways
         assert ann not in _authors(hidden, cat) and bob in _authors(hidden, cat)  # a mute: one way only
         assert blocks_rows() == {(eve, dan), (bob, ann)}
 
-        publish(pipeline, restoring)
-        stream.wait_caught_up()
+        world.publish(restoring)
         restored = read_all_home_timelines(server, users, page_size=3)
-        assert restored == reference_timelines(base + hiding + restoring, inbox_cap=pipeline.inbox_cap)
+        assert restored == reference_timelines(base + hiding + restoring, inbox_cap=cap)
         assert {e["tweet_id"] for e in restored[ann]} >= {f"{bob}-t0", f"{bob}-t1", f"{bob}-t5"}
         assert ann in _authors(restored, bob) and ann in _authors(restored, cat)
         assert blocks_rows() == {(eve, dan)}
 
-    # The self-block is one dead letter, with its reason (the only bad record of the module's topics).
+    # The self-block is one dead letter, with its reason: the letters of the world's topic that carry
+    # its value are one record (a set: a destructive test's stream on the world's topics letters
+    # records again, tests/support/world.py World.topics_for).
+    (where,) = world.garbage[garbage_before:]
     dead_letter = pipeline.topic("dead_letter")
-    assert sum(watermarks(pipeline, ("dead_letter",))[1][dead_letter].values()) == 1
-    (letter,) = consume_all(pipeline, dead_letter, expect=1)
-    record = json.loads(letter.value())
-    assert (record["reason_code"], record["source_topic"], record["value"]) == (
-        "self_block", pipeline.topic("blocks_mutes"), shared.self_block.decode())
-
-
-VIEW_TABLES = {
-    "home_timeline": "SELECT timeline_id, created_at, tweet_id, author_id, version, text, profile_version FROM home_timeline",
-    "author_timeline": "SELECT author_id, created_at, tweet_id, version, text, profile_version FROM author_timeline",
-    "pull_follows": "SELECT follower_id, author_id FROM pull_follows",
-    "pull_authors": "SELECT DISTINCT timeline_id, pull_authors FROM home_timeline",
-    "tweets": "SELECT tweet_id, author_id, created_at, version, text, profile_version FROM tweets",
-    "profiles": "SELECT user_id, version, display_name, avatar_url, bio FROM profiles",
-}
-
-
-def _view(pipeline: Settings) -> dict[str, list[tuple]]:
-    rows = {table: read_table(pipeline, query) for table, query in VIEW_TABLES.items()}
-    # the inbox partitions' static copy of pull_follows, as sorted tuples; and the inbox rows alone
-    # (a partition holding only the static column reads as one row without a clustering key)
-    rows["pull_authors"] = [(t, tuple(sorted(a))) for t, a in rows["pull_authors"] if a]
-    rows["home_timeline"] = [r for r in rows["home_timeline"] if r[1] is not None]
-    return {table: sorted(map(tuple, found)) for table, found in rows.items()}
-
-
-def test_backfill_lays_out_the_hybrid_view_and_bootstraps_the_stream(
-        shared: Shared, stream: StreamProcess, tmp_path: Path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    pipeline = shared.pipeline
-    prefix, events = f"b{shared.tag}-", shared.histories["backfill"]
-    stream.wait_caught_up()
-    stop_cleanly(stream)  # the stream's view (of every test of the module) is what the backfill must rebuild
-    streamed = _view(pipeline)
-    assert [r for r in streamed["pull_follows"] if r[1].startswith(prefix)]
-    assert [r for r in streamed["author_timeline"] if r[0].startswith(prefix)]
-    for table in set(VIEW_TABLES) - {"pull_authors"}:  # pull_authors is a column of home_timeline
-        read_table(pipeline, f"TRUNCATE {table}")
-
-    out = tmp_path / "backfill"
-    env = {**os.environ, **pipeline.to_env()}  # FEED_PULL_THRESHOLD included
-    proc = subprocess.run([sys.executable, "-m", "feed_service", "backfill", "--out", str(out)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert _view(pipeline) == streamed  # the same hybrid layout, table for table
-
-    more = _crossing(prefix, up=False, version=2)
-    with running(StreamProcess(pipeline, tmp_path / "ckpt2", log_file=tmp_path / "stream2.log",
-                               extra_args=["--bootstrap-from", str(out)])) as stream:
-        publish(pipeline, more)
-        stream.wait_caught_up()
-    with grpc_server(pipeline) as server:
-        assert read_all_home_timelines(server, _users(events + more)) == reference_timelines(events + more)
+    letters = consume_all(pipeline, dead_letter,
+                          expect=sum(watermarks(pipeline, ("dead_letter",))[1][dead_letter].values()))
+    mine = {(m.key().decode(), r["reason_code"], r["source_topic"], r["source_partition"], r["source_offset"])
+            for m in letters for r in [json.loads(m.value())] if r["value"] == self_block.decode()}
+    assert mine == {(f"{where.topic}/{where.partition}/{where.offset}", "self_block", pipeline.topic("blocks_mutes"),
+                     where.partition, where.offset)}

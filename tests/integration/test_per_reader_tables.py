@@ -10,7 +10,6 @@ stream's per-reader path writes the tables a read of pull reposters needs (``rea
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -18,18 +17,12 @@ from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
 from feed_service.core.rows import AuthorTimelineWrite, Entry
 from feed_service.settings import Settings
 
+from tests.support.isolation import isolated
+
 NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_inputs", "reader_hidden", "reposts_by_tweet",
               "home_extras_reposts")
 ENTRY_COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
                  " in_reply_to_author_id, reposted_by, reposted_at, reposter_profile_version")
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    from feed_service.ops.provision import provision
-
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
 
 
 def _drop(session, keyspace: str) -> None:  # type: ignore[no-untyped-def]
@@ -67,7 +60,7 @@ def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Setti
     from feed_service.store.memory import MemoryStore
     from feed_service.store.session import connect
 
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     ks = pipeline.keyspace
     rnd = random.Random(11)
     extras, reposts, visible = _history(rnd)
@@ -144,7 +137,7 @@ def test_stage_inputs_load_by_the_batch_rule_and_a_replay_recomputes_the_same(se
     from feed_service.store.session import connect
     from feed_service.store.stage_inputs import BUCKETS, CassandraStageInputs, MemoryStageInputs
 
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     cluster, session = connect(pipeline)
     try:
         inputs = CassandraStageInputs(session, pipeline.keyspace)
@@ -228,14 +221,14 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
     from feed_service.store.cassandra_writer import CassandraWriter
     from feed_service.store.session import connect
     from feed_service.store.stage_inputs import CassandraStageInputs
-    from tests.unit.test_backfill_per_reader import _history
-    from tests.unit.test_pull_reposters_storage import view_indexes
-    from tests.unit.test_reposts_replies_properties import Run
-    from tests.unit.test_stream_per_reader import Fakes, _reset, run_stream
+    from tests.support.backfill_stages import generated_history
+    from tests.support.per_reader_stream import Fakes, reset_fakes, run_stream
+    from tests.support.repost_indexes import view_indexes
+    from tests.support.repost_runs import Run
 
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     ks = pipeline.keyspace
-    lines = [json.dumps(event_to_json(e)) for e in _history(2, 600)]
+    lines = [json.dumps(event_to_json(e)) for e in generated_history(2, 600)]
     cuts = sorted(random.Random(2).sample(range(1, len(lines)), 5))
     batches = [lines[a:b] for a, b in zip([0, *cuts], [*cuts, len(lines)])]
     threshold = 6  # some reposters pull, some push (tests/unit/test_pull_reposters_storage.py)
@@ -245,7 +238,7 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
     view = engine.view
     cluster, session = connect(pipeline)
     try:
-        _reset()
+        reset_fakes()
         Fakes.store, Fakes.inputs = CassandraWriter(session, ks), CassandraStageInputs(session, ks)  # type: ignore[assignment]
         run_stream(Run([], batches, 0), inbox_cap=500, pull_threshold=threshold, replay=random.Random(4),
                    pull_reposters=True)
@@ -303,5 +296,5 @@ def test_the_streams_per_reader_path_with_pull_reposters_writes_the_materializer
         assert reposters == with_inbox == sorted(pull[reader_id])
         _drop(session, ks)
     finally:
-        _reset()
+        reset_fakes()
         cluster.shutdown()

@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import replace
 
 from feed_service.core.rows import Entry, PullFollowWrite, TimelineWrite
 from feed_service.settings import Settings
 
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    from feed_service.ops.provision import provision
-
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
+from tests.support.isolation import isolated
 
 
 def test_the_static_copy_converges_like_the_rows_and_comes_with_every_slice(settings: Settings, unique: str) -> None:
@@ -27,7 +20,7 @@ def test_the_static_copy_converges_like_the_rows_and_comes_with_every_slice(sett
     from feed_service.store.cassandra_writer import CassandraWriter
     from feed_service.store.session import connect
 
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     rnd = random.Random(5)
     # follows and unfollows of three pull authors by two users, with ties (a removal wins them)
     history = [PullFollowWrite(op, user, author, ts)

@@ -2,8 +2,8 @@
 ``timeline_changes`` (docs/view-changes.md), and the read service's pushed watches and exact read
 cache that consume it (docs/api.md#watch, docs/api.md#read-cache).
 
-One stream process for the module (a stream start is the slow part of these tests); each test has
-users of its own, and reads back only what they caused. The push watch test's phases:
+No stream of its own: the tests publish into the session's streamed world (tests/support/world.py) in
+its phase 1 and run on its stream; each test has users of its own, and reads back only what they caused. The push watch test's phases:
 
 1. a watcher receives a new tweet, an edit, a delete, an unfollow's removals and a pull author's tweet,
    each as the matching part of a message, while 200 idle watchers cause no Cassandra read at all
@@ -30,9 +30,7 @@ import random
 import threading
 import time
 import urllib.request
-import uuid
-from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -56,19 +54,19 @@ from feed_service.core.view_changes import (
 )
 from feed_service.kafka.client_config import client_config
 from feed_service.kafka.offsets import SOURCE_ROLES, watermarks
-from feed_service.ops.provision import provision
 from feed_service.security.roles import SERVER
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 
-from .pipeline import StreamProcess, publish, read_all_home_timelines, read_table, started, stop_cleanly
+from tests.support.pipeline import StreamProcess, read_all_home_timelines, read_table
+from tests.support.world import PULL_THRESHOLD, World
 
-#: In both tests star has four followers and is merged in at read time (docs/fan-out.md): its changes are
-#: AuthorChange and PullFollowChange, never in inboxes. In the view changes test bob, with three, stays a
-#: push author.
-THRESHOLD = 4
+#: The world's threshold: in both tests star has six followers and is merged in at read time
+#: (docs/fan-out.md): its changes are AuthorChange and PullFollowChange, never in inboxes. In the view
+#: changes test bob, with three, stays a push author.
+THRESHOLD = PULL_THRESHOLD
 T0 = 1_767_225_600_000
 IDLE_WATCHERS = 200
 
@@ -207,42 +205,38 @@ def _server(pipeline: Settings) -> tuple[ServerThread, list[CountingStore]]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(settings: Settings) -> Settings:
-    """Topics and a keyspace of the module's own."""
-    unique = uuid.uuid4().hex[:10]
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", pull_threshold=THRESHOLD)
-    provision(isolated)
-    return isolated
+def pipeline(world: World) -> Settings:
+    """The session's streamed world's topics and keyspace (tests/support/world.py), in phase 1: this
+    module's users are its own (a tag, or names no other history uses), so its events change nothing the
+    other tests read."""
+    return world.settings
 
 
 @pytest.fixture(scope="module")
-def stream(pipeline: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
-    """The module's stream process, started (:func:`started`) by the first test that uses it; it must
-    exit with code 0 at the end of the module."""
-    folder = tmp_path_factory.mktemp("stream")
-    process = StreamProcess(pipeline, folder / "ckpt", log_file=folder / "stream.log")
-    yield process
-    stop_cleanly(process)
+def stream(world: World) -> StreamProcess:
+    """The world's stream, running and caught up with phase 1."""
+    return world.stream
 
 
 def _ids(entries) -> list[str]:
     return [e.tweet_id for e in entries]
 
 
-def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: StreamProcess, unique: str) -> None:
+def test_push_watch_resume_and_the_exact_read_cache(world: World, pipeline: Settings, stream: StreamProcess,
+                                                    unique: str) -> None:
     tag = unique[-6:]
-    ann, bob, cat, star, fan1, fan2, fan3 = (f"{n}-{tag}"
-                                             for n in ("ann", "bob", "cat", "star", "fan1", "fan2", "fan3"))
+    ann, bob, cat, star, fan1, fan2, fan3, fan4, fan5 = (
+        f"{n}-{tag}" for n in ("ann", "bob", "cat", "star", "fan1", "fan2", "fan3", "fan4", "fan5"))
     idle = [f"idle{i:03d}-{tag}" for i in range(IDLE_WATCHERS)]
     history = [
         {"type": "profile", "user_id": bob, "version": 1, "display_name": "Bob"},
         _follow(ann, bob), _follow(ann, cat), _follow(ann, star), _follow(fan1, star), _follow(fan2, star),
-        _follow(fan3, star),
+        _follow(fan3, star), _follow(fan4, star), _follow(fan5, star),
         *(_tweet(a, n) for a in (bob, cat, star) for n in range(3)),
         *(_follow(u, bob) for u in idle[:20]),  # some idle users have timelines too
     ]
-    publish(pipeline, history)
-    started(stream).wait_caught_up()
+    world.publish(history, wait=False)
+    stream.wait_caught_up()
     server, stores = _server(pipeline)
     try:
         # -- 1. pushed changes, and idle watchers that read nothing -------------------------
@@ -260,30 +254,30 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
         assert stores[-1].calls == calls, "idle watchers read Cassandra"  # polling would be 201 x 2 / s
 
         step = [_tweet(bob, 10)]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         got = watcher.take(lambda m: f"{bob}-t10" in _ids(m.entries))
         assert [e.author_display_name for m in got for e in m.entries if e.tweet_id == f"{bob}-t10"] == ["Bob"]
 
         step = [_tweet(bob, 1, version=2, text="edited")]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         got = watcher.take(lambda m: any(e.tweet_id == f"{bob}-t1" for e in m.changed))
         (edited,) = [e for m in got for e in m.changed if e.tweet_id == f"{bob}-t1"]
         assert (edited.version, edited.text) == (2, "edited")
 
         step = [_delete(bob, 2, version=2)]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         watcher.take(lambda m: f"{bob}-t2" in m.removed_tweet_ids)
 
         step = [_follow(ann, cat, version=2, op="unfollow")]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         got = watcher.take(lambda m: {f"{cat}-t{n}" for n in range(3)} <= set(m.removed_tweet_ids))
 
         step = [_tweet(star, 11)]  # a pull author: one change for all its followers
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         watcher.take(lambda m: f"{star}-t11" in _ids(m.entries))
         stream.wait_caught_up()
@@ -299,7 +293,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
 
     # -- 2. resume across a server restart: no gap, no duplicate --------------------------
     away = [_tweet(bob, 20), _tweet(star, 21)]
-    publish(pipeline, away)
+    world.publish(away, wait=False)
     history += away
     stream.wait_caught_up()
     server, stores = _server(pipeline)
@@ -310,7 +304,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
         caught_up += [i for m in resumed.drain(1.0) for i in _ids(m.entries)]
         assert caught_up == [f"{bob}-t20", f"{star}-t21"], caught_up  # exactly the two, oldest first
         step = [_tweet(cat, 22), _tweet(bob, 23)]
-        publish(pipeline, step)
+        world.publish(step, wait=False)
         history += step
         live = resumed.take(lambda m: f"{bob}-t23" in _ids(m.entries))
         live += resumed.drain(1.0)
@@ -346,7 +340,7 @@ def test_push_watch_resume_and_the_exact_read_cache(pipeline: Settings, stream: 
                          "version": versions[key]} if rng.random() < 0.5 else
                         {"type": "mute", "op": rng.choice(("mute", "unmute")), "muter_id": a, "muted_id": b,
                          "version": versions[key]})
-            publish(pipeline, events)
+            world.publish(events, wait=False)
             history += events
             deadline = time.monotonic() + 3  # reads racing the stream's writes and their changes
             stub = server.stub()
@@ -394,10 +388,11 @@ BASE = [
     {"type": "profile", "user_id": "bob", "version": 1, "display_name": "Bob"},
     _follow("ann", "bob"), _follow("cat", "bob"), _follow("eve", "bob"), _follow("bob", "cat"),
     _follow("ann", "star"), _follow("cat", "star"), _follow("dan", "star"), _follow("eve", "star"),
+    _follow("fay", "star"), _follow("gus", "star"),
     *(_view_tweet("bob", n) for n in range(4)), _view_tweet("cat", 0), _view_tweet("star", 0),
 ]
 #: Published and applied before CHANGES: with cat still following when dan follows, bob would reach the
-#: pull threshold (4) in any batch that holds dan's follow without cat's unfollow, and every row of bob
+#: pull threshold in any batch that holds dan's follow without cat's unfollow, and every row of bob
 #: would leave and come back (a delete and an insert, not the update this test checks for).
 UNFOLLOW_FIRST = [_follow("cat", "bob", 2, "unfollow")]  # takes bob's tweets out of cat's inbox
 CHANGES = [
@@ -441,13 +436,14 @@ def _home_timeline(settings: Settings) -> dict[tuple[str, str], Entry]:
     return {(r[0], r[1]): Entry(r[1], *r[2:]) for r in rows if r[0] in VIEW_USERS and r[1] is not None}
 
 
-def test_applying_the_timeline_changes_rebuilds_the_home_timelines(pipeline: Settings, stream: StreamProcess) -> None:
+def test_applying_the_timeline_changes_rebuilds_the_home_timelines(world: World, pipeline: Settings,
+                                                                   stream: StreamProcess) -> None:
     assert pipeline.view_changes  # the default
-    publish(pipeline, BASE)
-    started(stream).wait_caught_up()
-    publish(pipeline, UNFOLLOW_FIRST)
+    world.publish(BASE, wait=False)
     stream.wait_caught_up()
-    publish(pipeline, CHANGES)
+    world.publish(UNFOLLOW_FIRST, wait=False)
+    stream.wait_caught_up()
+    world.publish(CHANGES, wait=False)
     stream.wait_caught_up()
     stored = _home_timeline(pipeline)
 

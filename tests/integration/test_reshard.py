@@ -29,19 +29,13 @@ from pathlib import Path
 import pytest
 
 from feed_service.core.reference import reference_timelines
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.checkpoint import inspect_checkpoint
 from spark_jobs.stream.pinned import recorded_state_buckets
 
-from .pipeline import StreamProcess, publish, read_timelines, running
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
+from tests.support.isolation import isolated
+from tests.support.pipeline import StreamProcess, publish, read_timelines, running
 
 
 def _halves(unique: str) -> tuple[list[dict], list[dict]]:
@@ -99,7 +93,7 @@ def _expected(events: list[dict], pipeline: Settings) -> dict[str, list]:
 
 def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_killed_in(
         settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     first, later = _halves(unique)
     middle, rest = later[: len(later) // 2], later[len(later) // 2:]
     checkpoint = tmp_path / "ckpt"
@@ -165,7 +159,7 @@ def test_reshard_in_place_continues_exactly_and_finishes_a_batch_the_stream_was_
 @pytest.mark.skipif(os.environ.get("FEED_TEST_RESHARD_BACKFILL") != "1",
                     reason="slow (~140 s): set FEED_TEST_RESHARD_BACKFILL=1 to run the backfill route end to end")
 def test_reshard_via_backfill_continues_exactly(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     first, rest = _halves(unique)
     checkpoint = tmp_path / "ckpt"
     # A checkpoint of one state per key (the layout before state buckets): the backfill route moves

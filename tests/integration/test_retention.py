@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,11 @@ from feed_service.core.events import parse_event
 from feed_service.core.reference import reference_timelines
 from feed_service.kafka.client_config import client_config
 from feed_service.kafka.keys import record_key, topic_role
-from feed_service.ops.provision import provision
 from feed_service.security.roles import ADMIN, PRODUCER
 from feed_service.settings import Settings
 
-from .pipeline import StreamProcess, consume_all, read_table, read_timelines, running
+from tests.support.pipeline import StreamProcess, consume_all, read_table, read_timelines, running
+from tests.support.isolation import isolated
 
 HORIZON_S = 60
 
@@ -60,9 +59,7 @@ def _follow(follower: str, followee: str, version: int, op: str = "follow") -> d
 
 
 def test_late_changes_on_both_sides_of_the_horizon(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}",
-                       history_horizon_s=HORIZON_S)
-    provision(pipeline)
+    pipeline = isolated(settings, unique, history_horizon_s=HORIZON_S)
     now = int(time.time() * 1000)
     old = now - 10 * 60_000  # ten horizons back
     deleted_upsert = _tweet("t1", "bob", 1, old, "deleted later")

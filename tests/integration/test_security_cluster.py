@@ -30,7 +30,7 @@ from feed_service.stack.config import StackConfig
 from feed_service.stack.local_stack import LocalStack
 from feed_service.stack.stack_secrets import StackSecrets
 
-from .pipeline import publish
+from tests.support.pipeline import publish
 
 
 @pytest.fixture(scope="module")

@@ -1,35 +1,19 @@
-"""The streaming job end to end on the real stack: Kafka -> Spark stateful join -> Cassandra.
-
-Every test compares Cassandra with the engine's batch reference over the same history.
-"""
+"""The streaming job killed (-9) mid-stream and restarted on the real stack: Kafka -> Spark stateful
+join -> Cassandra, compared with the engine's batch reference over the same history. (The stream over
+the session's world, its dead letters and its metrics: test_world.py.)"""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 from feed_service.core.reference import reference_tables, reference_timelines
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.stack.config import free_ports
 from feed_service.workload.generator import generate
 from spark_jobs.state_stats import last_committed_batch
 from spark_jobs.stream.pinned import STATE_BUCKETS_FILE
 
-from .pipeline import (
-    GARBAGE, GARBAGE_CODES, Delivered, StreamProcess, consume_all, publish, read_table, read_timelines, running,
-)
-from ..dashboard import dashboard_metric_names, exported_names
-
-
-def _isolated(settings: Settings, unique: str) -> Settings:
-    """Own topics and keyspace for one test: pipelines of different tests never meet."""
-    from dataclasses import replace
-
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
+from tests.support.isolation import isolated
+from tests.support.pipeline import StreamProcess, publish, read_table, read_timelines, running
 
 
 def _history(seed: int) -> list[dict]:
@@ -45,77 +29,10 @@ def _reference_below_the_cap(pipeline: Settings, events: list[dict]) -> dict[str
     return timelines
 
 
-def _dead_letters(pipeline: Settings, expect: int) -> list[tuple[str, str, int, int, bytes, str]]:
-    """Every dead letter as (key, source topic, partition, offset, raw value, reason code), sorted."""
-    letters = consume_all(pipeline, pipeline.topic("dead_letter"), expect=expect)
-    out = []
-    for m in letters:
-        record = json.loads(m.value())
-        out.append((m.key().decode(), record["source_topic"], record["source_partition"], record["source_offset"],
-                    record["value"].encode(), record["reason_code"]))
-    return sorted(out)
-
-
-def _check_metrics(stream: StreamProcess, *, records: int, dead_letters: int, timeout: float = 30) -> None:
-    """The running stream's /metrics page (spark_jobs/stream/metrics.py), once it has caught up: every
-    stream series the Grafana dashboard charts is there, the batches' records and writes are counted,
-    and the consumer lag has come down to 0 (it is refreshed every few seconds, hence the wait)."""
-    wanted = {name for name in dashboard_metric_names() if name.startswith("feed_stream_")}
-    deadline = time.monotonic() + timeout
-    while True:
-        series = exported_names(stream.metrics_text())
-        replayed = series.get("feed_stream_restarts_total", 0) > 0  # a replayed batch counts twice
-        done = (wanted <= series.keys() and series["feed_stream_consumer_lag"] == 0
-                and series["feed_stream_input_rows_total"] >= records
-                and series["feed_stream_dead_letters_total"] >= dead_letters)
-        if done or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert wanted <= series.keys(), f"missing: {sorted(wanted - series.keys())}"
-    assert series["feed_stream_batches_total"] > 0 and series["feed_stream_rows_written_total"] > 0
-    rows_in = series["feed_stream_input_rows_total"]
-    assert rows_in == records or (replayed and rows_in > records)
-    assert series["feed_stream_dead_letters_total"] == dead_letters or replayed
-    assert series["feed_stream_consumer_lag"] == 0
-    assert series["feed_stream_state_keys"] > 0 and series["feed_stream_state_bytes"] > 0
-
-
-def test_stream_matches_reference_and_dead_letters_bad_records(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
-    events = _history(seed=1)
-    kinds = {(e["type"], e.get("op")) for e in events}
-    assert {("tweet", "upsert"), ("tweet", "delete"), ("follow", "follow"), ("follow", "unfollow"),
-            ("profile", None)} <= kinds
-    delivered: list[Delivered] = []
-    publish(pipeline, events, GARBAGE, delivered=delivered)
-
-    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log",
-                               metrics_port=free_ports(1)[0])) as stream:
-        stream.wait_caught_up()
-        assert read_timelines(pipeline) == _reference_below_the_cap(pipeline, events)
-        _check_metrics(stream, records=len(events) + len(GARBAGE), dead_letters=len(GARBAGE))
-
-        # The job keeps running after bad input: more garbage and more events are processed too.
-        publish(pipeline, [], GARBAGE[:2], delivered=delivered)
-        more = [{**e, "text": "later: " + e["text"], "version": e["version"] + 1000}
-                for e in events if e["type"] == "tweet" and e["op"] == "upsert"][:20]
-        publish(pipeline, more)
-        stream.wait_caught_up()
-        assert stream.proc is not None and stream.proc.poll() is None
-        assert read_timelines(pipeline) == _reference_below_the_cap(pipeline, events + more)
-
-    # One dead letter per bad record, each naming its exact source record and the reason.
-    codes = {raw: code for (_, raw), code in zip(GARBAGE, GARBAGE_CODES)}
-    expected = sorted((f"{d.topic}/{d.partition}/{d.offset}", d.topic, d.partition, d.offset, d.value, codes[d.value])
-                      for d in delivered)
-    assert len(expected) == len(GARBAGE) + 2
-    assert _dead_letters(pipeline, expect=len(expected)) == expected
-
-
 def test_stream_survives_kill_and_restart_with_identical_state(settings: Settings, unique: str, tmp_path: Path) -> None:
-    """The default operator and layout (state buckets). A checkpoint of one state per key killed in
+    """The default layout (state buckets). A checkpoint of one state per key killed in
     a batch and restarted by a release whose default is buckets is test_reshard.py's in-place test."""
-    pipeline = _isolated(settings, unique)
+    pipeline = isolated(settings, unique)
     events = _history(seed=3)
     publish(pipeline, events)
 

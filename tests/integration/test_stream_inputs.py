@@ -8,7 +8,6 @@ each costs a process start, not a stream start."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,8 @@ from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.stream.inputs import next_offsets, recorded_topic_ids
 
-from .pipeline import StreamProcess, publish, running
+from tests.support.pipeline import StreamProcess, publish, running
+from tests.support.isolation import isolated
 
 ADMIN_TIMEOUT = 30.0
 
@@ -31,9 +31,7 @@ ADMIN_TIMEOUT = 30.0
 @pytest.fixture()
 def pipeline(settings: Settings, unique: str) -> Settings:
     """Own topics and keyspace: this test deletes records and a topic."""
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}")
-    provision(isolated)
-    return isolated
+    return isolated(settings, unique)
 
 
 def _admin(settings: Settings) -> Any:

@@ -1,15 +1,18 @@
 """Bounded home timelines on the real stack (docs/trimming.md).
 
 The trimmer against Cassandra: a trim's tombstones carry each row's own write time, so they never
-hide a later write of the row by its key, and hide a replay at the same timestamp. The stream: a user
-following prolific authors receives thousands of entries while its inbox stays within cap + slack
-rows, across a restart of the stream, and every home timeline read through gRPC keeps the rule of a
-trimmed view; author timelines and pull follows stay bounded by the engine.
+hide a later write of the row by its key, and hide a replay at the same timestamp. The stream, on the
+session's streamed world: a user following prolific authors receives a thousand entries while its inbox
+stays within cap + slack rows, across the restart of phase 2, and every home timeline read through gRPC keeps the rule of a
+trimmed view; author timelines and pull follows stay bounded by the engine. Background trims keep a
+stream of their own: they need a wide slack (40) and batches of a dozen records, settings the world
+cannot have beside its small cap.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import Counter
+
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +20,21 @@ import pytest
 
 from feed_service.core.reference import reference_tables, reference_timelines, trim_rule_violations
 from feed_service.core.rows import Entry, TimelineFanout, TimelineWrite
+from feed_service.core.rules import reply_class
 from feed_service.core.trim_tracker import default_margin
-from feed_service.ops.provision import provision
 from feed_service.settings import Settings
-from feed_service.workload.generator import WORKLOAD_EPOCH_MS, generate
+from feed_service.workload.generator import WORKLOAD_EPOCH_MS
 
-from .pipeline import StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, running
+from tests.support.isolation import isolated
+from tests.support.pipeline import StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, running
+from tests.support.world import (INBOX_CAP, PREFIX, PROLIFIC_READER, PROLIFIC_TWEETS, PULL_THRESHOLD, REFILLED_READER,
+                                 TRIM_SLACK, World)
 
-CAP, SLACK, THRESHOLD = 20, 5, 4
+CAP, SLACK, THRESHOLD = INBOX_CAP, TRIM_SLACK, PULL_THRESHOLD
 
 
 def _isolated(settings: Settings, unique: str, *, trim_slack: int = SLACK, pull_threshold: int = THRESHOLD) -> Settings:
-    isolated = replace(settings.with_topic_suffix(f".{unique}"), keyspace=f"feed_{unique}", inbox_cap=CAP,
-                       trim_slack=trim_slack, pull_threshold=pull_threshold)
-    provision(isolated)
-    return isolated
+    return isolated(settings, unique, inbox_cap=CAP, trim_slack=trim_slack, pull_threshold=pull_threshold)
 
 
 def _rows(pipeline: Settings, timeline_id: str) -> list[tuple[str, int]]:
@@ -90,31 +93,6 @@ def test_trim_tombstones_carry_each_rows_own_write_time(settings: Settings, uniq
         cluster.shutdown()
 
 
-def _prolific(prefix: str, reader: str, authors: range, tweets: int, *, start: int) -> list[dict[str, Any]]:
-    """``reader`` follows the push authors ``prolific<i>`` of ``authors``, each tweeting ``tweets``
-    times, interleaved in time (from tweet number ``start``; the follows come with the first)."""
-    events: list[dict[str, Any]] = []
-    names = [f"{prefix}prolific{i}" for i in authors]
-    if start == 0:
-        events += [{"type": "profile", "user_id": a, "version": 1, "display_name": f"Prolific {i}"}
-                   for i, a in enumerate(names)]
-        events += [{"type": "follow", "op": "follow", "follower_id": reader, "followee_id": a, "version": 1}
-                   for a in names]
-    for n in range(start, start + tweets):
-        for i, a in enumerate(names):
-            events.append({"type": "tweet", "op": "upsert", "tweet_id": f"{a}-{n}", "author_id": a, "version": 1,
-                           "created_at": WORKLOAD_EPOCH_MS + n * 50 + i, "text": f"{a} #{n}", "profile_version": 1})
-    return events
-
-
-def _deletes(events: list[dict[str, Any]], author: str, newest: int) -> list[dict[str, Any]]:
-    """Deletes of ``author``'s ``newest`` tweets: room at the top that only a refill fills again."""
-    own = sorted((e for e in events if e["type"] == "tweet" and e["author_id"] == author),
-                 key=lambda e: e["created_at"])[-newest:]
-    return [{"type": "tweet", "op": "delete", "tweet_id": e["tweet_id"], "author_id": author, "version": 2}
-            for e in own]
-
-
 def _over_the_bound(pipeline: Settings) -> dict[str, int]:
     counts = read_table(pipeline, "SELECT timeline_id, COUNT(created_at) FROM home_timeline GROUP BY timeline_id")
     return {tid: n for tid, n in counts if n > CAP + SLACK}
@@ -124,51 +102,37 @@ def _count(pipeline: Settings, timeline_id: str) -> int:
     return read_table(pipeline, f"SELECT COUNT(created_at) FROM home_timeline WHERE timeline_id = '{timeline_id}'")[0][0]
 
 
-def test_stream_keeps_every_inbox_within_cap_plus_slack(settings: Settings, unique: str, tmp_path: Path) -> None:
-    pipeline = _isolated(settings, unique)
-    prefix = f"tr{unique[-6:]}-"
-    reader, other = f"{prefix}reader", f"{prefix}other"
-    base = list(generate(users=40, events=400, seed=9, mean_following=6, prefix=prefix))
-    first = base + _prolific(prefix, reader, range(5), 300, start=0) + _prolific(prefix, other, range(5, 7), 300,
-                                                                                 start=0)
-    publish(pipeline, first)
-    checkpoint, args = tmp_path / "ckpt", ["--max-offsets-per-trigger", "600"]  # several batches
-    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log", extra_args=args)) as stream:
-        stream.wait_caught_up()
-    assert _count(pipeline, reader) <= CAP + SLACK and _over_the_bound(pipeline) == {}
-
-    # A new process knows no bounds: each timeline is trimmed at its first write, and stays bounded.
-    second = _prolific(prefix, reader, range(5), 300, start=300) + _prolific(prefix, other, range(5, 7), 300,
-                                                                             start=300)
-    # other's newest entries go once they are trimmed in: room that only the refill fills again
-    deletes = _deletes(first + second, f"{prefix}prolific5", 30)
-    events = first + second + deletes
-    with running(StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run2.log", extra_args=args)) as stream:
-        publish(pipeline, second)
-        stream.wait_caught_up()
-        publish(pipeline, deletes)
-        stream.wait_caught_up()  # the refill requests' topic included
-        refills = (stream.progress() or {}).get("refill") or {}
+def test_stream_keeps_every_inbox_within_cap_plus_slack(world_phase2: World) -> None:
+    """On the streamed world (tests/support/world.py): its prolific reader received thousands of
+    entries across the stream's restart (a new process knows no bounds: each timeline is trimmed at its
+    first write, and stays bounded); the refilled reader lost its newest entries after trims, and the
+    refill wrote the rows below its cut line again."""
+    world = world_phase2
+    pipeline, events = world.settings, world.events
+    reader, other = PROLIFIC_READER, REFILLED_READER
+    # refills of timelines removals left short after trims, in phase 1 (in phase 2 the readers nobody
+    # read are dropped: their rows are skipped, their reads merged, exactly as well)
+    refills = world.phase1_progress.get("refill") or {}
     assert refills.get("refill_short_timelines", 0) > 0 and refills.get("refill_requests", 0) > 0, refills
-    assert len(reference_timelines(events, inbox_cap=None)[reader]) == 3000  # entries reader received
+    assert len(reference_timelines(events, inbox_cap=None)[reader]) >= 10 * PROLIFIC_TWEETS  # entries received
     assert _count(pipeline, reader) <= CAP + SLACK and _count(pipeline, other) <= CAP + SLACK
     assert _over_the_bound(pipeline) == {}
 
-    with grpc_server(pipeline) as server:
-        users = sorted({e["follower_id"] for e in events if e["type"] == "follow"})
-        read = read_all_home_timelines(server, users)
+    with world.server() as server:
+        read = read_all_home_timelines(server, world.readers)
     # background trims cut above cap + slack - margin: the stream's exact set is that slack's
     assert trim_rule_violations(read, events, inbox_cap=CAP, trim_slack=SLACK - default_margin(SLACK)) == []
-    expected = reference_timelines(events, inbox_cap=CAP)
+    expected = world.reference()
     # Every timeline is exact: other's lost 30 of its newest entries after trims, and its push
     # authors wrote the rows below its cut line again (docs/trimming.md#refill).
-    assert read == expected and len(read[other]) == CAP
+    assert read == {u: t for u, t in expected.items() if u in world.readers} and len(read[other]) == CAP
 
     # The engine bounds the other two tables: an author timeline holds its newest live tweets (at most
     # the cap), pull follows the active followers of pull authors who see them.
     tables = reference_tables(events)
-    per_author = dict(read_table(pipeline, "SELECT author_id, COUNT(*) FROM author_timeline GROUP BY author_id"))
-    assert max(per_author.values()) <= CAP and per_author[f"{prefix}prolific1"] == CAP
+    per_class = Counter((r[0], reply_class(r[0], r[1] or None)) for r in read_table(
+        pipeline, "SELECT author_id, in_reply_to_author_id FROM author_timeline"))  # retention per class
+    assert max(per_class.values()) <= CAP and per_class[(f"{PREFIX}prolific1", None)] == CAP
     followers: dict[str, set[str]] = {}
     for (follower, followee), (_, active) in tables.follows.items():
         if active:
@@ -199,7 +163,7 @@ def test_background_trims_keep_every_inbox_within_cap_plus_slack(settings: Setti
     publish(pipeline, events)
     args = ["--max-offsets-per-trigger", "12"]  # about 2 tweets per author a batch
     with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "run.log", extra_args=args)) as stream:
-        stream.wait_caught_up()
+        stream.wait_caught_up(timeout=900)  # a dozen small batches: minutes on a loaded machine
         trims = (stream.progress() or {}).get("trimming") or {}
     counts = dict(read_table(pipeline, "SELECT timeline_id, COUNT(created_at) FROM home_timeline GROUP BY timeline_id"))
     assert set(counts) == set(readers) and max(counts.values()) <= CAP + slack

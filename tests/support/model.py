@@ -9,7 +9,7 @@ One module over 450 lines on purpose: its parts (histories, loads, published cha
 service, the client) are one harness, every part used by each batch-by-batch test.
 
 :func:`seeds` is the seed count of the batch-by-batch tests: ``FEED_TEST_SEEDS`` (default
-:data:`DEFAULT_SEEDS`, what CI runs); a run outside CI sets it higher (docs/operations.md#model-tests-with-more-seeds).
+:data:`DEFAULT_SEEDS`, what CI runs); a run outside CI sets it higher (docs/operations.md#longer-test-runs).
 """
 
 from __future__ import annotations
@@ -52,17 +52,19 @@ from feed_service.server.testing import TEST_SECRET
 from feed_service.server.timeline_reads import TimelineReads
 from feed_service.server.watch_hub import WatchHub
 from feed_service.store.memory import MemoryStore
+from .sizes import examples
 
 #: Seeds per batch-by-batch test when ``FEED_TEST_SEEDS`` is not set (CI).
 DEFAULT_SEEDS = 60
 
 
 def seeds(at_least: int = 0) -> range:
-    """The seeds of a batch-by-batch test: ``FEED_TEST_SEEDS`` of them (default
-    :data:`DEFAULT_SEEDS`), never fewer than ``at_least`` (a test that ran more before keeps them)."""
+    """The seeds of a batch-by-batch test: ``FEED_TEST_SEEDS`` of them (default :data:`DEFAULT_SEEDS`
+    times ``FEED_TEST_SCALE``: :mod:`tests.support.sizes`), never fewer than ``at_least`` (a test that
+    ran more before keeps them)."""
     raw = os.environ.get("FEED_TEST_SEEDS", "")
     try:
-        count = int(raw) if raw else DEFAULT_SEEDS
+        count = int(raw) if raw else examples(DEFAULT_SEEDS)
     except ValueError:
         raise ValueError(f"FEED_TEST_SEEDS must be a whole number of seeds, not {raw!r}") from None
     return range(max(count, at_least))

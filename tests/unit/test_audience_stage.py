@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from feed_service.core.per_reader.audience_stage import AudienceStage, Identity
 from feed_service.core.view import Materializer
-from tests.unit.test_reposts_replies_properties import SETTINGS, Run, runs
+from tests.support.repost_runs import SETTINGS, Run, runs
 
 
 def _shown(stage: AudienceStage) -> dict:

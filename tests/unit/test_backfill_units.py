@@ -12,13 +12,10 @@ import pandas as pd
 import pytest
 
 from feed_service.core.events import (
-    BlockChange, FollowChange, MuteChange, ProfileVersion, RepostChange, TweetDelete, TweetUpsert, join_keys,
-    parse_event, tweet_payload_digest,
+    BlockChange, FollowChange, MuteChange, ProfileVersion, RepostChange, TweetUpsert, join_keys, parse_event,
+    tweet_payload_digest,
 )
-from feed_service.core.rules import hide_rank
-from feed_service.core.join import step
 from feed_service.core.per_reader.author_step import step_with_side
-from feed_service.core.reference import reference_tables
 from feed_service.core.state import decode_state
 from feed_service.errors import BootstrapError
 from feed_service.settings import Settings
@@ -27,41 +24,7 @@ from spark_jobs.backfill.snapshot import Snapshot
 from spark_jobs.backfill.states import key_state
 from spark_jobs.backfill.winners import payload_digest_hex
 from spark_jobs.bootstrap import MANIFEST_FORMAT, load_bootstrap, source_topics
-from spark_jobs.envelope import EVENT_COLUMNS
-
-COLUMNS = ["key", *(name for name, _ in EVENT_COLUMNS)]
-
-
-def _row(ev, key: str) -> dict:
-    row = dict.fromkeys(COLUMNS)
-    row["key"] = key
-    if isinstance(ev, TweetUpsert):
-        row.update(type="tweet", op="upsert", tweet_id=ev.tweet_id, author_id=ev.author_id, version=ev.version,
-                   created_at=ev.created_at, text=ev.text, profile_version=ev.profile_version,
-                   in_reply_to_tweet_id=ev.in_reply_to_tweet_id, in_reply_to_author_id=ev.in_reply_to_author_id)
-    elif isinstance(ev, TweetDelete):
-        row.update(type="tweet", op="delete", tweet_id=ev.tweet_id, author_id=ev.author_id, version=ev.version)
-    elif isinstance(ev, FollowChange):
-        row.update(type="follow", op=ev.op, follower_id=ev.follower_id, followee_id=ev.followee_id,
-                   version=ev.version)
-    elif isinstance(ev, BlockChange):
-        row.update(type="block", op=ev.op, blocker_id=ev.blocker_id, blocked_id=ev.blocked_id, version=ev.version)
-    elif isinstance(ev, MuteChange):
-        row.update(type="mute", op=ev.op, muter_id=ev.muter_id, muted_id=ev.muted_id, version=ev.version)
-    elif isinstance(ev, RepostChange):
-        row.update(type="repost", op=ev.op, reposter_id=ev.reposter_id, tweet_id=ev.tweet_id, author_id=ev.author_id,
-                   version=ev.version, created_at=ev.created_at, profile_version=ev.profile_version)
-    else:
-        row.update(type="profile", user_id=ev.user_id, version=ev.version, display_name=ev.display_name,
-                   avatar_url=ev.avatar_url, bio=ev.bio)
-    return row
-
-
-def _frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows as ``applyInPandas`` hands them over: integer columns nullable (``pd.NA``), as the
-    session asks (``prefer_int_ext_dtype``)."""
-    ints = {name: "Int64" for name, sql_type in EVENT_COLUMNS if sql_type == "bigint"}
-    return pd.DataFrame(rows, columns=COLUMNS).astype(ints)
+from tests.support.backfill_frames import event_frame, event_row, winners
 
 
 def _hides(events: list, rnd: random.Random) -> list:
@@ -104,29 +67,6 @@ def _noisy_history(seed: int) -> list:
     return out
 
 
-def _winners(events: list) -> list:
-    """The deduplicated changelog the Spark job builds, here from the reference's final tables."""
-    t = reference_tables(events)
-    out = [TweetUpsert(tid, a, c[0], c[1], c[2], c[3], *c[4:]) for (a, tid), c in t.tweets.items()]
-    out += [TweetDelete(tid, a, 0) for a, tid in t.deleted]
-    out += [FollowChange(f, e, v, "follow" if active else "unfollow") for (f, e), (v, active) in t.follows.items()]
-    out += [ProfileVersion(u, v, *p) for (u, v), p in t.profiles.items()]
-    out += [RepostChange(p, tid, a, v, "unrepost" if off else "repost", None if off else at, None if off else pv)
-            for (p, tid), (v, off, a, at, pv) in t.reposts.items()]
-    hides: dict[tuple, BlockChange | MuteChange] = {}  # per edge, the change of greatest hide_rank
-    for ev in events:
-        if isinstance(ev, BlockChange):
-            edge: tuple = ("block", ev.blocker_id, ev.blocked_id)
-        elif isinstance(ev, MuteChange):
-            edge = ("mute", ev.muter_id, ev.muted_id)
-        else:
-            continue
-        best = hides.get(edge)
-        if best is None or hide_rank(ev.version, ev.hiding) > hide_rank(best.version, best.hiding):
-            hides[edge] = ev
-    return out + list(hides.values())
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("inbox_cap", [2, 800])
 def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inbox_cap: int) -> None:
@@ -136,14 +76,14 @@ def test_state_from_winners_is_the_engine_state_after_every_event(seed: int, inb
         for key in join_keys(ev):
             by_key.setdefault(key, []).append(ev)
     winners_by_key: dict[str, list] = {}
-    for ev in _winners(events):
+    for ev in winners(events):
         for key in join_keys(ev):  # a block goes to both of its keys, as winner_events routes it
             winners_by_key.setdefault(key, []).append(ev)
     assert set(by_key) == set(winners_by_key)
     ts = 1_700_000_000_000_000
     kinds: set[str] = set()
     for key, evs in by_key.items():
-        frame = _frame([_row(ev, key) for ev in winners_by_key[key]])
+        frame = event_frame([event_row(ev, key) for ev in winners_by_key[key]])
         got_key, blob, messages = key_state(frame, inbox_cap=inbox_cap, pull_threshold=2000, backfill_ts=ts)
         got = decode_state(blob)
         assert got_key == key and got.clock == ts

@@ -28,8 +28,11 @@ from spark_jobs.bucketed_join import (
 )
 from spark_jobs.envelope import ROUTE_DEAD_LETTER, ROUTE_JOIN
 from spark_jobs.timeline_join import JoinConfig, transform_with_state_processor
-from tests.unit.test_join_properties import random_event
-from tests.unit.test_stream_processor import EDGES_NAME, STATE_NAME, TWEETS_TOPIC, FakeHandle, Harness, rejected, routed
+from tests.support.join_runs import random_event
+from tests.support.processor_harness import (
+    EDGES_NAME, STATE_NAME, TWEETS_TOPIC, FakeHandle, Harness, rejected, routed,
+)
+from tests.support.sizes import examples
 
 CONFIG = JoinConfig(inbox_cap=3, pull_threshold=2, clock_start=100)
 
@@ -146,7 +149,7 @@ def per_key_states(harness: Harness) -> tuple[dict[str, bytes], dict[str, bytes]
     return cores, edges
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rnd=st.randoms(use_true_random=False), buckets=st.integers(1, 4), batches=st.integers(1, 6))
 def test_bucketed_processor_gives_the_rows_and_states_of_the_per_key_one(rnd: random.Random, buckets: int,
                                                                           batches: int) -> None:

@@ -45,8 +45,9 @@ from tests.support.model import (
     snapshot,
     written_with_stale,
 )
+from tests.support.sizes import examples
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_the_inbox_rule_and_the_push_authors_are_the_cores() -> None:

@@ -26,6 +26,7 @@ from feed_service.core.events import (
     parse_event,
 )
 from feed_service.kafka.envelope_schema import load_envelope_check
+from tests.support.sizes import examples
 
 CHECK = load_envelope_check()
 
@@ -241,7 +242,7 @@ def _accepted_unless_parser_only(envelope: Any) -> bool:
     return True
 
 
-@hsettings(max_examples=2000, deadline=None)
+@hsettings(max_examples=examples(2000), deadline=None)
 @given(envelopes())
 def test_schema_and_parser_accept_the_same_envelopes(envelope: Any) -> None:
     assert CHECK.is_valid(envelope) == _accepted_unless_parser_only(envelope)

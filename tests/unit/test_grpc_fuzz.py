@@ -29,6 +29,7 @@ from feed_service.server import auth
 from feed_service.server.config import ServerConfig
 from feed_service.server.testing import TEST_SECRET, ServerThread
 from feed_service.store.memory import MemoryStore
+from tests.support.sizes import examples
 
 C = grpc.StatusCode
 #: What each RPC may end with (docs/api.md#status-codes-by-rpc). UNAVAILABLE is documented (Cassandra
@@ -245,8 +246,8 @@ def requests(draw, server: ServerThread, real: list[str], methods: list[str]):
 #: 0.1-0.4 s to refuse, so a hundred unary calls (about 25 per RPC) take a few seconds. The examples
 #: are derandomized: the sanity checks below assert that the strategies reach every status, and a
 #: hundred random draws sometimes missed one, which made the suite fail by chance. Set
-#: FEED_FUZZ_RANDOM=1 to draw new examples (and FEED_FUZZ_EXAMPLES=N for more of them).
-FUZZ = settings(max_examples=int(os.environ.get("FEED_FUZZ_EXAMPLES", "100")), deadline=None,
+#: FEED_FUZZ_RANDOM=1 to draw new examples (and FEED_TEST_SCALE=N for N times as many: tests/support/sizes.py).
+FUZZ = settings(max_examples=examples(), deadline=None,
                 suppress_health_check=list(HealthCheck), derandomize=os.environ.get("FEED_FUZZ_RANDOM") != "1")
 
 
@@ -280,7 +281,7 @@ def test_unary_rpcs_end_with_documented_statuses(server: ServerThread, channel: 
 def test_watch_ends_with_documented_statuses(server: ServerThread, channel: grpc.Channel, tokens: list[str]) -> None:
     seen: set[grpc.StatusCode] = set()
 
-    @settings(FUZZ, max_examples=30)
+    @settings(FUZZ, max_examples=examples(30))
     @given(requests(server, tokens, ["WatchHomeTimeline"]), st.one_of(st.none(), st.floats(0.0, 0.2)))
     def run(case, cancel_after: float | None) -> None:
         _, data, md = case
@@ -298,7 +299,7 @@ def test_health_ends_with_documented_statuses(server: ServerThread, channel: grp
     services = st.one_of(st.sampled_from(["", SERVICE.full_name]), st.text(max_size=40))
     request = st.builds(health_pb2.HealthCheckRequest, service=services)
 
-    @settings(FUZZ, max_examples=30)
+    @settings(FUZZ, max_examples=examples(30))
     @given(st.sampled_from(["Check", "Watch"]), payloads(request), metadata(server),
            st.one_of(st.none(), st.floats(0.0, 0.2)))
     def run(method: str, data: bytes, md: list, cancel_after: float | None) -> None:

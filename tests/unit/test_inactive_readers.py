@@ -17,11 +17,12 @@ from feed_service.core.events import FollowChange, TweetDelete, TweetUpsert
 from feed_service.core.reference import reference_timelines
 from feed_service.core.view import Materializer
 
-from .test_reposts_replies_properties import USERS, Run, runs
+from tests.support.repost_runs import USERS, Run, random_event, runs
+from tests.support.sizes import examples
 
 #: Fewer examples than the other property tests: each runs two engines and reads every timeline
 #: after every batch.
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _engine(*, inbox_cap: int, pull_threshold: int, encode_states: bool, trim_slack: int | None) -> Materializer:
@@ -93,8 +94,6 @@ def test_inactive_readers_get_no_inbox_writes_and_cost_no_rows() -> None:
 
 def test_random_histories_flip_activity_for_real() -> None:
     """The property tests above are not vacuous: rows are skipped, inboxes dropped and rebuilt."""
-    from .test_reposts_replies_properties import random_event
-
     rnd = random.Random(5)
     skipped = dropped = rebuilds = 0
     for _ in range(40):

@@ -29,6 +29,7 @@ from feed_service.store.memory import MemoryStore
 from feed_service.store.stage_inputs import MemoryStageInputs, loaded
 from feed_service.store.ports import WriteCounts
 from feed_service.store.schema import schema_statements
+from tests.support.sizes import examples
 
 
 def _tweet(n: int, author: str = "bob", **fields: object) -> Entry:
@@ -57,7 +58,7 @@ def _winner(history: list[tuple[str, int, int, int]], row: int) -> tuple[str, in
     return max(mine, key=lambda w: (w[3], w[0] == "delete", w[2])) if mine else None
 
 
-@hsettings(max_examples=200, deadline=None, derandomize=True)
+@hsettings(max_examples=examples(200), deadline=None, derandomize=True)
 @given(histories(), st.randoms(use_true_random=False))
 def test_any_order_and_duplication_of_writes_converges_to_the_newest(history, rnd: random.Random) -> None:
     def extras(op: str, row: int, content: int, ts: int) -> ExtrasDelta:

@@ -27,10 +27,12 @@ from feed_service.errors import ConfigError
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
 from feed_service.store.cassandra_writer import CassandraWriter, IndexChange, extras_index, reposts_index
-from feed_service.store.memory import MemoryStore
-from tests.unit import test_backfill_per_reader as bf
-from tests.unit.test_reposts_replies_properties import SETTINGS, Run, runs
-from tests.unit.test_stream_per_reader import Fakes, _own_ids, _reset, _rows, run_stream
+from spark_jobs.bootstrap import BOOTSTRAP_BATCH_ID
+from spark_jobs.stream.per_reader import state_stage
+from tests.support.backfill_stages import TS, backfill, generated_history, stream_from_states
+from tests.support.per_reader_stream import Fakes, nonempty_rows, own_ids, reset_fakes, run_stream
+from tests.support.repost_indexes import IndexedStore, view_indexes
+from tests.support.repost_runs import SETTINGS, Run, runs
 
 TWEET = Entry("t1", "bob", 10, 1, "hi", 1)
 
@@ -205,47 +207,13 @@ def test_the_setting_is_on_by_default_and_travels_to_child_processes() -> None:
 
 # --- the stream's and the backfill's tables ----------------------------------------------------------
 
-class IndexedStore(MemoryStore):
-    """A MemoryStore that also keeps the indexes as Cassandra resolves the writer's changes of them
-    (:func:`extras_index`, :func:`reposts_index`): per row the highest timestamp, a delete at a tie."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.indexes: dict[str, dict[tuple[str, str], tuple[int, bool, tuple | None]]] = {
-            "home_extras_reposts": {}, "reposts_by_tweet": {}}
-
-    def write(self, **kwargs: Any) -> Any:
-        kwargs = {k: list(v) for k, v in kwargs.items()}
-        counts = super().write(**kwargs)
-        for table, changes in (("home_extras_reposts", extras_index(kwargs.get("extras", ()))),
-                               ("reposts_by_tweet", reposts_index(kwargs.get("user_reposts", ())))):
-            for key, e, ts in changes:
-                values = None if e is None else (e.author_id, e.reposted_at, e.reposted_by)
-                new = (ts, e is None, values)
-                old = self.indexes[table].get(key)
-                if old is None or new[:2] > old[:2]:
-                    self.indexes[table][key] = new
-        return counts
-
-    def index(self, table: str) -> dict[tuple[str, str], tuple]:
-        return {k: v for k, (_, _, v) in self.indexes[table].items() if v is not None}
-
-
-def view_indexes(view: TimelineView) -> dict[str, dict[tuple[str, str], tuple]]:
-    """The indexes the port derives from the view's ``home_extras`` and ``user_reposts``."""
-    return {"home_extras_reposts": {(reader, e.tweet_id): (e.author_id, e.reposted_at, e.reposted_by)
-                                    for reader, rows in view.extras.items() for e in rows.values() if e.reposted_by},
-            "reposts_by_tweet": {(e.tweet_id, reposter): (e.author_id, e.reposted_at, e.reposted_by)
-                                 for reposter, rows in view.own_reposts.items() for e in rows.values()}}
-
-
 def _sets(table: dict[str, set[str]]) -> dict[str, set[str]]:
     return {k: v for k, v in table.items() if v}
 
 
 def assert_tables_are_the_views(store: IndexedStore, view: TimelineView) -> None:
-    assert _rows(store.extras) == _rows(view.extras)
-    assert _rows(store.user_reposts) == _rows(view.own_reposts)
+    assert nonempty_rows(store.extras) == nonempty_rows(view.extras)
+    assert nonempty_rows(store.user_reposts) == nonempty_rows(view.own_reposts)
     assert _sets(store.visible) == _sets(view.visible)
     assert _sets(store.hidden) == _sets(view.hidden)
     assert _sets(store.reposters_pull) == _sets(view.pull_reposters)
@@ -272,9 +240,9 @@ def _applied(changes: list, of: type, owner: str, member: str) -> dict[str, set[
 @given(run=runs(), pull_threshold=st.sampled_from([1, 2, 3]), replay=st.randoms(use_true_random=False))
 def test_the_streams_tables_with_pull_reposters_are_the_materializers(run: Run, pull_threshold: int,
                                                                       replay: random.Random) -> None:
-    _reset()
+    reset_fakes()
     Fakes.store = IndexedStore()
-    run = _own_ids(run)
+    run = own_ids(run)
     run_stream(run, inbox_cap=100, pull_threshold=pull_threshold, replay=replay, pull_reposters=True)
     engine = Materializer(inbox_cap=100, pull_threshold=pull_threshold, pull_reposters=True)
     for batch in run.batches:
@@ -286,9 +254,9 @@ def test_the_streams_tables_with_pull_reposters_are_the_materializers(run: Run, 
 
 
 def test_with_the_setting_off_no_reposter_is_pull() -> None:
-    _reset()
+    reset_fakes()
     Fakes.store = IndexedStore()
-    run = Run([], [[json.dumps(event_to_json(e)) for e in bf._history(1, 400)]], 0)
+    run = Run([], [[json.dumps(event_to_json(e)) for e in generated_history(1, 400)]], 0)
     run_stream(run, inbox_cap=500, pull_threshold=1)
     assert Fakes.store.reposters_pull == {} and Fakes.store.hidden
     assert not any(type(c) is PullReposterChange for c in Fakes.published)
@@ -297,24 +265,24 @@ def test_with_the_setting_off_no_reposter_is_pull() -> None:
 @pytest.mark.parametrize("seed, pull_threshold", [(1, 4), (2, 6), (3, 8)])
 def test_the_backfill_and_the_stream_it_bootstraps_write_the_materializers_tables(seed: int,
                                                                                   pull_threshold: int) -> None:
-    _reset()
+    reset_fakes()
     Fakes.store = IndexedStore()
     cap = 500
-    events = bf._history(seed)
+    events = generated_history(seed)
     cut = len(events) * 2 // 3
     first, rest = events[:cut], events[cut:]
-    states, per_reader = bf.backfill(first, inbox_cap=cap, pull_threshold=pull_threshold, pull_reposters=True)
+    states, per_reader = backfill(first, inbox_cap=cap, pull_threshold=pull_threshold, pull_reposters=True)
     engine = Materializer(inbox_cap=cap, pull_threshold=pull_threshold, pull_reposters=True)
     engine.process_batch([json.dumps(event_to_json(e)) for e in first])
     assert engine.view.pull_reposters and engine.view.hidden and all(view_indexes(engine.view).values())
     assert_tables_are_the_views(Fakes.store, engine.view)  # type: ignore[arg-type]
 
-    Fakes.inputs.save(bf.state_stage(bf.TS), [(identity, value, None) for identity, value in per_reader],
-                      bf.BOOTSTRAP_BATCH_ID)
+    Fakes.inputs.save(state_stage(TS), [(identity, value, None) for identity, value in per_reader],
+                      BOOTSTRAP_BATCH_ID)
     rnd = random.Random(seed)
     cuts = sorted(rnd.sample(range(1, len(rest)), 8))
     batches = [rest[a:b] for a, b in zip([0, *cuts], [*cuts, len(rest)])]
-    bf.stream(batches, states, inbox_cap=cap, pull_threshold=pull_threshold, clock_start=bf.TS, replay=rnd,
+    stream_from_states(batches, states, inbox_cap=cap, pull_threshold=pull_threshold, clock_start=TS, replay=rnd,
               pull_reposters=True)
     for batch in batches:
         engine.process_batch([json.dumps(event_to_json(e)) for e in batch])

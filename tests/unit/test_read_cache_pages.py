@@ -18,57 +18,23 @@ import pytest
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
-from feed_service.server.config import ServerConfig
 from feed_service.server.read_cache import ReadCache
-from feed_service.server.testing import TEST_SECRET, ServerThread
+from feed_service.server.testing import ServerThread
 from feed_service.server.watch_hub import WatchHub
 from feed_service.store.memory import MemoryStore
-
-from . import test_read_cache
+from tests.support.loopback import loopback_config
+from tests.support.page_races import DeliveringStore, PendingFeed
 
 USER = "ann"
 PULL = ("star", "idol")
 PUSH = ("bob", "cat")
 
 
-def config(**kw) -> ServerConfig:
-    base = dict(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.05, shutdown_grace_s=1.0,
-                change_feed=False, pull_cache_ttl_s=0.0,
-                rate_limit_per_s=0)  # many calls per user at once: the limits have their own tests
-    return ServerConfig(**{**base, **kw})
-
-
-class ScriptedFeed(test_read_cache.ScriptedFeed):
-    """test_read_cache's scripted feed (one partition; ``deliver`` applies what is pending), which
-    also says whether changes are pending."""
-
-    @property
-    def pending(self) -> bool:
-        return self.position[0] < len(self.topic)
-
-
-class DeliveringStore(MemoryStore):
-    """A store whose next profile read first applies the pending changes (``arm``): changes that
-    land while a page is being hydrated."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.feed: ScriptedFeed | None = None
-        self.armed = False
-        self.fired = False
-
-    async def profiles(self, keys, *, timeout):
-        if self.armed and self.feed is not None and self.feed.pending:
-            self.armed, self.fired = False, True
-            self.feed.deliver()
-        return await super().profiles(keys, timeout=timeout)
-
-
 class History:
     """Random changes of ann's inbox, of the pull authors' timelines and of whom she pulls, written
     to the store (as the stream writes Cassandra) and published (as the stream publishes them)."""
 
-    def __init__(self, rnd: random.Random, store: MemoryStore, feed: ScriptedFeed) -> None:
+    def __init__(self, rnd: random.Random, store: MemoryStore, feed: PendingFeed) -> None:
         self.rnd, self.store, self.feed = rnd, store, feed
         self.n = 0
         self.ts = 0
@@ -133,12 +99,12 @@ def pages(server: ServerThread, size: int, limit: int = 3) -> list[pb.GetHomeTim
 def test_cached_and_encoded_pages_equal_the_uncached_ones_under_random_histories(seed: int) -> None:
     rnd = random.Random(seed)
     store = DeliveringStore()
-    feed = ScriptedFeed()
+    feed = PendingFeed()
     store.feed = feed
     history = History(rnd, store, feed)
     for _ in range(30):
         history.step()
-    with ServerThread(config(), store=store) as cached, ServerThread(config(), store=store) as plain:
+    with ServerThread(loopback_config(), store=store) as cached, ServerThread(loopback_config(), store=store) as plain:
         async def attach() -> ReadCache:
             cache = ReadCache(feed, depth=9)
             feed.cache = cache
@@ -180,7 +146,7 @@ def test_cached_and_encoded_pages_equal_the_uncached_ones_under_random_histories
     assert compared > 30 and served["memo"] > 0
 
 
-async def _deliver(feed: ScriptedFeed) -> None:
+async def _deliver(feed: PendingFeed) -> None:
     feed.deliver()
 
 
@@ -189,7 +155,7 @@ def test_an_uncached_first_page_without_pull_authors_reads_the_inbox_and_the_ext
     for n in range(30):
         store.add_entry(USER, Entry(f"t{n:04d}", "bob", 1_000 + n, 1, f"text {n}", 1))
     store.add_profile(ProfileRow("bob", 1, "Bob", None, None))
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         pages(server, 20, limit=1)  # profiles are read once, then cached
         store.calls.clear()
         first, second = pages(server, 20, limit=2)
@@ -204,7 +170,7 @@ def test_a_first_page_with_pull_authors_reads_the_list_with_the_inbox() -> None:
     store.add_entry(USER, Entry("t1", "bob", 1_000, 1, "hi", 1))
     store.add_author_entry(Entry("s1", "star", 1_001, 1, "star", 1))
     store.add_pull_follow(USER, "star")
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         (page,) = pages(server, 20, limit=1)
         assert [e.tweet_id for e in page.entries] == ["s1", "t1"]
         assert store.calls["pull_authors"] == 0 and store.calls["inbox"] == 1 and store.calls["author_page"] == 1

@@ -29,8 +29,7 @@ from feed_service.kafka.producer import EventRejected
 from feed_service.workload.generator import RepostMix, WorkloadModel, generate
 from spark_jobs.envelope import EVENT_COLUMNS
 from spark_jobs.timeline_join import events_from_rows
-
-from .test_producer_units import make_producer
+from tests.support.fake_producer import make_producer
 
 UPSERT = {"type": "tweet", "op": "upsert", "tweet_id": "t2", "author_id": "bob", "version": 2, "created_at": 10,
           "text": "yes", "profile_version": 1}

@@ -22,9 +22,10 @@ from feed_service.core.events import Event, FollowChange, MuteChange, ProfileVer
 from feed_service.core.join import step
 from feed_service.core.reference import reference_timelines
 from feed_service.core.retention import BEYOND_HORIZON, NO_WATERMARK, Retention
-from feed_service.core.state import AuthorState, decode_parts, encode_core
+from feed_service.core.state import decode_parts, encode_core
 from feed_service.core.stored_step import step_stored
 from feed_service.core.view import Materializer
+from tests.support.sizes import examples
 
 H = 100
 RETENTION = Retention(H)
@@ -207,7 +208,7 @@ def _expected_late(run: TimedRun) -> list[list[bool]]:
     return out
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(run=timed_runs(), encode_states=st.booleans(), pull_threshold=st.sampled_from([1, 2, 1000]))
 def test_with_retention_the_view_equals_the_reference_over_the_accepted_changes(
         run: TimedRun, encode_states: bool, pull_threshold: int) -> None:

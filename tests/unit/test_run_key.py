@@ -8,26 +8,12 @@ from typing import Any
 import pytest
 
 import feed_service.core.stored_step as stored_step
-from feed_service.core.events import BlockChange, Event, FollowChange, MuteChange, TweetUpsert, join_keys
+from feed_service.core.events import BlockChange, Event, FollowChange, MuteChange, TweetUpsert
 from feed_service.core.state import decode_parts
-from spark_jobs.envelope import EVENT_COLUMNS
 from spark_jobs.timeline_join import JoinConfig, run_key
+from tests.support.run_key_inputs import Routed, no_edges
 
 CONFIG = JoinConfig(inbox_cap=800, pull_threshold=2000, clock_start=0)
-#: The envelope ``type`` of each event class the tests route.
-TYPES = {TweetUpsert: "tweet", FollowChange: "follow", BlockChange: "block", MuteChange: "mute"}
-
-
-class Routed:
-    """A routed row as the Row API hands it over: the event columns as attributes."""
-
-    def __init__(self, event: Event, key: str | None = None) -> None:
-        for name, _ in EVENT_COLUMNS:
-            setattr(self, name, getattr(event, name, None))
-        self.type = TYPES[type(event)]
-        self.op = getattr(event, "op", "upsert")
-        self.key = key if key is not None else join_keys(event)[0]
-
 
 FIRST = [FollowChange("ann", "bob", 1, "follow"), TweetUpsert("t1", "bob", 1, 100, "hi", 1)]
 
@@ -43,10 +29,6 @@ def encodes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(stored_step, "encode_core", counting)
     return calls
-
-
-def no_edges() -> bytes | None:
-    raise AssertionError("a key whose edges are stored inline has no edges part to read")
 
 
 def _core_after(events: list[Event]) -> bytes:

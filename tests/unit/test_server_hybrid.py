@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 
 import grpc
 import pytest
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.rows import Entry, ProfileRow
-from feed_service.server.config import ServerConfig
-from feed_service.server.testing import TEST_SECRET, ServerThread
+from feed_service.server.testing import ServerThread
 from feed_service.store.memory import MemoryStore
+from tests.support.loopback import loopback_config
 
 Code = grpc.StatusCode
-
-
-def config(**kw) -> ServerConfig:
-    base = dict(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.05, shutdown_grace_s=1.0, change_feed=False,
-                pull_cache_ttl_s=0.0,
-                rate_limit_per_s=0)  # many calls per user at once: the limits have their own tests
-    return ServerConfig(**{**base, **kw})
 
 
 def tweet(author: str, n: int, created_at: int) -> Entry:
@@ -71,7 +63,7 @@ def all_pages(stub, server, user: str, size: int, rpc: str = "GetHomeTimeline", 
 @pytest.mark.parametrize("size", [1, 7, 50, 200])
 def test_home_pages_merge_the_inbox_and_the_pull_authors(size: int, ttl: float) -> None:
     store = populated()
-    with ServerThread(config(pull_cache_ttl_s=ttl), store=store) as server:
+    with ServerThread(loopback_config(pull_cache_ttl_s=ttl), store=store) as server:
         assert all_pages(server.stub(), server, "ann", size) == expected(store, "ann")
 
 
@@ -85,7 +77,7 @@ def test_merge_under_inserts_between_pages_has_no_duplicates_and_no_gaps() -> No
         store.add_entry("ann", tweet("bob", 5000 + n, 20_000 + n))
         store.add_author_entry(tweet("star", 5000 + n, 20_000 + n))
 
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         seen = all_pages(server.stub(), server, "ann", 9, on_page=insert_newer)
     assert len(seen) == len(set(seen))
     assert seen == before  # the pages continue below the first page's cursor: every entry once, in order
@@ -95,13 +87,13 @@ def test_paging_stops_at_the_inbox_cap_across_sources() -> None:
     from feed_service.settings import Settings
 
     store = populated()
-    with ServerThread(config(settings=Settings(inbox_cap=50)), store=store) as server:
+    with ServerThread(loopback_config(settings=Settings(inbox_cap=50)), store=store) as server:
         assert all_pages(server.stub(), server, "ann", 7) == expected(store, "ann")[:50]
 
 
 def test_user_timeline_pages_an_authors_tweets_with_any_token() -> None:
     store = populated()
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         ids = all_pages(server.stub(), server, "star", 6, rpc="GetUserTimeline")  # read with ann's token
         first = server.stub().GetUserTimeline(pb.GetUserTimelineRequest(user_id="star"), metadata=server.auth("zed"),
                                               timeout=5)
@@ -112,7 +104,7 @@ def test_user_timeline_pages_an_authors_tweets_with_any_token() -> None:
 
 def test_user_timeline_rejects_another_authors_page_token() -> None:
     store = populated()
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         stub = server.stub()
         page = stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="star", page_size=3), metadata=server.auth("ann"))
         with pytest.raises(grpc.RpcError) as info:
@@ -132,7 +124,7 @@ def test_a_pull_author_hidden_from_the_user_is_not_merged_in() -> None:
     nothing else on the read path is needed to hide them from the home timeline."""
     store = populated()
     store.follows_pull["ann"].discard("star")  # ann still follows star, but has muted it
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         ids = all_pages(server.stub(), server, "ann", 25)
     assert ids == expected(store, "ann") and not any(i.startswith("star-") for i in ids)
     assert any(i.startswith("idol-") for i in ids)
@@ -140,7 +132,7 @@ def test_a_pull_author_hidden_from_the_user_is_not_merged_in() -> None:
 
 def test_watch_delivers_pull_authors_new_tweets() -> None:
     store = populated()
-    with ServerThread(config(pull_cache_ttl_s=0.2), store=store) as server:
+    with ServerThread(loopback_config(pull_cache_ttl_s=0.2), store=store) as server:
         polled = threading.Event()  # the watch took its head and polls: what is added now is new
         newer = store.newer
 
@@ -175,7 +167,7 @@ def test_repost_and_reply_entries_carry_their_fields_and_the_reposters_name() ->
                                  reposter_profile_version=4))
     store.add_entry("ann", Entry("t2", "bob", 500, 1, "@dan yes", 1, "t0", "dan"))
     store.add_entry("ann", Entry("t3", "bob", 700, 1, "plain", 1))
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         pages = [server.stub().GetHomeTimeline(pb.GetHomeTimelineRequest(user_id="ann"), metadata=server.auth("ann"),
                                                timeout=5).entries for _ in range(2)]
     assert pages[0] == pages[1]

@@ -35,9 +35,10 @@ from tests.support.model import (
     seeds,
     snapshot,
 )
+from tests.support.sizes import examples
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

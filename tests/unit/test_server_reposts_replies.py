@@ -44,11 +44,11 @@ from tests.support.model import (
     snapshot,
     user_pages,
 )
+from tests.support.loopback import loopback_config
+from tests.support.page_races import DeliveringStore, PendingFeed
+from tests.support.sizes import examples
 
-from .test_server_hybrid import config
-
-
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -139,7 +139,7 @@ def test_entries_carry_their_reposter_and_parent_over_grpc() -> None:
     store.add_author_entry(Entry("p1", "pat", 40, 1, "own", 3))
     for row in (ProfileRow("pat", 3, "Pat", None, None), ProfileRow("cat", 1, "Cat", None, None)):
         store.add_profile(row)
-    with ServerThread(config(), store=store) as server:
+    with ServerThread(loopback_config(), store=store) as server:
         stub = server.stub()
         home = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id="ann"), metadata=server.auth("ann"), timeout=5)
         own = stub.GetUserTimeline(pb.GetUserTimelineRequest(user_id="pat"), metadata=server.auth("ann"), timeout=5)
@@ -156,13 +156,11 @@ def test_entries_carry_their_reposter_and_parent_over_grpc() -> None:
 def test_cached_and_encoded_pages_over_grpc_equal_the_uncached_ones_batch_by_batch(seed: int) -> None:
     """A server with the read cache (changes delivered at random, some while a page is hydrated)
     and one without it answer every page the same, once the changes are applied."""
-    from . import test_read_cache_pages as pages_test
-
     rnd = random.Random(seed)
     _, batches = batches_of(rnd, 150)
     engine = Materializer(inbox_cap=CAP, pull_threshold=rnd.choice([1, 2]))
-    store = pages_test.DeliveringStore()
-    feed = pages_test.ScriptedFeed()
+    store = DeliveringStore()
+    feed = PendingFeed()
     store.feed = feed
     for user in USERS:  # every profile version a history names: display names never race here
         for version in (0, 1):
@@ -181,7 +179,7 @@ def test_cached_and_encoded_pages_over_grpc_equal_the_uncached_ones_batch_by_bat
     async def deliver() -> None:
         feed.deliver()
 
-    with ServerThread(config(), store=store) as cached, ServerThread(config(), store=store) as plain:
+    with ServerThread(loopback_config(), store=store) as cached, ServerThread(loopback_config(), store=store) as plain:
         async def attach() -> ReadCache:
             cache = ReadCache(feed, depth=rnd.choice([3, 9]))
             feed.cache = cache

@@ -1,7 +1,7 @@
 """The stream's input guard (spark_jobs/stream/inputs.py) and the fatal failures its supervisor never
 restarts (spark_jobs/fatal.py), without a broker or Spark: a fake topics reader over checkpoint folders
-laid out as Spark lays them out, and the fake queries of test_stream_run.py. The real broker's side:
-tests/integration/test_stream_inputs.py."""
+laid out as Spark lays them out, and the fake queries of tests/support/stream_driver.py. The real
+broker's side: tests/integration/test_stream_inputs.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from feed_service.settings import Settings
 from spark_jobs import stream
 from spark_jobs.fatal import fatal_error
 from spark_jobs.stream.inputs import EndsSeen, InputGuard, load_ends, next_offsets, recorded_topic_ids
-from tests.unit.test_stream_run import Driver, FakeQuery
+from tests.support.stream_driver import Driver, FakeQuery
 
 SETTINGS = Settings()
 TWEETS = SETTINGS.topic("tweets")

@@ -10,12 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,76 +22,9 @@ from spark_jobs import stream
 from spark_jobs.bootstrap import build_manifest, write_manifest
 from spark_jobs.stream.options import trigger_of
 from spark_jobs.stream.pinned import OPERATOR_FILE
+from tests.support.stream_driver import Driver, FakeQuery
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class FakeQuery:
-    """A streaming query that either failed at once (``error``) or runs and reports batch 0."""
-
-    name = "timeline-join"
-
-    def __init__(self, error: str | None = None) -> None:
-        self.error = error
-        self.isActive = error is None
-        self.lastProgress = None if error else {
-            "batchId": 0, "numInputRows": 3, "durationMs": {"triggerExecution": 5},
-            "sources": [{"endOffset": json.dumps({"feed.tweets.v1": {"0": 3}})}],
-        }
-
-    def exception(self) -> str | None:
-        return self.error
-
-    def stop(self) -> None:
-        self.isActive = False
-
-
-class Driver:
-    """Fakes for :func:`spark_jobs.stream.run`: the session, the queries it starts, the signals, given to
-    it as :meth:`dependencies`.
-
-    ``stop_after`` progress records, the SIGTERM handler the job installed is called, as an operator would.
-    """
-
-    def __init__(self, queries: list[FakeQuery], *, stop_after: int = 2) -> None:
-        self.queries = list(queries)
-        self.started = 0
-        self.records = 0
-        self.stop_after = stop_after
-        self.handlers: dict[int, Any] = {}
-        self.sessions_stopped = 0
-        driver = self
-
-        class Session:
-            def stop(self) -> None:
-                driver.sessions_stopped += 1
-
-        class Rows:
-            @property
-            def value(self) -> int:
-                driver.records += 1
-                if driver.records == driver.stop_after:
-                    driver.handlers[signal.SIGTERM](signal.SIGTERM, None)
-                return 7
-
-        self._session, self._rows = Session, Rows
-
-    def dependencies(self, **changes: Any) -> stream.StreamDependencies:
-        """The fakes, as the run takes them; ``changes`` replace some (another ``start``, fewer restarts)."""
-        fakes: dict[str, Any] = {
-            "build_session": lambda *a, **k: self._session(),
-            "start": lambda *a, **k: self._start(self._rows()),
-            "install_signal": lambda sig, handler: self.handlers.__setitem__(sig, handler),
-            "restart_backoff_seconds": 0.0,
-            "status_interval": 0.01,
-            "warm_after_seconds": 0.0,
-            "input_guard": lambda *a: None,  # no broker here: the guard has its own tests (test_stream_inputs.py)
-        }
-        return stream.StreamDependencies(**{**fakes, **changes})
-
-    def _start(self, rows: Any) -> stream.RunningStream:
-        self.started += 1
-        return stream.RunningStream(self.queries.pop(0), rows)
 
 
 def _run(tmp_path: Path, dependencies: stream.StreamDependencies) -> tuple[int, Path]:
@@ -251,20 +182,21 @@ def test_bootstrap_from_a_folder_without_backfill_is_refused(tmp_path: Path, cap
 
 
 @pytest.mark.usefixtures("no_spark")
-@pytest.mark.parametrize("args", [[], ["--operator", "transformWithState"]], ids=["default", "asked-for"])
-def test_a_checkpoint_of_a_retired_operator_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                                args: list[str]) -> None:
+def test_a_checkpoint_of_a_retired_operator_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / OPERATOR_FILE).write_text("applyInPandasWithState")
-    assert stream.main(["--checkpoint", str(tmp_path / "ckpt"), *args]) == 2
+    assert stream.main(["--checkpoint", str(tmp_path / "ckpt")]) == 2
     err = capsys.readouterr().err
     assert "feedctl stream: " in err and "created with --operator applyInPandasWithState" in err
     assert "--via backfill" in err and "Traceback" not in err
 
 
 @pytest.mark.usefixtures("no_spark")
-def test_a_retired_operator_is_no_longer_a_choice(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("operator", ["applyInPandasWithState", "transformWithState"])
+def test_the_operator_is_no_longer_a_choice(tmp_path: Path, capsys: pytest.CaptureFixture, operator: str) -> None:
+    """No ``--operator`` flag, not even naming the one operator: a usage error before anything runs
+    (docs/streaming.md, "One stateful operator")."""
     with pytest.raises(SystemExit) as exited:
-        stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--operator", "applyInPandasWithState"])
-    assert exited.value.code == 2 and "invalid choice" in capsys.readouterr().err
+        stream.main(["--checkpoint", str(tmp_path / "ckpt"), "--operator", operator])
+    assert exited.value.code == 2 and "unrecognized arguments: --operator" in capsys.readouterr().err
     assert not (tmp_path / "ckpt").exists()

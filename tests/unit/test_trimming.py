@@ -1,6 +1,6 @@
 """Trimming of stored home timelines (docs/trimming.md): the view's trim, the tracker that decides
-when the stream trims, and the rule a trimmed view keeps, over random histories like
-tests/unit/test_join_properties.py's, with small caps and slacks so that trims happen all the time."""
+when the stream trims, and the rule a trimmed view keeps, over the random histories of
+tests/support/join_runs.py, with small caps and slacks so that trims happen all the time."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from feed_service.core.trim_tracker import TrimTracker
 from feed_service.core.view import Materializer, TimelineView
 from feed_service.errors import ViewContractError
 
-from .test_join_properties import SETTINGS, Run, check_dimensions, random_event, runs
+from tests.support.join_runs import SETTINGS, Run, check_dimensions, random_event, runs
 
 
 def _materialize(run: Run, *, inbox_cap: int, trim_slack: int, encode_states: bool = False,

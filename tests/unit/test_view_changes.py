@@ -336,7 +336,7 @@ def test_output_rows_map_to_one_change_each_and_still_to_the_same_writes() -> No
 
 
 def test_run_key_fills_source_ms_from_the_event_times() -> None:
-    from tests.unit.test_run_key import Routed, no_edges
+    from tests.support.run_key_inputs import Routed, no_edges
     from spark_jobs.timeline_join import JoinConfig, run_key
 
     def timed(event: Event, t: Any) -> Routed:
@@ -359,7 +359,7 @@ def test_run_key_fills_source_ms_from_the_event_times() -> None:
 
 
 def test_the_operator_carries_source_ms() -> None:
-    from tests.unit.test_stream_processor import BOB, Harness, routed, seeded_state
+    from tests.support.processor_harness import BOB, Harness, routed, seeded_state
 
     harness = Harness()
     harness.seed(BOB, seeded_state())

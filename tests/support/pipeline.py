@@ -16,7 +16,7 @@ from feed_service.server.config import ServerConfig
 from feed_service.server.client_channel import ClientTLS
 from feed_service.server.testing import TEST_SECRET, ServerThread, tls_options
 from feed_service.settings import Settings
-from feed_service.stack.stream_process import StreamProcess, high_watermarks  # noqa: F401 - re-exported for tests
+from feed_service.stack.stream_process import StreamProcess  # noqa: F401 - re-exported for tests
 
 #: Raw records that are not valid events, each with the reason code the pipeline must give.
 GARBAGE: tuple[tuple[str, bytes], ...] = (
@@ -182,9 +182,19 @@ def consume_all(settings: Settings, topic: str, *, expect: int, timeout: float =
         consumer.close()
 
 
-def _entries(response: Any) -> list[dict[str, Any]]:
-    return [{"tweet_id": e.tweet_id, "author_id": e.author_id, "version": e.version, "text": e.text,
-             "author_display_name": e.author_display_name or None} for e in response.entries]
+def page_entries(response: Any) -> list[dict[str, Any]]:
+    """The entries of a timeline page in the reference's shape (:func:`feed_service.core.view.entry_dict`):
+    a reply adds its parent, an entry brought by a repost its reposter and repost time."""
+    out = []
+    for e in response.entries:
+        entry = {"tweet_id": e.tweet_id, "author_id": e.author_id, "version": e.version, "text": e.text,
+                 "author_display_name": e.author_display_name or None}
+        if e.in_reply_to_tweet_id:
+            entry |= {"in_reply_to_tweet_id": e.in_reply_to_tweet_id, "in_reply_to_author_id": e.in_reply_to_author_id}
+        if e.reposted_by:
+            entry |= {"reposted_by": e.reposted_by, "reposted_at": e.reposted_at_ms}
+        out.append(entry)
+    return out
 
 
 def read_all_home_timelines(server: ServerThread, users: list[str], page_size: int = 7) -> dict[str, list]:
@@ -197,7 +207,7 @@ def read_all_home_timelines(server: ServerThread, users: list[str], page_size: i
         while True:
             page = stub.GetHomeTimeline(pb.GetHomeTimelineRequest(user_id=user, page_size=page_size, page_token=token),
                                         metadata=server.auth("checker", "service"), timeout=10)
-            entries += _entries(page)
+            entries += page_entries(page)
             token = page.next_page_token
             if not token:
                 break
@@ -206,14 +216,22 @@ def read_all_home_timelines(server: ServerThread, users: list[str], page_size: i
     return out
 
 
+def _unreported(reader_id: str, value: bytes) -> None:
+    """Where a server's read reports go when they must not reach the stream: nowhere."""
+
+
 @contextmanager
-def grpc_server(pipeline: Settings, tls_env: Mapping[str, str] | None = None) -> Iterator[ServerThread]:
+def grpc_server(pipeline: Settings, tls_env: Mapping[str, str] | None = None, *,
+                reports: bool = True) -> Iterator[ServerThread]:
     """A read server on Cassandra, serving once connected and consuming the view changes (the read
     cache on, the TTL'd pull cache off). ``tls_env``: FEED_GRPC_* variables (a secured stack's
-    ``StackSecrets.environment()``) that make it a TLS server and its channels TLS clients."""
+    ``StackSecrets.environment()``) that make it a TLS server and its channels TLS clients. ``reports``
+    False: its home reads are not reported to the stream (docs/activity.md), so reading a shared
+    pipeline brings no inactive reader back."""
     config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, settings=pipeline, pull_cache_ttl_s=0,
                           **tls_options(tls_env or {}))
-    with ServerThread(config, client=ClientTLS.from_env(tls_env) if tls_env else None) as server:
+    quiet = {} if reports else {"report_reads": _unreported}
+    with ServerThread(config, client=ClientTLS.from_env(tls_env) if tls_env else None, **quiet) as server:
         health = health_pb2_grpc.HealthStub(server.channel())
         deadline = time.monotonic() + 60
         while health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status != \

@@ -48,6 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if INTEGRATION_DIR in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
     items.sort(key=_cluster_order)  # stable: the order within each group stays pytest's
+    _mark_last_world_test(config, items)
 
 
 def _owner_alive(run_dir: Path) -> bool:
@@ -113,9 +114,12 @@ def stack_config() -> Iterator[StackConfig]:
 CLUSTER_FIXTURES = ("cluster_stack_config", "secure_stack_config")
 
 
-#: The streamed world's phases (tests/support/world.py): tests of phase 1, then those of phase 2; a test
-#: that takes none of these keeps its place among the first.
-WORLD_PHASE_FIXTURES = ("world_phase2",)
+#: The streamed world's phases (tests/support/world.py): the tests that take none run first, then the
+#: tests of phase 1, then those of phase 2, so that the world's stream runs beside its own tests only
+#: (it is stopped after the last of them: :func:`pytest_runtest_teardown`).
+WORLD_PHASE_FIXTURES = ("world", "world_phase2")
+#: The node id of the last test that uses the world, once the tests are ordered.
+LAST_WORLD_TEST = pytest.StashKey[str]()
 
 
 def _cluster_order(item: pytest.Item) -> tuple[int, int, int]:
@@ -123,6 +127,21 @@ def _cluster_order(item: pytest.Item) -> tuple[int, int, int]:
     uses = any(name in names for name in CLUSTER_FIXTURES)
     phase = max((rank for rank, name in enumerate(WORLD_PHASE_FIXTURES, 1) if name in names), default=0)
     return (int(uses), int(uses and Path(str(item.fspath)).name == "test_cluster.py"), phase)
+
+
+def _mark_last_world_test(config: pytest.Config, items: list[pytest.Item]) -> None:
+    using = [item for item in items if "world" in getattr(item, "fixturenames", ())]
+    if using:
+        config.stash[LAST_WORLD_TEST] = using[-1].nodeid
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test that uses the world, stop its stream (exit code 0 checked): nothing later
+    needs it, and the cluster tests that follow need the machine's cores."""
+    if nextitem is not None and item.nodeid == item.config.stash.get(LAST_WORLD_TEST, None):
+        world = getattr(item, "funcargs", {}).get("world")
+        if world is not None:
+            world.stop()
 
 
 @pytest.fixture(scope="session")

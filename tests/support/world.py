@@ -89,6 +89,7 @@ class World:
     phase1_progress: dict[str, Any] = field(default_factory=dict)
     #: Events tests published into the world (:meth:`publish`): part of the reference from then on.
     more: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False
 
     @property
     def checkpoint(self) -> Path:
@@ -170,7 +171,10 @@ class World:
             self.stream.wait_caught_up(timeout=CATCH_UP_S)
 
     def stop(self) -> None:
-        """Stop the stream; it must exit with code 0."""
+        """Stop the stream (once; again does nothing); it must exit with code 0."""
+        if self.stopped:
+            return
+        self.stopped = True
         code = self.stream.stop()
         assert code == 0, f"the world's stream exited with {code}; log {self.stream.log_file}:\n" + \
             self.stream.log_file.read_text(errors="replace")[-4000:]

@@ -43,7 +43,7 @@ from spark_jobs.backfill.states import state_timeline_rows
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.envelope import parse_changes
 
-from tests.support.history import followers
+from tests.support.history import crossing, followers
 from tests.support.isolation import isolated
 from tests.support.pipeline import (
     GARBAGE, StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, read_timelines, running,
@@ -84,23 +84,6 @@ def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX) -> li
     """The generator's history with 15 % reposts, 30 % replies and 5 % hides."""
     return list(generate(users=40, events=events, seed=seed, mean_following=6, prefix=prefix,
                          repost_share=0.15, reply_share=0.3, hide_share=0.05))
-
-
-def _crossing(prefix: str, *, up: bool, version: int) -> list[dict[str, Any]]:
-    """Follows that take ``{prefix}star`` to THRESHOLD + 1 followers (up) or back to 2 (down), with
-    tweets of the star in the same batch."""
-    star = f"{prefix}star"
-    fans = [f"{prefix}fan{i}" for i in range(THRESHOLD + 1)]
-    kept = fans if up else fans[:2]
-    events: list[dict[str, Any]] = [
-        {"type": "follow", "op": "follow" if f in kept else "unfollow", "follower_id": f, "followee_id": star,
-         "version": version} for f in fans]
-    events += [{"type": "tweet", "op": "upsert", "tweet_id": f"{star}-{version}-{n}", "author_id": star,
-                "version": 1, "created_at": 1_767_225_600_000 + version * 100 + n, "text": f"star {version}/{n}",
-                "profile_version": 1} for n in range(3)]
-    if version == 1:
-        events.insert(0, {"type": "profile", "user_id": star, "version": 1, "display_name": "The Star"})
-    return events
 
 
 def _hide(kind: str, op: str, subject: str, target: str, version: int) -> dict:
@@ -203,7 +186,7 @@ def rebuilt(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Reb
     history = _rich_history(seed=7)
     cut = len(history) * 3 // 4
     events = history[:cut]
-    events += _hides(events, seed=11) + _crossing(RICH_PREFIX, up=True, version=1)
+    events += _hides(events, seed=11) + crossing(RICH_PREFIX, THRESHOLD, up=True, version=1)
     publish(pipeline, events, GARBAGE)
     with running(StreamProcess(pipeline, tmp / "ckpt", log_file=tmp / "stream.log")) as stream:
         stream.wait_caught_up()
@@ -345,7 +328,7 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(rebuilt: Rebuilt, s
     # The continuation needs the stream's state from the backfill, the per-reader stage's included:
     # the rest of the history (unreposts, follows, edits of what the backfill holds), then changes of
     # :func:`_continuation`, then the star falls back below the threshold (pushed again).
-    more = rebuilt.later + _continuation(events, seed=13) + _crossing(RICH_PREFIX, up=False, version=2)
+    more = rebuilt.later + _continuation(events, seed=13) + crossing(RICH_PREFIX, THRESHOLD, up=False, version=2)
     everything = events + more
     checkpoint = tmp_path / "ckpt"
     log = tmp_path / "stream.log"

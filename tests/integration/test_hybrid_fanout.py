@@ -29,6 +29,7 @@ from feed_service.kafka.offsets import watermarks
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
+from tests.support.history import crossing
 from tests.support.isolation import isolated
 from tests.support.pipeline import (
     StreamProcess, consume_all, grpc_server, publish, read_all_home_timelines, read_table, running,
@@ -38,23 +39,6 @@ from tests.support.world import PULL_THRESHOLD, World
 #: The kill test's pull threshold: several of its 40 users are pull authors.
 THRESHOLD = 4
 T0 = 1_767_225_600_000
-
-
-def _crossing(prefix: str, *, up: bool, version: int) -> list[dict[str, Any]]:
-    """Follows that take ``{prefix}star`` to THRESHOLD + 1 followers (up) or back to 2 (down), with
-    tweets of the star in the same batch."""
-    star = f"{prefix}star"
-    fans = [f"{prefix}fan{i}" for i in range(THRESHOLD + 1)]
-    followers = fans if up else fans[:2]
-    events: list[dict[str, Any]] = [
-        {"type": "follow", "op": "follow" if f in followers else "unfollow", "follower_id": f, "followee_id": star,
-         "version": version} for f in fans]
-    events += [{"type": "tweet", "op": "upsert", "tweet_id": f"{star}-{version}-{n}", "author_id": star,
-                "version": 1, "created_at": 1_767_225_600_000 + version * 100 + n, "text": f"star {version}/{n}",
-                "profile_version": 1} for n in range(3)]
-    if version == 1:
-        events.insert(0, {"type": "profile", "user_id": star, "version": 1, "display_name": "The Star"})
-    return events
 
 
 def _follow(follower: str, followee: str, version: int = 1, op: str = "follow") -> dict[str, Any]:
@@ -120,8 +104,9 @@ def test_kill_while_an_author_crosses_the_threshold(settings: Settings, unique: 
     first = StreamProcess(pipeline, checkpoint, log_file=tmp_path / "run1.log", extra_args=args).start()
     try:
         first.wait_caught_up()
-        up, down, again = (_crossing(prefix, up=True, version=1), _crossing(prefix, up=False, version=2),
-                           _crossing(prefix, up=True, version=3))
+        up, down, again = (crossing(prefix, THRESHOLD, up=True, version=1),
+                           crossing(prefix, THRESHOLD, up=False, version=2),
+                           crossing(prefix, THRESHOLD, up=True, version=3))
         publish(pipeline, up + down + again)
         done = first.progress()["timeline-join"]["batch_id"]
         first.wait_for_batch(done + 1)

@@ -1,6 +1,7 @@
 """The one history strategy of the integration tests: the project's workload generator with the
 suite's small shape (a few dozen users, ~6 followees each), ids prefixed so histories never meet,
-and publishing stage by stage, each stage caught up before the next."""
+publishing stage by stage, each stage caught up before the next, and the designed pieces tests add
+(prolific authors, deletes of the newest tweets, a pull-threshold crossing)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,21 @@ def deletes_of_newest(events: Sequence[dict[str, Any]], author: str, newest: int
                  key=lambda e: e["created_at"])[-newest:]
     return [{"type": "tweet", "op": "delete", "tweet_id": e["tweet_id"], "author_id": author, "version": 2}
             for e in own]
+
+
+def crossing(prefix: str, threshold: int, *, up: bool, version: int) -> list[dict[str, Any]]:
+    """Follows that take ``{prefix}star`` to ``threshold + 1`` followers (up: a pull author) or back to 2
+    (down: pushed again), at ``version``, with three tweets of the star in the same batch
+    (docs/fan-out.md); the first crossing (version 1) comes with the star's profile."""
+    star = f"{prefix}star"
+    fans = [f"{prefix}fan{i}" for i in range(threshold + 1)]
+    kept = fans if up else fans[:2]
+    events: list[dict[str, Any]] = [
+        {"type": "follow", "op": "follow" if f in kept else "unfollow", "follower_id": f, "followee_id": star,
+         "version": version} for f in fans]
+    events += [{"type": "tweet", "op": "upsert", "tweet_id": f"{star}-{version}-{n}", "author_id": star,
+                "version": 1, "created_at": WORKLOAD_EPOCH_MS + version * 100 + n, "text": f"star {version}/{n}",
+                "profile_version": 1} for n in range(3)]
+    if version == 1:
+        events.insert(0, {"type": "profile", "user_id": star, "version": 1, "display_name": "The Star"})
+    return events

@@ -69,6 +69,7 @@ class FollowChange:
     followee_id: str
     version: int
     op: FollowOp
+    show_reposts: bool = True
 
     @property
     def active(self) -> bool:

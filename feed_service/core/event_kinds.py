@@ -24,6 +24,8 @@ from feed_service.core.event_types import (
     BlockChange,
     Event,
     FollowChange,
+    ListChange,
+    ListMemberChange,
     MuteChange,
     ProfileVersion,
     RejectCode,
@@ -158,7 +160,7 @@ class EventKind:
     """The envelope's ``op`` values of this kind, each with what it does; empty when the type has no op.
     For an edge the first op turns the edge on (follow, block, mute), the second off."""
     tie_winner: str | None = None
-    """For an edge: the op that wins a version tie between two changes of one edge."""
+    """The op that wins a version tie between two changes of one entity (an edge; a list: delete)."""
     edge: EdgeShape | None = None
     together: tuple[Together, ...] = ()
     """Groups of optional fields that go together (a reply's ``in_reply_to_*``)."""
@@ -313,6 +315,39 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                     "shown with it. An unrepost carries neither (they are ignored if present).",
     ),
     EventKind(
+        type="list", cls=ListChange,
+        ops={"create": "create or update a list", "delete": "delete a list"},
+        tie_winner="delete",
+        fields=(FieldSpec("list_id", "id", "The list.", since=3),
+                FieldSpec("owner_id", "id", "The user who owns the list.", since=3),
+                _version("Per-list version; the highest wins."),
+                FieldSpec("name", "text", "The list's name.", ops=("create",), since=3),
+                FieldSpec("replies_policy", "optional_choice",
+                          "Which replies the list's timeline shows: to followed users, to the list's members, "
+                          "or none; null or absent: list.", ops=("create",), since=3,
+                          choices=("followed", "list", "none"), default="list"),
+                FieldSpec("exclusive", "optional_bool",
+                          "Whether the members' posts leave the owner's home timeline; null or absent: false.",
+                          ops=("create",), since=3, default=False)),
+        join_keys=("owner_id",), topic_role="lists", record_key=("list_id",),
+        title="list create or delete",
+        description="create also updates: the highest version wins, delete wins a tie; two creates at one "
+                    "version: the greater (name, replies_policy, exclusive) wins",
+    ),
+    EventKind(
+        type="list_member", cls=ListMemberChange,
+        ops={"add": "add a user to a list", "remove": "remove a user from a list"},
+        tie_winner="remove",
+        # No self-edge rule: the two ends are a list and a user.
+        edge=EdgeShape("list_id", "member_id"),
+        fields=(FieldSpec("list_id", "id", "The list."), FieldSpec("member_id", "id", "The user.", since=3),
+                _version("Per-membership version; the highest wins.")),
+        join_keys=("member_id",), topic_role="list_members", record_key=("list_id", "member_id"),
+        title="list member add or remove",
+        description="Sets the edge list_id -> member_id. The user is a member iff the edge's highest-version "
+                    "change is an add; on a version tie remove wins.",
+    ),
+    EventKind(
         type="refill", cls=RefillRequest,
         fields=(FieldSpec("reader_id", "id", "The reader whose inbox is refilled.", since=2),
                 FieldSpec("author_id", "id", "The push author asked to write the rows again."),
@@ -340,7 +375,7 @@ for _kind in EVENT_KINDS:
 del _kind
 
 EDGE_KINDS: dict[str, EventKind] = {kind.type: kind for kind in EVENT_KINDS if kind.edge is not None}
-"""The kinds that set an edge (follow, block, mute, repost), by type."""
+"""The kinds that set an edge (follow, block, mute, repost, list_member), by type."""
 
 HIDE_KINDS: dict[str, EventKind] = {t: k for t, k in EDGE_KINDS.items() if k.tie_winner == k.on_op}
 """The edges that hide tweets (block, mute): their hiding op wins a tie, the safer side."""

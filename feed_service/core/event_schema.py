@@ -97,10 +97,12 @@ def event_json_schema() -> dict[str, Any]:
         "$id": SCHEMA_ID,
         "title": "Change event envelope",
         "description": (
-            "One change of the tweets, follows, profiles, blocks, mutes or reposts table (docs/design.md): one "
+            "One change of the tweets, follows, profiles, blocks, mutes, reposts, lists or list members table "
+            "(docs/design.md): one "
             "JSON object per Kafka record or replay-file line. Unknown extra properties are allowed and ignored "
             "(so are the fields an op does not carry, e.g. created_at on an unrepost). Versions "
-            "increase per entity (tweet, follow edge, user profile, repost edge). Two rules are enforced by "
+            "increase per entity (tweet, follow edge, user profile, repost edge, list, list membership). Two rules "
+            "are enforced by "
             "feed_service.core.events.parse_event but not expressible here: " + self_rules + ", and integers "
             "must be written without a fraction or exponent (1.0 is rejected). Generated from "
             "feed_service/core/event_kinds.py (feedctl schema events)."

@@ -13,6 +13,9 @@ in ``schemas/events/``)::
     {"type":"mute","op":"mute"|"unmute","muter_id","muted_id","version"}
     {"type":"repost","op":"repost","reposter_id","tweet_id","author_id","version","created_at","profile_version"}
     {"type":"repost","op":"unrepost","reposter_id","tweet_id","author_id","version"}
+    {"type":"list","op":"create","list_id","owner_id","version","name"[,"replies_policy"][,"exclusive"]}
+    {"type":"list","op":"delete","list_id","owner_id","version"}
+    {"type":"list_member","op":"add"|"remove","list_id","member_id","version"}
 
 Bad input never raises anything but :class:`InvalidEvent`, whose ``code`` names the kind of fault
 (for metrics) and whose message says which field was wrong. Unknown extra fields are ignored.
@@ -37,6 +40,10 @@ from feed_service.core.event_types import (
     Event,
     FollowChange,
     FollowOp,
+    ListChange,
+    ListMemberChange,
+    ListMemberOp,
+    ListOp,
     MuteChange,
     MuteOp,
     ProfileVersion,
@@ -55,7 +62,8 @@ from feed_service.errors import InvalidEvent
 _new = tuple.__new__
 
 __all__ = [
-    "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "MuteChange", "MuteOp",
+    "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "ListChange", "ListMemberChange",
+    "ListMemberOp", "ListOp", "MuteChange", "MuteOp",
     "ProfileVersion", "RawEvent", "REBUILD_LINE", "REBUILD_NEED", "RejectCode", "RefillRequest", "RepostChange", "RepostOp", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
     "content_of", "reply_of", "event_to_json", "join_key", "join_keys", "parse_event",
     "profile_of", "tweet_payload_digest", "TweetFields", "content_entry", "fields_of", "no_replies", "parent_author_of",

@@ -6,7 +6,9 @@ highest version (``unfollow`` wins a tie); per profile (user, version) the great
 :func:`~feed_service.core.rules.profile_rank`; a block or mute edge's highest version (the hiding op,
 ``block`` or ``mute``, wins a tie: :func:`~feed_service.core.rules.hide_rank`); a repost edge's
 highest version (``unrepost`` wins a tie; two reposts at one version: the greatest payload, as
-:func:`~feed_service.core.rules.repost_rank`).
+:func:`~feed_service.core.rules.repost_rank`); a list's highest version (``delete`` wins a tie; two
+creates at one version: the greater (name, replies_policy, exclusive)) and a list membership's
+(``remove`` wins a tie), carried for the stages that will join them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from feed_service.core.event_kinds import EDGE_KINDS, EventKind, FieldSpec
+from feed_service.core.event_kinds import EDGE_KINDS, TYPES, EventKind, FieldSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,11 +76,18 @@ class Winners:
     reposts: "DataFrame"
     """reposter_id, tweet_id, version, op, author_id, created_at, profile_version: the winning change
     of every repost edge ever seen (created_at and profile_version null for an unrepost)."""
+    lists: "DataFrame"
+    """list_id, version, op, name, replies_policy, exclusive, owner_id: the winning change of every
+    list ever seen (a create's options with their defaults when it left them out; a delete's name and
+    options null). Carried, not joined yet."""
+    list_members: "DataFrame"
+    """list_id, member_id, version, op: the winning change of every membership edge ever seen.
+    Carried, not joined yet."""
 
     def map(self, fn: Callable[["DataFrame"], "DataFrame"]) -> "Winners":
         """The same tables through ``fn`` (e.g. persisted)."""
         return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles),
-                       fn(self.blocks), fn(self.mutes), fn(self.reposts))
+                       fn(self.blocks), fn(self.mutes), fn(self.reposts), fn(self.lists), fn(self.list_members))
 
     def active_edges(self) -> "DataFrame":
         """The edges whose winning change is a follow."""
@@ -143,6 +152,8 @@ class Winners:
             "mutes_in_force": self.mutes_in_force().count(),
             "repost_edges": self.reposts.count(),
             "reposts_in_force": self.reposts_in_force().count(),
+            "lists": self.lists.count(),
+            "list_memberships": self.list_members.count(),
         }
 
 
@@ -192,7 +203,19 @@ def winning_changes(events: "DataFrame") -> Winners:
     # Repost edges: highest version, unrepost wins a tie; between reposts of one version, the greatest
     # (author_id, created_at, profile_version), as repost_rank orders them.
     reposts = _edge_winners(events, EDGE_KINDS["repost"])
-    return Winners(live, dels, edges, profiles, blocks, mutes, reposts)
+    # Lists: highest version, delete wins a tie; between creates of one version the greatest
+    # (name, replies_policy, exclusive), then owner_id. Memberships: highest version, remove wins a tie.
+    lists = _list_winners(events)
+    list_members = _edge_winners(events, EDGE_KINDS["list_member"])
+    return Winners(live, dels, edges, profiles, blocks, mutes, reposts, lists, list_members)
+
+
+def _list_winners(events: "DataFrame") -> "DataFrame":
+    """Per list the winning change (:attr:`Winners.lists`)."""
+    (kind,) = TYPES["list"]
+    by_name = {f.name: f for f in kind.fields}
+    return _winners(events, kind, ("list_id",), [by_name[n] for n in ("name", "replies_policy", "exclusive",
+                                                                       "owner_id")])
 
 
 def _edge_winners(events: "DataFrame", kind: EventKind) -> "DataFrame":

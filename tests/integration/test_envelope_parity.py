@@ -503,6 +503,34 @@ def _edge_examples() -> list[bytes]:
         {**follow, "show_reposts": 0},                                      # wrong_type
         {**follow, "show_reposts": "false", "version": -1},                 # negative_value first
     ]
+    # Lists: a create carries its name and options (a choice and a boolean, null or absent: defaults),
+    # a delete neither; a delete wins a tie (the engine's), here only the rules. Members: an edge.
+    create = {"type": "list", "op": "create", "list_id": "l1", "owner_id": "ann", "version": 3, "name": "friends"}
+    delete = {"type": "list", "op": "delete", "list_id": "l1", "owner_id": "ann", "version": 4}
+    add = {"type": "list_member", "op": "add", "list_id": "l1", "member_id": "bob", "version": 5}
+    variants += [
+        create, {**create, "replies_policy": "followed", "exclusive": True}, {**create, "replies_policy": "none"},
+        {**create, "replies_policy": None, "exclusive": None}, {**create, "replies_policy": "list", "exclusive": False},
+        *({**create, "list_id": f"l{i}", "owner_id": f"o{i}", "exclusive": bool(i % 2)} for i in range(5)),
+        delete, {**delete, "name": 5, "replies_policy": "bogus", "exclusive": "x"},   # ignored on a delete: valid
+        add, {**add, "op": "remove"}, {**add, "member_id": "l1"},                    # no self-edge rule
+        *({**add, "member_id": f"m{i}", "version": i} for i in range(5)),
+        {**create, "replies_policy": "List"},                                # unknown_value
+        {**create, "replies_policy": ""},                                    # unknown_value
+        {**create, "replies_policy": 1},                                     # wrong_type
+        {**create, "exclusive": "true"},                                     # wrong_type
+        {**create, "exclusive": 0},                                          # wrong_type
+        {**create, "name": None},                                            # wrong_type
+        {k: v for k, v in create.items() if k != "name"},                    # missing_field
+        {k: v for k, v in delete.items() if k != "owner_id"},               # missing_field
+        {**create, "list_id": ""},                                           # empty_id
+        {**create, "version": -3},                                           # negative_value
+        {**create, "op": "update"},                                          # unknown_op
+        {**create, "replies_policy": "all", "exclusive": 1},                 # unknown_value first
+        {**add, "member_id": ""},                                            # empty_id
+        {**add, "op": "join"},                                               # unknown_op
+        {k: v for k, v in add.items() if k != "list_id"},                    # missing_field
+    ]
     # Replies: both ids or neither, null the same as absent.
     upsert = {"type": "tweet", "op": "upsert", "tweet_id": "t2", "author_id": "bob", "version": 2, "created_at": 10,
               "text": "yes", "profile_version": 1}
@@ -638,6 +666,11 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     assert {("repost", c) for c in (None, "missing_field", "wrong_type", "empty_id", "negative_value",
                                     "unknown_op")} <= edge_codes
     assert ("tweet", "incomplete_reply") in edge_codes
+    assert {("list", c) for c in (None, "missing_field", "wrong_type", "empty_id", "negative_value", "unknown_op",
+                                  "unknown_value")} <= edge_codes
+    assert {("list_member", c) for c in (None, "missing_field", "empty_id", "unknown_op")} <= edge_codes
+    # The drawn families reach the choice rule too, not only the hand-made examples.
+    assert any(v.python[0] == "unknown_value" for v in verdicts["near_miss"])
     # The drawn family reaches the reply rule too, not only the hand-made examples.
     assert {v.python[0] for v in verdicts["half_group"]} == {"incomplete_reply"}
     replies = [v.python[1] for v in agreeing if v.python[0] is None and getattr(v.python[1], "in_reply_to_tweet_id", None)]
@@ -651,13 +684,14 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
 
 
 def _edge_type(raw: bytes) -> str | None:
-    """``block``, ``mute``, ``repost`` or ``tweet`` when ``raw`` is a JSON object of that type, else None."""
+    """``block``, ``mute``, ``repost``, ``tweet``, ``list`` or ``list_member`` when ``raw`` is a JSON
+    object of that type, else None."""
     try:
         obj = json.loads(raw)
     except ValueError:
         return None
     kind = obj.get("type") if isinstance(obj, dict) else None
-    return kind if kind in ("block", "mute", "repost", "tweet") else None
+    return kind if kind in ("block", "mute", "repost", "tweet", "list", "list_member") else None
 
 
 def test_routing_gives_a_block_one_row_per_key_and_everything_else_one_row(

@@ -140,7 +140,12 @@ def test_edge_kinds_reject_self_edges_with_their_code(kind) -> None:
     assert info.value.code == kind.edge.self_code
 
 
-@pytest.mark.parametrize("kind", list(EDGE_KINDS.values()), ids=lambda k: k.key)
+#: Edge kinds the engine does not join yet (docs/event-kinds.md, "Meaning"): no rank of theirs to check.
+NOT_JOINED_YET = frozenset({"list_member"})
+
+
+@pytest.mark.parametrize("kind", [k for k in EDGE_KINDS.values() if k.type not in NOT_JOINED_YET],
+                         ids=lambda k: k.key)
 def test_the_engine_ranks_break_ties_as_the_registry_says(kind) -> None:
     """``edge_rank`` (follows), ``hide_rank`` (blocks, mutes) and ``repost_rank`` hard-code the tie
     rule on the hot path."""
@@ -162,8 +167,9 @@ def test_envelope_columns_hold_every_field_once_in_registry_order() -> None:
                          "in_reply_to_tweet_id", "in_reply_to_author_id", "reposter_id",
                          # refill requests (registry revision 2)
                          "reader_id", "below_created_at", "below_tweet_id", "need",
-                         # a follow's option (registry revision 3)
-                         "show_reposts"]
+                         # a follow's option, lists and list members (registry revision 3)
+                         "show_reposts", "list_id", "owner_id", "name", "replies_policy", "exclusive",
+                         "member_id"]
 
 
 def test_the_changelog_topics_are_the_registry_s_topic_roles() -> None:
@@ -179,6 +185,9 @@ def test_the_changelog_topics_are_the_registry_s_topic_roles() -> None:
     for role in STREAM_INTERNAL_TOPICS:  # requests, not a table's changes: nothing to compact
         assert declared[role]["config"]["cleanup.policy"] == "delete", role
     assert declared["reposts"]["name"] == "feed.reposts.v1" and declared["reposts"]["key"].startswith("repost|")
+    assert declared["lists"]["name"] == "feed.lists.v1" and declared["lists"]["key"] == "list_id"
+    assert declared["list_members"]["name"] == "feed.list-members.v1"
+    assert declared["list_members"]["key"] == "list_id|member_id"
 
 
 def test_types_group_kinds_that_share_an_envelope_type() -> None:

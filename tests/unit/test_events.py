@@ -201,7 +201,7 @@ _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.0, -0.0, 2**63 - 1, 2**63]),
     st.floats(-2, 2, allow_nan=False),
     st.sampled_from(["", "a", "b", "tweet", "follow", "profile", "upsert", "delete", "unfollow", "repost",
-                     "unrepost", "true"]),
+                     "unrepost", "true", "followed", "list", "none", "List", "create", "remove"]),
     st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
 )
 _BASES = [
@@ -217,6 +217,10 @@ _BASES = [
     {"type": "repost", "op": "repost", "reposter_id": "r", "tweet_id": "t", "author_id": "a", "version": 1,
      "created_at": 2, "profile_version": 0},
     {"type": "repost", "op": "unrepost", "reposter_id": "r", "tweet_id": "t", "author_id": "a", "version": 1},
+    {"type": "list", "op": "create", "list_id": "l", "owner_id": "a", "version": 1, "name": "x",
+     "replies_policy": "none", "exclusive": True},
+    {"type": "list", "op": "delete", "list_id": "l", "owner_id": "a", "version": 1},
+    {"type": "list_member", "op": "add", "list_id": "l", "member_id": "a", "version": 1},
 ]
 _FIELDS = sorted({k for base in _BASES for k in base})
 

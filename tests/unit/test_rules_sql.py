@@ -78,7 +78,11 @@ def _rank(kind_type: str, change: dict[str, Any]) -> tuple:
     if kind_type == "repost":
         return rules.repost_rank(change["version"], on, change["author_id"], change["created_at"],
                                  change["profile_version"])
-    return rules.hide_rank(change["version"], on)
+    if kind_type in ("block", "mute"):
+        return rules.hide_rank(change["version"], on)
+    # A kind the engine does not join yet (list members): the registry's rule, highest version, then
+    # the tie winner.
+    return (change["version"], change["op"] == EDGE_KINDS[kind_type].tie_winner)
 
 
 @pytest.mark.parametrize("kind_type", sorted(EDGE_KINDS))
@@ -130,3 +134,24 @@ def test_a_follow_winner_carries_show_reposts_true_when_left_out(spark: Any) -> 
            for r in _edge_winners(events, EDGE_KINDS["follow"]).collect()}
     assert got == {"bob": (2, "follow", True), "cat": (3, "follow", True), "dan": (4, "unfollow", None),
                    "eve": (5, "follow", False)}
+
+
+def test_a_list_winner_is_the_highest_version_a_delete_on_a_tie_then_the_greater_payload(spark: Any) -> None:
+    """The winners hold a list's winning change as docs/event-kinds.md declares it (carried, not
+    joined yet): a create's left-out options with their defaults, a delete's null."""
+    from spark_jobs.backfill.winners import _list_winners
+    from spark_jobs.envelope import EVENT_COLUMNS
+
+    columns = ["list_id", "owner_id", "version", "op", "name", "replies_policy", "exclusive"]
+    changes = [("l1", "ann", 1, "create", "a", "none", True), ("l1", "ann", 2, "create", "b", None, None),
+               ("l2", "ann", 3, "create", "a", "list", False), ("l2", "ann", 3, "delete", None, None, None),
+               ("l3", "ann", 4, "create", "a", "followed", False), ("l3", "ann", 4, "create", "a", "none", False),
+               ("l3", "ann", 4, "create", "a", "none", None),
+               ("l4", "bob", 5, "delete", None, None, None), ("l4", "bob", 4, "create", "z", "none", True)]
+    types = dict(EVENT_COLUMNS)
+    events = spark.createDataFrame([("list", *c) for c in changes],
+                                   ", ".join(f"{c} {types[c]}" for c in ["type", *columns]))
+    got = {r.list_id: (r.version, r.op, r["name"], r.replies_policy, r.exclusive, r.owner_id)
+           for r in _list_winners(events).collect()}
+    assert got == {"l1": (2, "create", "b", "list", False, "ann"), "l2": (3, "delete", None, None, None, "ann"),
+                   "l3": (4, "create", "a", "none", False, "ann"), "l4": (5, "delete", None, None, None, "bob")}

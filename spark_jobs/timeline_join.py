@@ -30,6 +30,8 @@ from feed_service.core.events import (
     BlockChange,
     Event,
     FollowChange,
+    ListChange,
+    ListMemberChange,
     MuteChange,
     ProfileVersion,
     RefillRequest,
@@ -68,8 +70,10 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
                                           none(r.in_reply_to_author_id)))
             else:
                 events.append(TweetDelete(r.tweet_id, r.author_id, int(r.version)))
-        elif r.type == "follow":
-            events.append(FollowChange(r.follower_id, r.followee_id, int(r.version), r.op))
+        elif r.type == "follow":  # show_reposts: null when absent, on an unfollow too (the default, True)
+            show_reposts = none(r.show_reposts)
+            events.append(FollowChange(r.follower_id, r.followee_id, int(r.version), r.op,
+                                       True if show_reposts is None else bool(show_reposts)))
         elif r.type == "block":
             events.append(BlockChange(r.blocker_id, r.blocked_id, int(r.version), r.op))
         elif r.type == "mute":
@@ -79,6 +83,13 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
             events.append(RepostChange(r.reposter_id, r.tweet_id, r.author_id, int(r.version), r.op,
                                        None if created_at is None else int(created_at),
                                        None if profile_version is None else int(profile_version)))
+        elif r.type == "list":  # a delete's name and options are null (parse_changes): the defaults
+            replies_policy, exclusive = none(r.replies_policy), none(r.exclusive)
+            events.append(ListChange(r.list_id, r.owner_id, int(r.version), r.op, none(r.name),
+                                     "list" if replies_policy is None else replies_policy,
+                                     False if exclusive is None else bool(exclusive)))
+        elif r.type == "list_member":
+            events.append(ListMemberChange(r.list_id, r.member_id, int(r.version), r.op))
         elif r.type == "refill":
             events.append(RefillRequest(r.reader_id, r.author_id, int(r.below_created_at), r.below_tweet_id,
                                         int(r.need)))

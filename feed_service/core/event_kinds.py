@@ -18,12 +18,14 @@ through one). The engine's own semantics (which state a change touches) stay in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields as dataclass_fields
-from typing import Literal, Mapping, TypeAlias
+from typing import Any, Literal, Mapping, TypeAlias
 
 from feed_service.core.event_types import (
     BlockChange,
     Event,
     FollowChange,
+    ListChange,
+    ListMemberChange,
     MuteChange,
     ProfileVersion,
     RejectCode,
@@ -33,13 +35,36 @@ from feed_service.core.event_types import (
     TweetUpsert,
 )
 
-FieldRule: TypeAlias = Literal["id", "text", "natural", "optional_text", "optional_id"]
+FieldRule: TypeAlias = Literal["id", "text", "natural", "bool", "choice", "optional_text", "optional_id",
+                                "optional_bool", "optional_choice"]
 """How a field is checked: ``id`` a non-empty string, ``text`` a string, ``natural`` a signed 64-bit
-integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``optional_text`` a string, null or absent,
-``optional_id`` a non-empty string, null or absent (null and absent both mean absent)."""
+integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``bool`` a JSON ``true`` or ``false`` (``0``,
+``1`` and ``"true"`` are not booleans), ``choice`` a string among the field's ``choices`` (another string:
+``unknown_value``), ``optional_text`` a string, null or absent, ``optional_id`` a non-empty string, null
+or absent, ``optional_bool`` and ``optional_choice`` as ``bool`` and ``choice`` or null or absent (null
+and absent both mean absent: the field's ``default``)."""
 
-OPTIONAL_RULES: frozenset[str] = frozenset({"optional_text", "optional_id"})
+OPTIONAL_RULES: frozenset[str] = frozenset({"optional_text", "optional_id", "optional_bool", "optional_choice"})
 """The rules a field may be absent under."""
+
+BOOL_RULES: frozenset[str] = frozenset({"bool", "optional_bool"})
+"""The rules of a JSON boolean (a ``boolean`` column)."""
+
+CHOICE_RULES: frozenset[str] = frozenset({"choice", "optional_choice"})
+"""The rules of a string among ``FieldSpec.choices``."""
+
+RULE_REJECT_CODES: dict[str, frozenset[str]] = {
+    "id": frozenset({"missing_field", "wrong_type", "empty_id"}),
+    "text": frozenset({"missing_field", "wrong_type"}),
+    "natural": frozenset({"missing_field", "wrong_type", "negative_value"}),
+    "bool": frozenset({"missing_field", "wrong_type"}),
+    "choice": frozenset({"missing_field", "wrong_type", "unknown_value"}),
+    "optional_text": frozenset({"wrong_type"}),
+    "optional_id": frozenset({"wrong_type", "empty_id"}),
+    "optional_bool": frozenset({"wrong_type"}),
+    "optional_choice": frozenset({"wrong_type", "unknown_value"}),
+}
+"""The reject codes a field of each rule can give."""
 
 MAX_INT64 = 2**63 - 1
 """Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
@@ -58,12 +83,24 @@ class FieldSpec:
     since: int = 0
     """The registry revision that added the field's column: the stream's event columns are ordered
     by it first (:data:`ENVELOPE_COLUMNS`), so a field added to an old kind still comes after every
-    older column (a stream checkpoint holds their order). 0: the first five tables; 1: replies and reposts."""
+    older column (a stream checkpoint holds their order). 0: the first five tables; 1: replies and
+    reposts; 2: refill requests; 3: a follow's show_reposts, lists and list members."""
+    choices: tuple[str, ...] = ()
+    """The values a ``choice`` or ``optional_choice`` field may take (none for the other rules)."""
+    default: Any = None
+    """What an optional field absent or null means: the parsed event holds it (None: absent). The
+    dataclass field declares the same default (``_check_registry`` holds them equal)."""
 
     @property
     def sql_type(self) -> str:
         """The Spark SQL type of the field's column in the stream."""
-        return "bigint" if self.rule == "natural" else "string"
+        if self.rule == "natural":
+            return "bigint"
+        return "boolean" if self.rule in BOOL_RULES else "string"
+
+    def choices_text(self) -> str:
+        """The allowed values as reject reasons name them: ``followed, list, none``."""
+        return ", ".join(self.choices)
 
     @property
     def required(self) -> bool:
@@ -123,7 +160,7 @@ class EventKind:
     """The envelope's ``op`` values of this kind, each with what it does; empty when the type has no op.
     For an edge the first op turns the edge on (follow, block, mute), the second off."""
     tie_winner: str | None = None
-    """For an edge: the op that wins a version tie between two changes of one edge."""
+    """The op that wins a version tie between two changes of one entity (an edge; a list: delete)."""
     edge: EdgeShape | None = None
     together: tuple[Together, ...] = ()
     """Groups of optional fields that go together (a reply's ``in_reply_to_*``)."""
@@ -159,11 +196,8 @@ class EventKind:
     def reject_codes(self) -> frozenset[str]:
         """The reject codes a record of this kind can get once its ``type`` is known."""
         codes = {"missing_field", "wrong_type"}
-        rules = {f.rule for f in self.fields}
-        if "id" in rules:
-            codes.add("empty_id")
-        if "natural" in rules:
-            codes.add("negative_value")
+        for f in self.fields:
+            codes.update(RULE_REJECT_CODES[f.rule])
         if self.ops:
             codes.add("unknown_op")
         if self.edge is not None and self.edge.self_code is not None:
@@ -182,10 +216,10 @@ def _version(meaning: str = "Per-entity version; the highest wins.") -> FieldSpe
 
 def _edge_kind(type_: str, cls: type, subject: str, target: str, self_code: RejectCode, *, ops: dict[str, str],
                tie_winner: str, join_keys: tuple[str, ...], topic_role: str, title: str,
-               description: str) -> EventKind:
+               description: str, extra: tuple[FieldSpec, ...] = ()) -> EventKind:
     return EventKind(
         type=type_, cls=cls, ops=ops, tie_winner=tie_winner, edge=EdgeShape(subject, target, self_code),
-        fields=(FieldSpec(subject, "id"), FieldSpec(target, "id"), _version()),
+        fields=(FieldSpec(subject, "id"), FieldSpec(target, "id"), _version(), *extra),
         join_keys=join_keys, topic_role=topic_role, record_key=(subject, target),
         keyed_by_type=topic_role == "blocks_mutes", title=title, description=description,
     )
@@ -225,7 +259,12 @@ EVENT_KINDS: tuple[EventKind, ...] = (
         ops={"follow": "follow a user", "unfollow": "unfollow a user"}, tie_winner="unfollow",
         join_keys=("followee_id",), topic_role="follows", title="follow or unfollow",
         description="Sets the edge follower_id -> followee_id. The edge is active iff its highest-version "
-                    "change is a follow; on a version tie unfollow wins.",
+                    "change is a follow; on a version tie unfollow wins. A follow's show_reposts (default "
+                    "true) says whether the followee's reposts show in the follower's home timeline; an "
+                    "unfollow does not carry it.",
+        extra=(FieldSpec("show_reposts", "optional_bool",
+                         "Whether the followee's reposts show in the follower's home timeline; null or absent: "
+                         "true.", ops=("follow",), since=3, default=True),),
     ),
     EventKind(
         type="profile", cls=ProfileVersion,
@@ -276,6 +315,39 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                     "shown with it. An unrepost carries neither (they are ignored if present).",
     ),
     EventKind(
+        type="list", cls=ListChange,
+        ops={"create": "create or update a list", "delete": "delete a list"},
+        tie_winner="delete",
+        fields=(FieldSpec("list_id", "id", "The list.", since=3),
+                FieldSpec("owner_id", "id", "The user who owns the list.", since=3),
+                _version("Per-list version; the highest wins."),
+                FieldSpec("name", "text", "The list's name.", ops=("create",), since=3),
+                FieldSpec("replies_policy", "optional_choice",
+                          "Which replies the list's timeline shows: to followed users, to the list's members, "
+                          "or none; null or absent: list.", ops=("create",), since=3,
+                          choices=("followed", "list", "none"), default="list"),
+                FieldSpec("exclusive", "optional_bool",
+                          "Whether the members' posts leave the owner's home timeline; null or absent: false.",
+                          ops=("create",), since=3, default=False)),
+        join_keys=("owner_id",), topic_role="lists", record_key=("list_id",),
+        title="list create or delete",
+        description="create also updates: the highest version wins, delete wins a tie; two creates at one "
+                    "version: the greater (name, replies_policy, exclusive) wins",
+    ),
+    EventKind(
+        type="list_member", cls=ListMemberChange,
+        ops={"add": "add a user to a list", "remove": "remove a user from a list"},
+        tie_winner="remove",
+        # No self-edge rule: the two ends are a list and a user.
+        edge=EdgeShape("list_id", "member_id"),
+        fields=(FieldSpec("list_id", "id", "The list."), FieldSpec("member_id", "id", "The user.", since=3),
+                _version("Per-membership version; the highest wins.")),
+        join_keys=("member_id",), topic_role="list_members", record_key=("list_id", "member_id"),
+        title="list member add or remove",
+        description="Sets the edge list_id -> member_id. The user is a member iff the edge's highest-version "
+                    "change is an add; on a version tie remove wins.",
+    ),
+    EventKind(
         type="refill", cls=RefillRequest,
         fields=(FieldSpec("reader_id", "id", "The reader whose inbox is refilled.", since=2),
                 FieldSpec("author_id", "id", "The push author asked to write the rows again."),
@@ -303,7 +375,7 @@ for _kind in EVENT_KINDS:
 del _kind
 
 EDGE_KINDS: dict[str, EventKind] = {kind.type: kind for kind in EVENT_KINDS if kind.edge is not None}
-"""The kinds that set an edge (follow, block, mute, repost), by type."""
+"""The kinds that set an edge (follow, block, mute, repost, list_member), by type."""
 
 HIDE_KINDS: dict[str, EventKind] = {t: k for t, k in EDGE_KINDS.items() if k.tie_winner == k.on_op}
 """The edges that hide tweets (block, mute): their hiding op wins a tie, the safer side."""
@@ -356,14 +428,26 @@ def _check_registry() -> None:
                 raise AssertionError(f"{kind.key}: {name!r} is not one of the fields of its every op")
         if kind.edge is not None and (len(kind.ops) != 2 or kind.tie_winner not in kind.ops):
             raise AssertionError(f"{kind.key}: an edge has an on and an off op, one of which wins a tie")
+        if kind.tie_winner is not None and kind.tie_winner not in kind.ops:
+            raise AssertionError(f"{kind.key}: the tie winner {kind.tie_winner!r} is not one of its ops")
+        defaults = {f.name: f.default for f in dataclass_fields(kind.cls)}
         for f in kind.fields:
             if not set(f.ops) <= set(kind.ops):
                 raise AssertionError(f"{kind.key}: field {f.name!r} names ops the kind does not have")
+            if bool(f.choices) != (f.rule in CHOICE_RULES) or len(set(f.choices)) != len(f.choices):
+                raise AssertionError(f"{kind.key}: field {f.name!r}: choices belong to a choice rule, each once")
+            if f.default is not None and (f.required or (f.rule in CHOICE_RULES and f.default not in f.choices)
+                                          or (f.rule in BOOL_RULES and type(f.default) is not bool)):
+                raise AssertionError(f"{kind.key}: field {f.name!r}: a default belongs to an optional field, "
+                                     "and is one of its values")
+            if f.default is not None and defaults.get(f.name) != f.default:
+                raise AssertionError(f"{kind.key}: field {f.name!r}: the dataclass default must be {f.default!r}")
             if sql_types.setdefault(f.name, f.sql_type) != f.sql_type:
                 raise AssertionError(f"field {f.name!r}: one column, so one type in every kind")
         for group in kind.together:
             specs = [f for f in kind.fields if f.name in group.names]
-            if len(specs) != len(group.names) or len(specs) < 2 or any(f.required or f.ops for f in specs):
+            if len(specs) != len(group.names) or len(specs) < 2 or any(f.required or f.ops or f.default is not None
+                                                                        for f in specs):
                 raise AssertionError(f"{kind.key}: a group of {group.names} needs two or more optional fields "
                                      "of every op")
 

@@ -25,8 +25,18 @@ def _schema_of_field(spec: FieldSpec) -> dict[str, Any]:
         out = {"type": "string"}
     elif spec.rule == "optional_id":
         out = {"type": ["string", "null"], "minLength": 1}  # minLength binds strings only
+    elif spec.rule == "bool":
+        out = {"type": "boolean"}
+    elif spec.rule == "optional_bool":
+        out = {"type": ["boolean", "null"]}
+    elif spec.rule == "choice":
+        out = {"enum": list(spec.choices)}
+    elif spec.rule == "optional_choice":
+        out = {"enum": [*spec.choices, None]}
     else:
         out = {"type": ["string", "null"]}
+    if spec.default is not None:
+        out["default"] = spec.default
     if spec.description:
         out["description"] = spec.description
     return out
@@ -87,10 +97,12 @@ def event_json_schema() -> dict[str, Any]:
         "$id": SCHEMA_ID,
         "title": "Change event envelope",
         "description": (
-            "One change of the tweets, follows, profiles, blocks, mutes or reposts table (docs/design.md): one "
+            "One change of the tweets, follows, profiles, blocks, mutes, reposts, lists or list members table "
+            "(docs/design.md): one "
             "JSON object per Kafka record or replay-file line. Unknown extra properties are allowed and ignored "
             "(so are the fields an op does not carry, e.g. created_at on an unrepost). Versions "
-            "increase per entity (tweet, follow edge, user profile, repost edge). Two rules are enforced by "
+            "increase per entity (tweet, follow edge, user profile, repost edge, list, list membership). Two rules "
+            "are enforced by "
             "feed_service.core.events.parse_event but not expressible here: " + self_rules + ", and integers "
             "must be written without a fraction or exponent (1.0 is rejected). Generated from "
             "feed_service/core/event_kinds.py (feedctl schema events)."

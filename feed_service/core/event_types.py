@@ -1,4 +1,4 @@
-"""The change events of the six source tables, as typed values: what every parser returns.
+"""The change events of the source tables, as typed values: what every parser returns.
 
 The envelope of each type, its fields and rules, are declared once in
 :mod:`feed_service.core.event_kinds`; the parser and the version-ordering rules are in
@@ -26,6 +26,7 @@ RejectCode: TypeAlias = Literal[
     "self_block",
     "self_mute",
     "incomplete_reply",
+    "unknown_value",
 ]
 """Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
 
@@ -63,13 +64,16 @@ class TweetDelete:
 
 @dataclass(frozen=True, slots=True)
 class FollowChange:
-    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie."""
+    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie. The winning
+    follow's ``show_reposts`` is the edge's option."""
 
     follower_id: str
     followee_id: str
     version: int
     op: FollowOp
     show_reposts: bool = True
+    """A follow's option: whether the followee's reposts show in the follower's home timeline (absent
+    or null in the envelope: True). An unfollow does not carry it (it keeps the default)."""
 
     @property
     def active(self) -> bool:
@@ -158,6 +162,56 @@ class RepostChange:
         return self.op == "repost"
 
 
+ListOp: TypeAlias = Literal["create", "delete"]
+"""``create`` creates or updates a list (the highest version wins), ``delete`` deletes it; ``delete`` wins a tie."""
+
+RepliesPolicy: TypeAlias = Literal["followed", "list", "none"]
+"""Which replies a list's timeline shows (as Mastodon's lists): to ``followed`` users, to the list's
+members (``list``, the default), or ``none``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListChange:
+    """Creates, updates or deletes the list ``list_id`` of ``owner_id``: the highest version wins, a
+    delete on a tie; two creates at one version: the greater ``(name, replies_policy, exclusive)``.
+
+    A delete carries neither name nor options (``name`` None, the options their defaults).
+    ``exclusive``: the members' posts leave the owner's home timeline (docs/event-kinds.md).
+    """
+
+    list_id: str
+    owner_id: str
+    version: int
+    op: ListOp
+    name: str | None = None
+    replies_policy: RepliesPolicy = "list"
+    exclusive: bool = False
+
+    @property
+    def live(self) -> bool:
+        """Whether this change leaves the list in existence (a create or update)."""
+        return self.op == "create"
+
+
+ListMemberOp: TypeAlias = Literal["add", "remove"]
+"""``add`` puts a user on a list, ``remove`` takes them off; ``remove`` wins a tie."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListMemberChange:
+    """Sets the membership edge list -> member; the highest version wins, ``remove`` on a tie."""
+
+    list_id: str
+    member_id: str
+    version: int
+    op: ListMemberOp
+
+    @property
+    def active(self) -> bool:
+        """Whether this change makes the user a member (``add``)."""
+        return self.op == "add"
+
+
 @dataclass(frozen=True, slots=True)
 class RefillRequest:
     """The stream's own request to ``author_id``'s key: write ``reader_id``'s inbox rows again, the
@@ -182,5 +236,5 @@ REBUILD_NEED = 2**63 - 1
 
 
 Event: TypeAlias = (TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange | RepostChange
-                    | RefillRequest)
+                    | ListChange | ListMemberChange | RefillRequest)
 """Any valid change event."""

@@ -13,18 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from feed_service.core.event_kinds import KIND_OF_CLASS
 from feed_service.core.events import (
-    BlockChange,
     Event,
-    FollowChange,
     InvalidEvent,
-    MuteChange,
-    ProfileVersion,
     RawEvent,
-    RefillRequest,
-    RepostChange,
-    TweetDelete,
-    TweetUpsert,
     join_keys,
     parse_event,
 )
@@ -40,8 +33,8 @@ from feed_service.core.timeline_view import RowKey, TimelineView, entry_dict, so
 
 __all__ = ["BatchReport", "Materializer", "Rejection", "RowKey", "TimelineView", "entry_dict", "sort_key"]
 
-_EVENT_TYPES = (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange, RepostChange,
-                RefillRequest)
+_EVENT_TYPES = tuple(KIND_OF_CLASS)
+"""Every event class of the registry: a parsed event passes through as it is."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The key names the entity whose latest record compaction must keep, as ``schemas/topics.json`` says
 (tweet: ``tweet_id``; follow edge: ``follower_id|followee_id``; profile: ``user_id|version``; block
 and mute edges: ``block|blocker_id|blocked_id`` and ``mute|muter_id|muted_id``; repost edge:
-``repost|reposter_id|tweet_id``).
+``repost|reposter_id|tweet_id``; list: ``list_id``; list membership: ``list_id|member_id``).
 """
 
 from __future__ import annotations
@@ -58,6 +58,6 @@ def record_key(event: Event) -> str:
 
 
 def topic_role(event: Event) -> str:
-    """Return the topic role (``tweets``, ``follows``, ``profiles``, ``blocks_mutes`` or ``reposts``)
-    ``event`` is published to."""
+    """Return the topic role (``tweets``, ``follows``, ``profiles``, ``blocks_mutes``, ``reposts``,
+    ``lists`` or ``list_members``) ``event`` is published to."""
     return kind_of(event).topic_role

@@ -19,7 +19,7 @@ Offsets = dict[str, dict[str, int]]
 
 SOURCE_ROLES: tuple[str, ...] = TOPIC_ROLES
 """The topics the stream reads: the topic roles of the registry of event kinds, the changelogs
-(tweets, follows, profiles, blocks_mutes, reposts) and the stream's own refill requests. A role
+(tweets, follows, profiles, blocks_mutes, reposts, lists, list_members) and the stream's own refill requests. A role
 added there reaches a stream restarted on an existing checkpoint from the topic's beginning
 (docs/streaming.md, "Blocks and mutes")."""
 

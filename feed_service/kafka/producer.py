@@ -6,7 +6,8 @@ Errors: :class:`~feed_service.errors.ProducerError` and its subclasses (``EventR
 Records: the value is the JSON change envelope (``core/events.py``); the key names the entity whose latest record
 compaction must keep, as ``schemas/topics.json`` says (tweet: ``tweet_id``; follow edge:
 ``follower_id|followee_id``; profile: ``user_id|version``; block and mute edges:
-``block|blocker_id|blocked_id``, ``mute|muter_id|muted_id``; repost edges: ``repost|reposter_id|tweet_id``). Partitions are chosen with murmur2, like
+``block|blocker_id|blocked_id``, ``mute|muter_id|muted_id``; repost edges: ``repost|reposter_id|tweet_id``; lists:
+``list_id``; list memberships: ``list_id|member_id``). Partitions are chosen with murmur2, like
 the Java client, so every producer of these topics puts one entity's changes in one partition.
 """
 
@@ -19,12 +20,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from feed_service.core.event_kinds import EDGE_KINDS
+from feed_service.core.event_kinds import EDGE_KINDS, TYPES
 from feed_service.core.events import (
     BlockChange,
     Event,
     FollowChange,
     InvalidEvent,
+    ListChange,
+    ListMemberChange,
     MuteChange,
     ProfileVersion,
     RepostChange,
@@ -104,10 +107,11 @@ class EventProducer:
             producer.publish_profile("ann", "Ann")
             tweet = producer.publish_tweet("ann", "hello")
             producer.publish_edit(tweet, "hello, world")
-            producer.follow("bob", "ann")
+            producer.follow("bob", "ann")                  # show_reposts=False: without ann's reposts
             producer.mute("bob", "ann"); producer.block("ann", "cat")
             reply = producer.publish_tweet("bob", "hi ann", in_reply_to=tweet)
             producer.repost("bob", tweet)
+            producer.list_create("l1", "bob", "friends", exclusive=True); producer.list_add("l1", "ann")
 
     Every event goes through :func:`~feed_service.core.events.parse_event` before it is queued: the
     rules the engine and the stream apply, stricter than the JSON Schema in ``schemas/events/`` (see
@@ -297,9 +301,12 @@ class EventProducer:
         assert isinstance(event, TweetDelete)
         return event
 
-    def follow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
-        """Make ``follower_id`` follow ``followee_id``."""
-        return self.publish_edge("follow", "follow", follower_id, followee_id, version=version)  # type: ignore[return-value]
+    def follow(self, follower_id: str, followee_id: str, *, version: int | None = None,
+               show_reposts: bool = True) -> FollowChange:
+        """Make ``follower_id`` follow ``followee_id``; ``show_reposts`` False keeps the followee's reposts
+        out of the follower's home timeline (a follow again with another value changes the option)."""
+        return self.publish_edge("follow", "follow", follower_id, followee_id, version=version,  # type: ignore[return-value]
+                                 show_reposts=show_reposts)
 
     def unfollow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
         """Make ``follower_id`` stop following ``followee_id``."""
@@ -340,6 +347,51 @@ class EventProducer:
         return self.publish_edge("repost", "unrepost", reposter_id, tweet_id, version=version,  # type: ignore[return-value]
                                  author_id=author_id)
 
+    def list_create(self, list_id: str, owner_id: str, name: str, *, replies_policy: str = "list",
+                    exclusive: bool = False, version: int | None = None) -> ListChange:
+        """Create ``owner_id``'s list ``list_id``, or update it (a create again, at a higher version).
+
+        ``replies_policy``: ``followed``, ``list`` or ``none`` (else ``EventRejected``
+        ``unknown_value``); ``exclusive``: the members' posts leave the owner's home timeline.
+        """
+        return self.publish_change("list", "create", version=version, list_id=list_id, owner_id=owner_id,  # type: ignore[return-value]
+                                   name=name, replies_policy=replies_policy, exclusive=exclusive)
+
+    def list_delete(self, list_id: str, owner_id: str, *, version: int | None = None) -> ListChange:
+        """Delete ``owner_id``'s list ``list_id`` (its memberships are changes of their own)."""
+        return self.publish_change("list", "delete", version=version, list_id=list_id,  # type: ignore[return-value]
+                                   owner_id=owner_id)
+
+    def list_add(self, list_id: str, member_id: str, *, version: int | None = None) -> ListMemberChange:
+        """Put ``member_id`` on the list ``list_id``."""
+        return self.publish_edge("list_member", "add", list_id, member_id, version=version)  # type: ignore[return-value]
+
+    def list_remove(self, list_id: str, member_id: str, *, version: int | None = None) -> ListMemberChange:
+        """Take ``member_id`` off the list ``list_id``."""
+        return self.publish_edge("list_member", "remove", list_id, member_id, version=version)  # type: ignore[return-value]
+
+    def publish_change(self, type_: str, op: str, *, version: int | None = None, **fields: Any) -> Event:
+        """Publish a change of a kind of the registry with ops (a list's create or delete) by its field names.
+
+        ``fields``: the op's fields by name but the version; None or left out means absent, except a
+        ``created_at`` the op carries, which defaults to now. A name the op does not carry raises
+        ``TypeError``; a missing or malformed field ``EventRejected``. The version defaults to the clock.
+        """
+        kind = next((k for k in TYPES.get(type_, ()) if op in k.ops), None)
+        if kind is None or kind.internal:
+            self.stats.rejected += 1
+            raise EventRejected("unknown_op", f"not a change producers publish: {type_!r} {op!r}")
+        own = {f.name for f in kind.fields_of(op)} - {"version"}
+        unknown = set(fields) - own
+        if unknown:
+            raise TypeError(f"publish: a {type_} {op} has no field {sorted(unknown)[0]!r}")
+        if "created_at" in own and fields.get("created_at") is None:
+            fields["created_at"] = self.clock.now_ms()
+        fields["version"] = self.clock.next() if version is None else version
+        envelope = {"type": type_, "op": op}  # the fields in declaration order, the absent ones left out
+        envelope.update((f.name, fields[f.name]) for f in kind.fields_of(op) if fields.get(f.name) is not None)
+        return self.publish_event(envelope)
+
     def publish_edge(self, type_: str, op: str, subject: str, target: str, *, version: int | None = None,
                      **fields: Any) -> Event:
         """Publish a change of an edge kind of the registry (follow, block, mute, repost) with its field names.
@@ -357,17 +409,13 @@ class EventProducer:
             self.stats.rejected += 1
             raise EventRejected("unknown_op", f"not an edge change: {type_!r} {op!r}")
         assert kind.edge is not None
-        own = {f.name for f in kind.fields_of(op)} - {kind.edge.subject, kind.edge.target, "version"}
+        ends = {kind.edge.subject, kind.edge.target}
+        own = {f.name for f in kind.fields_of(op)} - ends - {"version"}
         unknown = set(fields) - own
         if unknown:
             raise TypeError(f"publish_edge: a {type_} {op} has no field {sorted(unknown)[0]!r}")
-        if "created_at" in own and fields.get("created_at") is None:
-            fields["created_at"] = self.clock.now_ms()
-        fields |= {kind.edge.subject: subject, kind.edge.target: target,
-                   "version": self.clock.next() if version is None else version}
-        envelope = {"type": type_, "op": op}  # the fields in declaration order, the absent ones left out
-        envelope.update((f.name, fields[f.name]) for f in kind.fields_of(op) if fields.get(f.name) is not None)
-        return self.publish_event(envelope)
+        return self.publish_change(type_, op, version=version, **fields, **{kind.edge.subject: subject,
+                                                                            kind.edge.target: target})
 
     def publish_profile(
         self, user_id: str, display_name: str, *, avatar_url: str | None = None, bio: str | None = None,

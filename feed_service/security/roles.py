@@ -29,7 +29,7 @@ ROLES = (ADMIN, PRODUCER, STREAM, SERVER, BACKFILL)
 
 #: Topic roles of ``schemas/topics.json`` that carry source changelogs (producers write them): the
 #: topic roles of the registry of event kinds (this layer cannot import it; a unit test holds them equal).
-CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts")
+CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts", "lists", "list_members")
 #: Topic roles the stream writes for itself and reads back (the registry's internal kinds: refill
 #: requests, docs/trimming.md#refill).
 STREAM_INTERNAL_TOPICS = ("refills",)

@@ -25,6 +25,13 @@ so with both at 0 the workload is exactly the one of before them, and with a sha
 events are the same ones in the same order (a reply's author may be its parent's, a thread; times
 and versions move as reposts take time slots).
 
+Lists and follow options (``list_share``, ``follow_option_share``; default 0 until the engine joins
+them): a share ``list_share`` of stream events are list changes (:class:`ListMix`: lists made by
+users, members added and removed, a list's name, replies policy or exclusive flag changed, lists
+deleted, a deleted list never used again), and a share ``follow_option_share`` re-send an active
+follow with its ``show_reposts`` flipped (false, later true again; an unfollow or a plain re-follow
+resets it to true). Each has a random generator of its own, as above.
+
 Blocks and mutes (default :data:`DEFAULT_HIDE_SHARE`, 2 % of the stream): mostly mutes, some of
 both later undone, mostly aimed at accounts the user follows (:class:`HideMix` says why). They have
 a random generator of their own, so ``hide_share=0`` gives exactly the workload of before they
@@ -71,6 +78,10 @@ DEFAULT_REPOST_SHARE = 0.0
 """Share of stream events that are repost changes; 0 until the engine joins reposts."""
 DEFAULT_REPLY_SHARE = 0.0
 """Share of new tweets that are replies; 0 until the engine joins replies."""
+DEFAULT_LIST_SHARE = 0.0
+"""Share of stream events that are list and list-membership changes; 0 until the engine joins lists."""
+DEFAULT_FOLLOW_OPTION_SHARE = 0.0
+"""Share of stream events that flip a follow's ``show_reposts``; 0 until the engine joins the option."""
 
 _FIRST = ("Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Leslie", "Shafi", "Tim", "Sophie", "John", "Karen", "Niklaus", "Hedy")
@@ -154,6 +165,38 @@ class RepostMix:
                 raise ValueError(f"{name} must be between 0 and 1: {self}")
 
 
+@dataclass(frozen=True, slots=True)
+class ListMix:
+    """Relative frequency of each kind of list change (normalized), as lists are used: a list is made
+    once and filled over time, so most changes add a member; some take one off, fewer change the
+    list itself (a new name, replies policy or exclusive flag: a create again, at a higher version)
+    and fewer still delete it. An owner is drawn at random, a member by popularity (lists gather the
+    accounts people follow). A change with nothing to act on (no list yet) creates a list."""
+
+    create: float = 0.12
+    update: float = 0.08
+    delete: float = 0.03
+    add: float = 0.57
+    remove: float = 0.2
+
+    def cumulative(self) -> tuple[list[float], list[str]]:
+        return _cumulative(self, ["create", "update", "delete", "add", "remove"])
+
+
+_REPLIES_POLICIES = ("followed", "list", "none")
+
+
+@dataclass(slots=True)
+class _List:
+    list_id: str
+    owner: int
+    name: str
+    replies_policy: str = "list"
+    exclusive: bool = False
+    members: "_Pairs" = field(default_factory=lambda: _Pairs())
+    """(member,) of the users on the list now."""
+
+
 _HIDE_OPS = {op: (kind.type, op == kind.on_op) for kind in HIDE_KINDS.values() for op in kind.ops}
 """Kind of :class:`HideMix` (an op of a hiding edge) -> (envelope type, whether it hides)."""
 
@@ -232,6 +275,12 @@ class WorkloadModel:
     reply_share: float = DEFAULT_REPLY_SHARE
     """Share of new tweets that are replies (0: none)."""
     repost_mix: RepostMix = field(default_factory=RepostMix)
+    list_share: float = DEFAULT_LIST_SHARE
+    """Share of stream events that are list and membership changes (0: none, the workload of before them)."""
+    list_mix: ListMix = field(default_factory=ListMix)
+    follow_option_share: float = DEFAULT_FOLLOW_OPTION_SHARE
+    """Share of stream events that flip an active follow's ``show_reposts`` (a follow again, at a
+    higher version; 0: none, the workload of before them)."""
 
     rng: random.Random = field(init=False)
     clock: VersionClock = field(init=False)
@@ -251,11 +300,17 @@ class WorkloadModel:
     _repost_rng: random.Random = field(init=False)
     _reply_rng: random.Random = field(init=False)
     _reposts: _Pairs = field(init=False)
+    _list_rng: random.Random = field(init=False)
+    _list_mix: tuple[list[float], list[str]] = field(init=False)
+    _lists: list[_List] = field(init=False)
+    _list_seq: int = field(init=False)
+    _option_rng: random.Random = field(init=False)
+    _without_reposts: dict[tuple[int, int], bool] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.users < 1:
             raise ValueError(f"users must be >= 1, got {self.users}")
-        for name in ("hide_share", "repost_share", "reply_share"):
+        for name in ("hide_share", "repost_share", "reply_share", "list_share", "follow_option_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
         self.repost_mix.check()
@@ -280,6 +335,12 @@ class WorkloadModel:
         self._repost_rng = random.Random(f"{self.seed}/repost")
         self._reply_rng = random.Random(f"{self.seed}/reply")
         self._reposts = _Pairs()  # (reposter, tweet_id, author) of the reposts in force
+        # Lists and follow options too: a share of 0 draws nothing from them.
+        self._list_rng = random.Random(f"{self.seed}/list")
+        self._list_mix = self.list_mix.cumulative()
+        self._lists, self._list_seq = [], 0  # the lists in existence (a deleted one leaves)
+        self._option_rng = random.Random(f"{self.seed}/follow-option")
+        self._without_reposts = {}  # the active follows whose show_reposts is false (insertion order)
 
     # --- picks ----------------------------------------------------------------------------------
 
@@ -323,6 +384,7 @@ class WorkloadModel:
             self._follows.add((follower, followee))
         else:
             self._follows.remove((follower, followee))
+        self._without_reposts.pop((follower, followee), None)  # a follow without the option: true
         return _edge_envelope(EDGE_KINDS["follow"], op == "follow", self.user_ids[follower],
                               self.user_ids[followee], self.clock.next())
 
@@ -424,10 +486,84 @@ class WorkloadModel:
                         "profile_version": self.profile_version[reposter]}
         return None
 
+    def _follow_option_change(self) -> dict[str, Any] | None:
+        """An active follow sent again with its ``show_reposts`` flipped; None when no follow is active."""
+        if not self._follows:
+            return None
+        edge = self._follows.pick(self._option_rng)
+        show = edge in self._without_reposts  # false now: flip it back to true
+        if show:
+            del self._without_reposts[edge]
+        else:
+            self._without_reposts[edge] = False
+        event = _edge_envelope(EDGE_KINDS["follow"], True, self.user_ids[edge[0]], self.user_ids[edge[1]],
+                               self.clock.next())
+        event["show_reposts"] = show
+        return event
+
+    def _list_envelope(self, lst: _List, op: str) -> dict[str, Any]:
+        event: dict[str, Any] = {"type": "list", "op": op, "list_id": lst.list_id, "owner_id": self.user_ids[lst.owner],
+                                 "version": self.clock.next()}
+        if op == "create":
+            event.update(name=lst.name, replies_policy=lst.replies_policy, exclusive=lst.exclusive)
+        return event
+
+    def _list_change(self) -> dict[str, Any] | None:
+        """A list created, updated or deleted, or a member added or removed (:class:`ListMix`); None
+        when no member can be found."""
+        rng = self._list_rng
+        cum, kinds = self._list_mix
+        kind = kinds[min(bisect.bisect_right(cum, rng.random()), len(kinds) - 1)]
+        lists = self._lists
+        if kind == "create" or not lists:
+            lst = _List(f"{self.prefix}l{self.seed}.{self._list_seq}", rng.randrange(self.users),
+                        " ".join(rng.choices(_WORDS, k=rng.randint(1, 3))), rng.choice(_REPLIES_POLICIES),
+                        rng.random() < 0.2)
+            self._list_seq += 1
+            lists.append(lst)
+            return self._list_envelope(lst, "create")
+        i = rng.randrange(len(lists))
+        lst = lists[i]
+        if kind == "update":  # a new name, or the replies policy or the exclusive flag changed
+            what = rng.randrange(3)
+            if what == 0:
+                lst.name = " ".join(rng.choices(_WORDS, k=rng.randint(1, 3)))
+            elif what == 1:
+                lst.replies_policy = rng.choice([p for p in _REPLIES_POLICIES if p != lst.replies_policy])
+            else:
+                lst.exclusive = not lst.exclusive
+            return self._list_envelope(lst, "create")
+        if kind == "delete":
+            lists[i] = lists[-1]
+            lists.pop()
+            return self._list_envelope(lst, "delete")
+        members = lst.members
+        if kind == "remove" and members:
+            (member,) = members.pick(rng)
+            members.remove((member,))
+            return {"type": "list_member", "op": "remove", "list_id": lst.list_id, "member_id": self.user_ids[member],
+                    "version": self.clock.next()}
+        for _ in range(10):  # an add (also a remove with nobody to remove)
+            member = self.popular_user(rng)
+            if (member,) not in members:
+                members.add((member,))
+                return {"type": "list_member", "op": "add", "list_id": lst.list_id,
+                        "member_id": self.user_ids[member], "version": self.clock.next()}
+        return None
+
     def step(self) -> dict[str, Any]:
         """Advance simulated time by one stream event and return that event."""
         self.now_ms = self.start_ms + 1 + int(self._stream_seq * 1000 / self.events_per_second)
         self._stream_seq += 1
+        # list_share and follow_option_share 0 draw nothing here, as repost_share 0 below.
+        if self.list_share and self._list_rng.random() < self.list_share:
+            event = self._list_change()
+            if event is not None:
+                return event
+        if self.follow_option_share and self._option_rng.random() < self.follow_option_share:
+            event = self._follow_option_change()
+            if event is not None:
+                return event
         # repost_share 0 draws nothing here: the stream is then exactly the one of before reposts; reposts
         # come first, so the steps left to the other events see the same block and mute draws.
         if self.repost_share and self._repost_rng.random() < self.repost_share:
@@ -477,6 +613,19 @@ class WorkloadModel:
         """The reposts in force now, as (reposter_id, tweet_id)."""
         return [(self.user_ids[reposter], tweet_id) for reposter, tweet_id, _ in self._reposts.items]
 
+    def active_lists(self) -> dict[str, tuple[str, str, str, bool]]:
+        """The lists in existence now: list_id -> (owner_id, name, replies_policy, exclusive)."""
+        return {lst.list_id: (self.user_ids[lst.owner], lst.name, lst.replies_policy, lst.exclusive)
+                for lst in self._lists}
+
+    def active_list_members(self) -> list[tuple[str, str]]:
+        """The memberships of the lists in existence now, as (list_id, member_id)."""
+        return [(lst.list_id, self.user_ids[m]) for lst in self._lists for (m,) in lst.members.items]
+
+    def follows_without_reposts(self) -> list[tuple[str, str]]:
+        """The active follows whose show_reposts is false now, as (follower_id, followee_id)."""
+        return [(self.user_ids[a], self.user_ids[b]) for a, b in self._without_reposts]
+
     def _ids(self, pairs: _Pairs) -> list[tuple[str, str]]:
         return [(self.user_ids[a], self.user_ids[b]) for a, b in pairs.items]
 
@@ -499,10 +648,15 @@ def generate(
     repost_share: float = DEFAULT_REPOST_SHARE,
     reply_share: float = DEFAULT_REPLY_SHARE,
     repost_mix: RepostMix | None = None,
+    list_share: float = DEFAULT_LIST_SHARE,
+    list_mix: ListMix | None = None,
+    follow_option_share: float = DEFAULT_FOLLOW_OPTION_SHARE,
 ) -> Iterator[dict[str, Any]]:
     """Yield the workload's envelopes: setup (profiles, follow graph), then ``events`` stream changes,
     a share ``hide_share`` of them block and mute changes (0: none, the workload of before them), a
-    share ``repost_share`` repost changes, and a share ``reply_share`` of the new tweets replies.
+    share ``repost_share`` repost changes, a share ``list_share`` list and membership changes, a share
+    ``follow_option_share`` flips of a follow's show_reposts, and a share ``reply_share`` of the new
+    tweets replies.
 
     >>> first = list(generate(users=3, events=2, seed=7, mean_following=1))
     >>> [e["type"] for e in first[:3]], first == list(generate(users=3, events=2, seed=7, mean_following=1))
@@ -512,7 +666,9 @@ def generate(
                           max_following=max_following, mix=mix or Mix(), start_ms=start_ms,
                           events_per_second=events_per_second if events_per_second > 0 else DEFAULT_SIM_RATE,
                           prefix=prefix, hide_share=hide_share, hide_mix=hide_mix or HideMix(),
-                          repost_share=repost_share, reply_share=reply_share, repost_mix=repost_mix or RepostMix())
+                          repost_share=repost_share, reply_share=reply_share, repost_mix=repost_mix or RepostMix(),
+                          list_share=list_share, list_mix=list_mix or ListMix(),
+                          follow_option_share=follow_option_share)
     if setup:
         yield from model.setup()
     counter = itertools.count() if events is None else range(events)

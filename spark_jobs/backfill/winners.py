@@ -6,7 +6,9 @@ highest version (``unfollow`` wins a tie); per profile (user, version) the great
 :func:`~feed_service.core.rules.profile_rank`; a block or mute edge's highest version (the hiding op,
 ``block`` or ``mute``, wins a tie: :func:`~feed_service.core.rules.hide_rank`); a repost edge's
 highest version (``unrepost`` wins a tie; two reposts at one version: the greatest payload, as
-:func:`~feed_service.core.rules.repost_rank`).
+:func:`~feed_service.core.rules.repost_rank`); a list's highest version (``delete`` wins a tie; two
+creates at one version: the greater (name, replies_policy, exclusive)) and a list membership's
+(``remove`` wins a tie), carried for the stages that will join them.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from feed_service.core.event_kinds import EDGE_KINDS, EventKind
+from feed_service.core.event_kinds import EDGE_KINDS, TYPES, EventKind, FieldSpec
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: A tweet's winning upsert as the winners hold it: its content, a reply's parent included (part of
 #: the versioned content, so of the tie-break digest too).
@@ -63,7 +65,8 @@ class Winners:
     deleted_tweets: "DataFrame"
     """author_id, tweet_id, version (highest delete version): deleted for good."""
     edges: "DataFrame"
-    """follower_id, followee_id, version, op: the winning change of every edge ever seen."""
+    """follower_id, followee_id, version, op, show_reposts (true when a follow leaves it out, null for
+    an unfollow): the winning change of every edge ever seen."""
     profiles: "DataFrame"
     """user_id, version, display_name, avatar_url, bio: the winning payload per (user, version)."""
     blocks: "DataFrame"
@@ -73,11 +76,18 @@ class Winners:
     reposts: "DataFrame"
     """reposter_id, tweet_id, version, op, author_id, created_at, profile_version: the winning change
     of every repost edge ever seen (created_at and profile_version null for an unrepost)."""
+    lists: "DataFrame"
+    """list_id, version, op, name, replies_policy, exclusive, owner_id: the winning change of every
+    list ever seen (a create's options with their defaults when it left them out; a delete's name and
+    options null). Carried, not joined yet."""
+    list_members: "DataFrame"
+    """list_id, member_id, version, op: the winning change of every membership edge ever seen.
+    Carried, not joined yet."""
 
     def map(self, fn: Callable[["DataFrame"], "DataFrame"]) -> "Winners":
         """The same tables through ``fn`` (e.g. persisted)."""
         return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles),
-                       fn(self.blocks), fn(self.mutes), fn(self.reposts))
+                       fn(self.blocks), fn(self.mutes), fn(self.reposts), fn(self.lists), fn(self.list_members))
 
     def active_edges(self) -> "DataFrame":
         """The edges whose winning change is a follow."""
@@ -142,6 +152,8 @@ class Winners:
             "mutes_in_force": self.mutes_in_force().count(),
             "repost_edges": self.reposts.count(),
             "reposts_in_force": self.reposts_in_force().count(),
+            "lists": self.lists.count(),
+            "list_memberships": self.list_members.count(),
         }
 
 
@@ -170,7 +182,8 @@ def winning_changes(events: "DataFrame") -> Winners:
     winners = top.where(F.col("payloads") == 1).unionByName(tied).drop("payloads")
     live = winners.join(dels.select("author_id", "tweet_id"), ["author_id", "tweet_id"], "left_anti")
 
-    # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank).
+    # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank); two follows of one
+    # version: show_reposts true over false.
     edges = _edge_winners(events, EDGE_KINDS["follow"])
 
     # Profiles: per (user, version), the greatest profile_rank (null below every string).
@@ -190,7 +203,19 @@ def winning_changes(events: "DataFrame") -> Winners:
     # Repost edges: highest version, unrepost wins a tie; between reposts of one version, the greatest
     # (author_id, created_at, profile_version), as repost_rank orders them.
     reposts = _edge_winners(events, EDGE_KINDS["repost"])
-    return Winners(live, dels, edges, profiles, blocks, mutes, reposts)
+    # Lists: highest version, delete wins a tie; between creates of one version the greatest
+    # (name, replies_policy, exclusive), then owner_id. Memberships: highest version, remove wins a tie.
+    lists = _list_winners(events)
+    list_members = _edge_winners(events, EDGE_KINDS["list_member"])
+    return Winners(live, dels, edges, profiles, blocks, mutes, reposts, lists, list_members)
+
+
+def _list_winners(events: "DataFrame") -> "DataFrame":
+    """Per list the winning change (:attr:`Winners.lists`)."""
+    (kind,) = TYPES["list"]
+    by_name = {f.name: f for f in kind.fields}
+    return _winners(events, kind, ("list_id",), [by_name[n] for n in ("name", "replies_policy", "exclusive",
+                                                                       "owner_id")])
 
 
 def _edge_winners(events: "DataFrame", kind: EventKind) -> "DataFrame":
@@ -203,10 +228,34 @@ def _edge_winners(events: "DataFrame", kind: EventKind) -> "DataFrame":
 
     assert kind.edge is not None, kind
     subject, target = kind.edge.subject, kind.edge.target
-    others = [f for f in kind.fields if f.name not in (subject, target, "version")]
+    return _winners(events, kind, (subject, target), [f for f in kind.fields if f.name not in (subject, target, "version")])
+
+
+def _with_defaults(kind: EventKind) -> list["Column"]:
+    """The kind's fields, an absent or null one with a default given it under the ops that carry it
+    (a follow's show_reposts: true), as the parsed event holds it."""
+    from pyspark.sql import functions as F
+
+    cols = []
+    for f in kind.fields:
+        col = F.col(f.name)
+        if f.default is not None:
+            filled = F.coalesce(col, F.lit(f.default))
+            col = filled if not f.ops else F.when(F.col("op").isin(*f.ops), filled).otherwise(col)
+        cols.append(col.alias(f.name))
+    return cols
+
+
+def _winners(events: "DataFrame", kind: EventKind, entity: tuple[str, ...], others: list[FieldSpec]) -> "DataFrame":
+    """Per ``entity`` the change of greatest rank: highest version, the kind's ``tie_winner`` op on a
+    tie, then ``others`` in order, greatest first (null as 0 for an integer, last otherwise)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     payload = [(F.coalesce(F.col(f.name), F.lit(0)) if f.rule == "natural" else F.col(f.name)).desc()
                for f in others]
-    by_edge = Window.partitionBy(subject, target).orderBy(
-        F.col("version").desc(), (F.col("op") == kind.tie_winner).desc(), *payload)
-    return (events.where(F.col("type") == kind.type).select(subject, target, "version", "op", *(f.name for f in others))
-            .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))
+    tie = [(F.col("op") == kind.tie_winner).desc()] if kind.tie_winner is not None else []
+    by_entity = Window.partitionBy(*entity).orderBy(F.col("version").desc(), *tie, *payload)
+    own = (events.where(F.col("type") == kind.type).select("op", *_with_defaults(kind))
+           .select(*entity, "version", "op", *(f.name for f in others)))
+    return own.withColumn("rank", F.row_number().over(by_entity)).where(F.col("rank") == 1).drop("rank")

@@ -3,12 +3,15 @@
     feedctl publish tweet --author ann --text "hello" --profile-version 1
     feedctl publish tweet --author bob --text "hi" --profile-version 2 --in-reply-to-tweet-id t1 --in-reply-to-author-id ann
     feedctl publish delete --tweet-id t1 --author ann
-    feedctl publish follow --follower bob --followee ann        (also: unfollow)
+    feedctl publish follow --follower bob --followee ann        (also: unfollow; --no-show-reposts)
     feedctl publish block --blocker ann --blocked bob           (also: unblock)
     feedctl publish mute --muter ann --muted bob                (also: unmute)
     feedctl publish repost --reposter bob --tweet t1 --author ann --profile-version 2   (--created-at: default now)
     feedctl publish unrepost --reposter bob --tweet t1 --author ann
     feedctl publish profile --user ann --display-name "Ann"
+    feedctl publish list create --list l1 --owner ann --name friends [--replies-policy followed|list|none] [--exclusive]
+    feedctl publish list delete --list l1 --owner ann
+    feedctl publish list_member add --list l1 --member bob      (also: remove; or list-member)
     feedctl publish --file EVENTS.jsonl                          (``-`` reads stdin)
 
 One event: its envelope is printed on stdout once delivered. A file: a progress line on stderr,
@@ -25,7 +28,7 @@ import sys
 from typing import Any
 
 from feed_service.cli.connection import add_connection_args, settings_from_args
-from feed_service.core.event_kinds import EDGE_KINDS
+from feed_service.core.event_kinds import BOOL_RULES, EDGE_KINDS, EVENT_KINDS, EventKind
 from feed_service.core.events import event_to_json
 from feed_service.settings import Settings
 
@@ -59,20 +62,27 @@ def register(sub: Any) -> None:
 
     # Every op of every edge kind of the registry, with flags named after the fields the op carries
     # (follower_id -> --follower, profile_version -> --profile-version); all required but the version
-    # and a created_at, which default to the producer's clock.
+    # and a created_at, which default to the producer's clock, and the optional fields: a boolean one
+    # is a flag pair (--show-reposts / --no-show-reposts), its default the field's.
+    # An edge kind whose ops name themselves (follow|unfollow, ...) has a subcommand per op; the
+    # other kinds producers write (list, list_member) a subcommand of their type with one per op.
     for kind in EDGE_KINDS.values():
+        if kind.type not in kind.ops:
+            continue
         for op, help_text in kind.ops.items():
             edge = kinds.add_parser(op, help=help_text)
-            for spec in kind.fields_of(op):
-                if spec.name == "version":
-                    continue
-                if spec.name == "created_at":
-                    edge.add_argument(_flag(spec.name), type=int, help="ms since the epoch (default now)")
-                else:
-                    edge.add_argument(_flag(spec.name), required=True, help=spec.description or None,
-                                      type=int if spec.rule == "natural" else str)
+            _add_field_flags(edge, kind, op)
             edge.add_argument("--version", type=int, help=version_help)
-            edge.set_defaults(edge_kind=kind)
+            edge.set_defaults(edge_kind=kind, op=op)
+    for kind in NESTED_KINDS:
+        of_type = kinds.add_parser(kind.type, aliases=[kind.type.replace("_", "-")] if "_" in kind.type else [],
+                                   help=f"{kind.title} ({', '.join(kind.ops)})")
+        ops = of_type.add_subparsers(dest="op", metavar="OP", required=True)
+        for op, help_text in kind.ops.items():
+            one = ops.add_parser(op, help=help_text)
+            _add_field_flags(one, kind, op)
+            one.add_argument("--version", type=int, help=version_help)
+            one.set_defaults(edge_kind=kind, kind=kind.type)
 
     profile = kinds.add_parser("profile", help="a new profile version")
     profile.add_argument("--user", required=True)
@@ -81,6 +91,30 @@ def register(sub: Any) -> None:
     profile.add_argument("--bio")
     profile.add_argument("--version", type=int, help=version_help)
     parser.set_defaults(handler=run, _parser=parser)
+
+
+NESTED_KINDS: tuple[EventKind, ...] = tuple(
+    kind for kind in EVENT_KINDS if kind.ops and not kind.internal and kind.type not in kind.ops and kind.type != "tweet")
+"""The kinds with a subcommand of their type and one per op below it (``feedctl publish list create``)."""
+
+
+def _add_field_flags(parser: argparse.ArgumentParser, kind: EventKind, op: str) -> None:
+    """One flag per field ``op`` carries, but the version (see :func:`register`)."""
+    for spec in kind.fields_of(op):
+        if spec.name == "version":
+            continue
+        if spec.name == "created_at":
+            parser.add_argument(_flag(spec.name), type=int, help="ms since the epoch (default now)")
+        elif spec.rule in BOOL_RULES:
+            default = "" if spec.default is None else f" (default: {'--' if spec.default else '--no-'}{_flag(spec.name)[2:]})"
+            parser.add_argument(_flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default,
+                                required=spec.required, help=(spec.description or spec.name) + default)
+        else:
+            parser.add_argument(_flag(spec.name), required=spec.required, default=spec.default,
+                                choices=spec.choices or None,
+                                help=(spec.description or None) if spec.default is None
+                                else f"{spec.description} (default: {spec.default})",
+                                type=int if spec.rule == "natural" else str)
 
 
 def _flag(field: str) -> str:
@@ -102,11 +136,14 @@ def _publish_one(producer: Any, args: argparse.Namespace) -> Any:
     if args.kind == "delete":
         return producer.publish_delete(args.tweet_id, args.author, version=args.version)
     kind = getattr(args, "edge_kind", None)
+    if kind is not None and kind.edge is None:  # a list's create or delete
+        fields = {f.name: getattr(args, _dest(f.name)) for f in kind.fields_of(args.op) if f.name != "version"}
+        return producer.publish_change(kind.type, args.op, version=args.version, **fields)
     if kind is not None:
         subject, target = kind.edge.subject, kind.edge.target
-        others = {f.name: getattr(args, _dest(f.name)) for f in kind.fields_of(args.kind)
+        others = {f.name: getattr(args, _dest(f.name)) for f in kind.fields_of(args.op)
                   if f.name not in (subject, target, "version")}
-        return producer.publish_edge(kind.type, args.kind, getattr(args, _dest(subject)),
+        return producer.publish_edge(kind.type, args.op, getattr(args, _dest(subject)),
                                      getattr(args, _dest(target)), version=args.version, **others)
     return producer.publish_profile(args.user, args.display_name, avatar_url=args.avatar_url, bio=args.bio,
                                     version=args.version)
@@ -117,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
     from feed_service.kafka.producer import DeliveryFailed, EventProducer, EventRejected
 
     if (args.file is None) == (args.kind is None):
-        edge_ops = ", ".join(op for kind in EDGE_KINDS.values() for op in kind.ops)
-        args._parser.error(f"give either an event kind (tweet, delete, {edge_ops}, profile) or --file")
+        edge_ops = ", ".join(op for kind in EDGE_KINDS.values() if kind.type in kind.ops for op in kind.ops)
+        nested = ", ".join(f"{kind.type} {'|'.join(kind.ops)}" for kind in NESTED_KINDS)
+        args._parser.error(f"give either an event kind (tweet, delete, {edge_ops}, profile, {nested}) or --file")
     settings = settings_from_args(args).as_role("producer")
     if args.file is not None:
         return _run_file(args, settings)

@@ -13,6 +13,8 @@ from feed_service.core.events import (
     BlockChange,
     Event,
     FollowChange,
+    ListChange,
+    ListMemberChange,
     MuteChange,
     Profile,
     ProfileVersion,
@@ -124,6 +126,8 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
             if ev.author_id != key:
                 foreign(ev, key)
             refills.setdefault(ev.reader_id, set()).add((ev.below_created_at, ev.below_tweet_id, ev.need))
+        elif cls is ListChange or cls is ListMemberChange:
+            continue  # joined by docs/lists.md's engine, not yet
         elif cls is RepostChange:
             # Not joined by this engine yet: reposts are kept by their compacted topic and meet the
             # view once the reader-keyed steps exist (docs/reposts-and-replies.md, "Building it").

@@ -18,7 +18,8 @@ same rows.
   readers or more (:func:`is_pull_reposter`).
 - **Version ranks**: of two changes of one entity the greater rank wins; an edge's tie goes to the
   op the event registry names (``tie_winner`` in :mod:`.event_kinds`), so the ranks below are
-  derived from it, not restated. A tweet's upserts are ranked by version and payload digest
+  derived from it, not restated (a list's changes: :func:`list_rank`; a membership:
+  :func:`member_rank`). A tweet's upserts are ranked by version and payload digest
   (:func:`~feed_service.core.events.content_beats`, next to the digest it needs).
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from typing import AbstractSet, Callable, Collection, Container, Iterable
 
-from feed_service.core.event_kinds import EDGE_KINDS
+from feed_service.core.event_kinds import EDGE_KINDS, TYPES
 from feed_service.core.events import Profile
 
 # -- the reply rule ----------------------------------------------------------------------------------
@@ -69,6 +70,57 @@ def direct(author_id: str, in_reply_to_author_id: str | None, reader: str, sees:
     if author_id not in sees:
         return False
     return shown_in_inbox(author_id, in_reply_to_author_id, reader) or in_reply_to_author_id in sees
+
+
+_LIST_KIND = TYPES["list"][0]
+
+REPLIES_POLICIES: tuple[str, ...] = next(f.choices for f in _LIST_KIND.fields if f.name == "replies_policy")
+"""A list's reply policies, as the registry declares them (``followed``, ``list``, ``none``: Mastodon's)."""
+
+
+def shown_in_list(author_id: str, in_reply_to_author_id: str | None, owner: str, policy: str,
+                  list_sees: Container[str], owner_sees: Container[str]) -> bool:
+    """Whether a tweet of ``author_id`` replying to ``in_reply_to_author_id`` (None: no reply) is
+    direct for a list of ``owner`` with reply policy ``policy``: the list sees the author
+    (``list_sees``: its members not hidden from the owner), and the tweet is no reply, a self-reply
+    or a reply to the owner (:func:`shown_in_inbox`), or ``policy`` admits its parent's author:
+    ``followed``, a user the owner sees (``owner_sees``, the owner's home ``Visible``); ``list``, a
+    user the list sees; ``none``, nobody more. :func:`direct` with "follows" read as "is a member"
+    and the last test per policy (docs/lists.md#definition).
+
+    >>> members, follows = {"ann", "bob"}, {"cat"}
+    >>> [shown_in_list("ann", p, "own", "list", members, follows) for p in (None, "ann", "own", "bob", "cat")]
+    [True, True, True, True, False]
+    >>> [shown_in_list("ann", p, "own", "followed", members, follows) for p in ("bob", "cat")]
+    [False, True]
+    >>> [shown_in_list("ann", p, "own", "none", members, follows) for p in ("own", "bob", "cat")]
+    [True, False, False]
+    >>> shown_in_list("dan", None, "own", "list", members, follows)
+    False
+    """
+    if policy not in REPLIES_POLICIES:
+        raise ValueError(f"unknown replies policy {policy!r}: one of {', '.join(REPLIES_POLICIES)}")
+    if author_id not in list_sees:
+        return False
+    if shown_in_inbox(author_id, in_reply_to_author_id, owner):
+        return True
+    if policy == "followed":
+        return in_reply_to_author_id in owner_sees
+    return policy == "list" and in_reply_to_author_id in list_sees
+
+
+def home_source_kept(source: str, excluded: Container[str]) -> bool:
+    """Whether ``source`` may bring an entry to a reader's home timeline: it is not a member of one
+    of the reader's exclusive lists (``excluded``). A direct entry's source is its author, a repost
+    entry's its reposter; a source set aside is set aside before the earliest reposter is chosen,
+    so the next reposter takes the entry. Only sources: the reply rule's "the reader sees the
+    parent's author" and "the author is not hidden from the reader" ignore exclusivity
+    (docs/lists.md#definition).
+
+    >>> home_source_kept("ann", {"bob"}), home_source_kept("bob", {"bob"})
+    (True, False)
+    """
+    return source not in excluded
 
 
 def direct_among(readers: set[str], author_id: str, in_reply_to_author_id: str | None,
@@ -253,6 +305,44 @@ def repost_rank(version: int, reposting: bool, author_id: str, created_at: int |
     return (version, reposting == _REPOST_ON_WINS, author_id, created_at or 0, profile_version or 0)
 
 
+_LIST_CREATE_WINS = _LIST_KIND.tie_winner == _LIST_KIND.on_op
+_MEMBER_ON_WINS = _on_wins_tie("list_member")
+
+ListRank = tuple[int, bool, str, str, bool, str]
+"""A list's change as :func:`list_rank` ranks it: ``(version, tie bit, name, replies_policy,
+exclusive, owner_id)``."""
+
+
+def list_rank(version: int, live: bool, name: str | None, replies_policy: str, exclusive: bool,
+              owner_id: str) -> ListRank:
+    """Total order of the changes of one list: higher version wins; on a tie the registry's
+    ``tie_winner`` (``delete``); two creates at one version: the greater ``(name, replies_policy,
+    exclusive)``, then the greater ``owner_id``; two deletes: the greater ``owner_id``. As the
+    backfill's ``_list_winners`` orders them (``spark_jobs/backfill/winners.py``: a delete's
+    options are null there, so they do not count between deletes here either).
+
+    >>> list_rank(5, False, None, "list", False, "o") > list_rank(5, True, "zz", "none", True, "o")
+    True
+    >>> list_rank(5, True, "a", "none", False, "o") > list_rank(5, True, "a", "list", True, "p")
+    True
+    >>> list_rank(6, True, "a", "list", False, "o") > list_rank(5, False, None, "list", False, "o")
+    True
+    """
+    if not live:
+        return (version, not _LIST_CREATE_WINS, "", "", False, owner_id)
+    return (version, _LIST_CREATE_WINS, name or "", replies_policy, exclusive, owner_id)
+
+
+def member_rank(version: int, active: bool) -> tuple[int, bool]:
+    """Total order of the changes of one membership (list, member): higher version wins, and on a
+    tie the registry's ``tie_winner`` (``remove``).
+
+    >>> member_rank(5, False) > member_rank(5, True) > member_rank(4, False)
+    True
+    """
+    return (version, active == _MEMBER_ON_WINS)
+
+
 def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, str]]:
     """Total order of profile payloads; of two different payloads at one (user, version) the greater wins.
 
@@ -266,7 +356,8 @@ def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, s
 
 
 __all__ = [
-    "Repost", "conditional_readers", "direct", "direct_among", "earliest", "edge_rank", "follow_edge",
-    "hide_rank", "is_earliest", "is_pull_author", "is_pull_reposter", "precedes", "profile_rank", "push_authors",
-    "reply_class", "repost_order", "repost_rank", "shown_in_inbox", "shows_reposts",
+    "REPLIES_POLICIES", "ListRank", "Repost", "conditional_readers", "direct", "direct_among", "earliest",
+    "edge_rank", "follow_edge", "hide_rank", "home_source_kept", "is_earliest", "is_pull_author", "is_pull_reposter",
+    "list_rank", "member_rank", "precedes", "profile_rank", "push_authors", "reply_class", "repost_order",
+    "repost_rank", "shown_in_inbox", "shown_in_list", "shows_reposts",
 ]

@@ -1,24 +1,37 @@
 """Batch reference: the timeline query recomputed from scratch over the final tables.
 
-Deliberately naive: it shares with the incremental engine only the version-ordering rules of
-:mod:`feed_service.core.events`, the entry record and its order (:mod:`feed_service.core.rows`,
-:func:`feed_service.core.view.sort_key`) and the default cap, never the engine's logic: fold every
-event into the six final tables ``tweets``, ``follows``, ``blocks``, ``mutes``, ``reposts`` and
-``profiles``, then, with ``Visible(R, X)`` = R actively follows X and no block or mute in force
-hides X from R (R mutes or blocks X, or X blocks R)::
+Deliberately naive: it shares with the incremental engine only the rules of
+:mod:`feed_service.core.rules` (version ranks, the reply rules, the earliest reposter), the entry
+record and its order (:mod:`feed_service.core.rows`, :func:`feed_service.core.view.sort_key`) and the
+default cap, never the engine's logic: fold every event into the eight final tables ``tweets``,
+``follows``, ``blocks``, ``mutes``, ``reposts``, ``profiles``, ``lists`` and ``members``, then, with
+``Hidden(R, X)`` = R mutes or blocks X, or X blocks R (in force), ``Visible(R, X)`` = R actively
+follows X AND NOT Hidden(R, X), and for a list L: ``Live(L)`` = L's winning change is a create,
+whose ``owner(L)``, ``policy(L)`` and ``exclusive(L)`` are L's; ``Member(L, X)`` = Live(L) AND the
+membership (L, X)'s winning change is an add; ``ListSees(L, X)`` = Member(L, X) AND NOT
+Hidden(owner(L), X); ``Excluded(R, X)`` = some L with owner(L) = R, exclusive(L) and Member(L, X)::
 
-    direct(R, T)    = T live AND Visible(R, T.author)
+    direct(R, T)    = T live AND Visible(R, T.author) AND NOT Excluded(R, T.author)
                       AND (T is no reply OR T.parent_author IN (T.author, R) OR Visible(R, T.parent_author))
     reposters(R, T) = { P : P's repost of T wins its edge, names T.author, T live,
-                            Visible(R, P), R's follow of P shows reposts, T.author not hidden from R }
+                            Visible(R, P), NOT Excluded(R, P), R's follow of P shows reposts,
+                            T.author not hidden from R }
 
     per reader R, one entry per tweet T with direct(R, T) or reposters(R, T) non-empty:
       direct: at T.created_at, no reposter; otherwise at the earliest (repost time, reposter id)
       of reposters(R, T), naming that reposter
     ORDER BY (that time, tweet_id, author_id) DESC  -- the first inbox_cap entries
 
-docs/reposts-and-replies.md says why each rule is what it is; docs/lists.md#per-follow-options the
-follow's ``show_reposts`` option. Without reposts and replies this is
+    per live list L of owner O, the same with these two sets (and every live list present):
+    list_direct(L, T)    = T live AND ListSees(L, T.author)
+                           AND (T is no reply OR T.parent_author IN (T.author, O)
+                                OR policy(L) = followed AND Visible(O, T.parent_author)
+                                OR policy(L) = list AND ListSees(L, T.parent_author))
+    list_reposters(L, T) = { P : P's repost of T wins its edge, names T.author, T live,
+                                 ListSees(L, P), NOT Hidden(O, T.author) }
+
+docs/reposts-and-replies.md says why each rule is what it is; docs/lists.md the lists' rules and,
+at #per-follow-options, the follow's ``show_reposts`` option. Without lists, reposts and replies this is
 the plain join ``tweets ⋈ follows`` less the hidden pairs, as before.
 
 Unit tests compare the engine with it; integration tests of the Spark/Cassandra pipeline can too.
@@ -27,13 +40,15 @@ Unit tests compare the engine with it; integration tests of the Spark/Cassandra 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Container, Iterable, Mapping, Sequence
 
 from feed_service.core.events import (
     BlockChange,
     Event,
     FollowChange,
     InvalidEvent,
+    ListChange,
+    ListMemberChange,
     MuteChange,
     Profile,
     ProfileVersion,
@@ -50,8 +65,9 @@ from feed_service.core.events import (
     parse_event,
     profile_of,
 )
-from feed_service.core.rules import (Repost, direct, earliest, edge_rank, follow_edge, hide_rank, profile_rank, repost_order,
-                                     repost_rank, shows_reposts)
+from feed_service.core.rules import (Repost, direct, earliest, edge_rank, follow_edge, hide_rank, home_source_kept,
+                                     list_rank, member_rank, profile_rank, repost_order, repost_rank, shown_in_list,
+                                     shows_reposts)
 from feed_service.core.join import DEFAULT_INBOX_CAP, Entry
 from feed_service.core.view import entry_dict, sort_key
 
@@ -63,7 +79,7 @@ RepostRank = tuple[int, bool, str, int, int]
 
 @dataclass(slots=True)
 class FinalTables:
-    """The six source tables after every event, by the version rules of :mod:`feed_service.core.events` (docs/design.md)."""
+    """The eight source tables after every event, by the version rules of :mod:`feed_service.core.rules` (docs/design.md)."""
 
     tweets: dict[tuple[str, str], TweetContent] = field(default_factory=dict)
     """(author_id, tweet_id) -> winning content, live tweets only."""
@@ -78,6 +94,35 @@ class FinalTables:
     """(muter_id, muted_id) -> (version, in force) of the winning change."""
     reposts: dict[tuple[str, str], RepostRank] = field(default_factory=dict)
     """(reposter_id, tweet_id) -> the winning change's rank (:data:`RepostRank`)."""
+    lists: dict[str, ListChange] = field(default_factory=dict)
+    """list_id -> the winning change (:func:`~feed_service.core.rules.list_rank`), a create or a
+    delete: its owner, name and options; a list whose winner is a delete does not exist."""
+    members: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
+    """(list_id, member_id) -> (version, active) of the winning change
+    (:func:`~feed_service.core.rules.member_rank`), whether or not the list exists."""
+
+    def live_lists(self) -> dict[str, ListChange]:
+        """list_id -> the winning create of each list that exists (``Live``)."""
+        return {lid: change for lid, change in self.lists.items() if change.live}
+
+    def list_members(self) -> dict[str, set[str]]:
+        """list_id -> the members of each live list (``Member``; empty set: none), the owner's
+        hidden users included: a membership of a list that does not exist joins nothing."""
+        out: dict[str, set[str]] = {lid: set() for lid in self.live_lists()}
+        for (lid, member), (_, active) in self.members.items():
+            if active and lid in out:
+                out[lid].add(member)
+        return out
+
+    def excluded(self) -> dict[str, set[str]]:
+        """owner -> the members of the owner's live exclusive lists (``Excluded``): the sources
+        set aside from the owner's home timeline (docs/lists.md#exclusive-lists)."""
+        out: dict[str, set[str]] = {}
+        live = self.live_lists()
+        for lid, members in self.list_members().items():
+            if live[lid].exclusive and members:
+                out.setdefault(live[lid].owner_id, set()).update(members)
+        return out
 
     def live_reposts(self) -> dict[str, list[tuple[str, str, int, int]]]:
         """reposter -> ``(author_id, tweet_id, repost time, profile version)`` of each winning repost
@@ -111,7 +156,7 @@ def _events(events: Iterable[Event | RawEvent]) -> Iterable[Event]:
     """The valid changes of the tables; refill requests change no table (docs/trimming.md#refill)."""
     for raw in events:
         if isinstance(raw, (TweetUpsert, TweetDelete, FollowChange, ProfileVersion, BlockChange, MuteChange,
-                            RepostChange)):
+                            RepostChange, ListChange, ListMemberChange)):
             yield raw
             continue
         if isinstance(raw, RefillRequest):
@@ -152,13 +197,27 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
             r = repost_rank(ev.version, ev.reposting, ev.author_id, ev.created_at, ev.profile_version)
             if k not in tables.reposts or r > tables.reposts[k]:
                 tables.reposts[k] = r
-        else:
+        elif isinstance(ev, ListChange):
+            old = tables.lists.get(ev.list_id)
+            if old is None or _list_rank(ev) > _list_rank(old):
+                tables.lists[ev.list_id] = ev
+        elif isinstance(ev, ListMemberChange):
+            k = (ev.list_id, ev.member_id)
+            e = (ev.version, ev.active)
+            if k not in tables.members or member_rank(*e) > member_rank(*tables.members[k]):
+                tables.members[k] = e
+        elif isinstance(ev, ProfileVersion):
             pk = (ev.user_id, ev.version)
             p = profile_of(ev)
             if pk not in tables.profiles or profile_rank(p) > profile_rank(tables.profiles[pk]):
                 tables.profiles[pk] = p
     tables.tweets = {k: c for k, c in upserts.items() if k not in tables.deleted}
     return tables
+
+
+def _list_rank(change: ListChange) -> tuple[int, bool, str, str, bool, str]:
+    return list_rank(change.version, change.live, change.name, change.replies_policy, change.exclusive,
+                     change.owner_id)
 
 
 def tweet_entry(author_id: str, tweet_id: str, c: TweetContent, repost: tuple[str, int, int] | None = None) -> Entry:
@@ -171,37 +230,86 @@ def tweet_entry(author_id: str, tweet_id: str, c: TweetContent, repost: tuple[st
     return entry._replace(reposted_by=reposter, reposted_at=at, reposter_profile_version=pv)
 
 
-def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_INBOX_CAP) -> dict[str, list[Entry]]:
-    """The joined, sorted timelines as entries; ``inbox_cap`` None means uncapped (the whole join)."""
-    by_author: dict[str, list[tuple[str, TweetContent]]] = {}
+def _timeline(tables: FinalTables, by_author: Mapping[str, list[tuple[str, TweetContent]]],
+              reposts: Mapping[str, list[tuple[str, str, int, int]]], *, sources: Collection[str],
+              is_direct: Callable[[str, str | None], bool], brings_reposts: Callable[[str], bool],
+              author_hidden: Container[str], inbox_cap: int | None) -> list[Entry]:
+    """One timeline: the direct tweets of ``sources`` (``is_direct(author, parent author)``), then,
+    of the other live tweets whose author is not in ``author_hidden``, one entry each at the earliest
+    repost among the ``sources`` that ``brings_reposts``; newest first, the first ``inbox_cap``."""
+    entries: dict[tuple[str, str], Entry] = {}
+    for author in sources:
+        for tid, c in by_author.get(author, ()):
+            if is_direct(author, parent_author_of(c)):
+                entries[(author, tid)] = tweet_entry(author, tid, c)
+    chosen: dict[tuple[str, str], dict[Repost, int]] = {}
+    for reposter in sources:
+        if not brings_reposts(reposter):
+            continue
+        for author, tid, at, pv in reposts.get(reposter, ()):
+            if (author, tid) in entries or author in author_hidden:
+                continue
+            chosen.setdefault((author, tid), {})[repost_order(at, reposter)] = pv
+    for (author, tid), candidates in chosen.items():
+        first = earliest(candidates)
+        assert first is not None
+        at, reposter = first
+        entries[(author, tid)] = tweet_entry(author, tid, tables.tweets[(author, tid)], (reposter, at, candidates[first]))
+    timeline = sorted(entries.values(), key=sort_key, reverse=True)
+    return timeline if inbox_cap is None else timeline[:inbox_cap]
+
+
+def _by_author(tables: FinalTables) -> dict[str, list[tuple[str, TweetContent]]]:
+    out: dict[str, list[tuple[str, TweetContent]]] = {}
     for (author, tid), c in tables.tweets.items():
-        by_author.setdefault(author, []).append((tid, c))
-    reposts = tables.live_reposts()
-    hidden = tables.hidden()
+        out.setdefault(author, []).append((tid, c))
+    return out
+
+
+def _hidden_from(tables: FinalTables) -> dict[str, set[str]]:
+    """reader -> the authors hidden from the reader (``Hidden``)."""
+    out: dict[str, set[str]] = {}
+    for reader, author in tables.hidden():
+        out.setdefault(reader, set()).add(author)
+    return out
+
+
+def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_INBOX_CAP) -> dict[str, list[Entry]]:
+    """The joined, sorted home timelines as entries, non-empty ones only; ``inbox_cap`` None means
+    uncapped (the whole join). The members of a reader's exclusive lists are set aside as sources
+    (:func:`~feed_service.core.rules.home_source_kept`), never as parents' authors."""
+    by_author, reposts, hidden, excluded = _by_author(tables), tables.live_reposts(), _hidden_from(tables), tables.excluded()
     out: dict[str, list[Entry]] = {}
     for reader, sees in tables.visible().items():
-        entries: dict[tuple[str, str], Entry] = {}
-        for author in sees:
-            for tid, c in by_author.get(author, ()):
-                if direct(author, parent_author_of(c), reader, sees):
-                    entries[(author, tid)] = tweet_entry(author, tid, c)
-        chosen: dict[tuple[str, str], dict[Repost, int]] = {}
-        for reposter in sees:
-            if not shows_reposts(tables.follows.get((reader, reposter))):
-                continue
-            for author, tid, at, pv in reposts.get(reposter, ()):
-                if (author, tid) in entries or (reader, author) in hidden:
-                    continue
-                chosen.setdefault((author, tid), {})[repost_order(at, reposter)] = pv
-        for (author, tid), candidates in chosen.items():
-            first = earliest(candidates)
-            assert first is not None
-            at, reposter = first
-            pv = candidates[first]
-            entries[(author, tid)] = tweet_entry(author, tid, tables.tweets[(author, tid)], (reposter, at, pv))
-        if entries:
-            timeline = sorted(entries.values(), key=sort_key, reverse=True)
-            out[reader] = timeline if inbox_cap is None else timeline[:inbox_cap]
+        aside = excluded.get(reader, set())
+        timeline = _timeline(
+            tables, by_author, reposts, sources={u for u in sees if home_source_kept(u, aside)},
+            is_direct=lambda author, parent, reader=reader, sees=sees: direct(author, parent, reader, sees),
+            brings_reposts=lambda p, reader=reader: shows_reposts(tables.follows.get((reader, p))),
+            author_hidden=hidden.get(reader, set()), inbox_cap=inbox_cap)
+        if timeline:
+            out[reader] = timeline
+    return out
+
+
+def reference_list_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_INBOX_CAP) -> dict[str, list[Entry]]:
+    """list_id -> the list's timeline as entries, every live list present (possibly empty):
+    ``list_direct`` and ``list_reposters`` of the module's definition; ``inbox_cap`` None: uncapped.
+    A list ignores follow options (every member's reposts count)."""
+    by_author, reposts, hidden, visible = _by_author(tables), tables.live_reposts(), _hidden_from(tables), tables.visible()
+    live = tables.live_lists()
+    out: dict[str, list[Entry]] = {}
+    for lid, members in tables.list_members().items():
+        change = live[lid]
+        owner, policy = change.owner_id, change.replies_policy
+        owner_hidden = hidden.get(owner, set())
+        list_sees = {m for m in members if m not in owner_hidden}
+        owner_sees = visible.get(owner, set())
+        out[lid] = _timeline(
+            tables, by_author, reposts, sources=list_sees,
+            is_direct=lambda author, parent, owner=owner, policy=policy, list_sees=list_sees, owner_sees=owner_sees:
+                shown_in_list(author, parent, owner, policy, list_sees, owner_sees),
+            brings_reposts=lambda p: True, author_hidden=owner_hidden, inbox_cap=inbox_cap)
     return out
 
 
@@ -242,6 +350,28 @@ def reference_timelines(
     return result
 
 
+def reference_lists(
+    events: Iterable[Event | RawEvent], *, inbox_cap: int | None = DEFAULT_INBOX_CAP
+) -> dict[str, list[dict[str, Any]]]:
+    """Every live list's timeline of the final state of ``events`` (empty ones too), by list id, in
+    the CLI's entry shape (``inbox_cap`` None: uncapped).
+
+    >>> reference_lists([
+    ...     '{"type":"list","op":"create","list_id":"L1","owner_id":"ann","version":1,"name":"news"}',
+    ...     '{"type":"list_member","op":"add","list_id":"L1","member_id":"bob","version":1}',
+    ...     '{"type":"list","op":"create","list_id":"L2","owner_id":"ann","version":1,"name":"empty"}',
+    ...     '{"type":"tweet","op":"upsert","tweet_id":"t1","author_id":"bob","version":1,'
+    ...     '"created_at":5,"text":"hi","profile_version":2}',
+    ...     '{"type":"list_member","op":"add","list_id":"L3","member_id":"bob","version":1}',
+    ... ])
+    {'L1': [{'tweet_id': 't1', 'author_id': 'bob', 'version': 1, 'text': 'hi', 'author_display_name': None}], 'L2': []}
+    """
+    tables = reference_tables(events)
+    timelines = reference_list_entries(tables, inbox_cap=inbox_cap)
+    return {lid: [entry_dict(e, _display_name(tables, e.author_id, e.profile_version)) for e in timelines[lid]]
+            for lid in sorted(timelines)}
+
+
 def _display_name(tables: FinalTables, user_id: str, version: int) -> str | None:
     profile = tables.profiles.get((user_id, version))
     return None if profile is None else profile[0]
@@ -257,15 +387,35 @@ def has_removals(events: Iterable[Event | RawEvent]) -> bool:
     together (a follow can move a repost entry down: to the tweet's own time once its author is
     followed, to an earlier repost once that reposter is); any version counts.
 
+    Of the lists' changes (conservatively, by kind, never by which version wins): a list delete, a
+    membership remove, any exclusive list (its members' entries leave the owner's home timeline,
+    and come back when it stops being exclusive), two creates of one list with different owners
+    or reply policies, and reposts with membership adds together (an add moves a list's repost
+    entry down as a follow moves a home one). A member added to an exclusive list needs an
+    exclusive create, so it counts. A plain create, a rename or an add without reposts only adds.
+
     >>> has_removals(['{"type":"follow","op":"follow","follower_id":"ann","followee_id":"bob","version":1}'])
     False
     >>> has_removals(['{"type":"tweet","op":"delete","tweet_id":"t1","author_id":"bob","version":0}'])
+    True
+    >>> create = '{"type":"list","op":"create","list_id":"L","owner_id":"ann","version":%d,"name":"n"%s}'
+    >>> has_removals([create % (1, ""), create % (2, ',"replies_policy":"list"')])
+    False
+    >>> has_removals([create % (1, ""), create % (2, ',"replies_policy":"none"')])
+    True
+    >>> has_removals([create % (1, ',"exclusive":true')])
     True
     """
     created: dict[tuple[str, str], tuple[int, object]] = {}
     reposted: dict[tuple[str, str], int | None] = {}
     follows = False
+    list_shapes: dict[str, tuple[str, str]] = {}
     for ev in _events(events):
+        if isinstance(ev, ListChange) and (not ev.live or ev.exclusive or list_shapes.setdefault(
+                ev.list_id, (ev.owner_id, ev.replies_policy)) != (ev.owner_id, ev.replies_policy)):
+            return True
+        if isinstance(ev, ListMemberChange) and not ev.active:
+            return True
         if isinstance(ev, TweetDelete) or (isinstance(ev, FollowChange) and not ev.active):
             return True
         if isinstance(ev, (BlockChange, MuteChange)) and ev.hiding:
@@ -273,7 +423,7 @@ def has_removals(events: Iterable[Event | RawEvent]) -> bool:
         if isinstance(ev, RepostChange) and (not ev.reposting or reposted.setdefault(
                 (ev.reposter_id, ev.tweet_id), ev.created_at) != ev.created_at):
             return True
-        follows = follows or isinstance(ev, FollowChange)
+        follows = follows or isinstance(ev, (FollowChange, ListMemberChange))
         if isinstance(ev, TweetUpsert):
             shape = (ev.created_at, ev.in_reply_to_author_id)
             if created.setdefault((ev.author_id, ev.tweet_id), shape) != shape:

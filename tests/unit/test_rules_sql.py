@@ -80,9 +80,9 @@ def _rank(kind_type: str, change: dict[str, Any]) -> tuple:
                                  change["profile_version"])
     if kind_type in ("block", "mute"):
         return rules.hide_rank(change["version"], on)
-    # A kind the engine does not join yet (list members): the registry's rule, highest version, then
-    # the tie winner.
-    return (change["version"], change["op"] == EDGE_KINDS[kind_type].tie_winner)
+    if kind_type == "list_member":
+        return rules.member_rank(change["version"], on)
+    raise AssertionError(f"no rank for the edge kind {kind_type!r}: declare it in feed_service/core/rules.py")
 
 
 @pytest.mark.parametrize("kind_type", sorted(EDGE_KINDS))
@@ -155,3 +155,18 @@ def test_a_list_winner_is_the_highest_version_a_delete_on_a_tie_then_the_greater
            for r in _list_winners(events).collect()}
     assert got == {"l1": (2, "create", "b", "list", False, "ann"), "l2": (3, "delete", None, None, None, "ann"),
                    "l3": (4, "create", "a", "none", False, "ann"), "l4": (5, "delete", None, None, None, "bob")}
+
+    def parsed(c: tuple) -> tuple:  # the change as the parsed event holds it (a create's defaults)
+        lid, owner, version, op, name, policy, exclusive = c
+        if op == "create":
+            policy, exclusive = policy or "list", bool(exclusive)
+        return (version, op, name, policy, exclusive, owner)
+
+    by_list: dict[str, list[tuple]] = {}
+    for c in changes:
+        by_list.setdefault(c[0], []).append(parsed(c))
+    best = {lid: max(cs, key=lambda c: rules.list_rank(c[0], c[1] == "create", c[2], c[3] or "list", bool(c[4]),
+                                                        c[5]))
+            for lid, cs in by_list.items()}
+    assert {lid: (v, op, name, *((p, e) if op == "create" else (None, None)), o)
+            for lid, (v, op, name, p, e, o) in best.items()} == got  # list_rank picks the same winners

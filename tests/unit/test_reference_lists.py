@@ -379,3 +379,28 @@ def test_the_reference_runs_over_random_list_histories_and_ignores_their_order()
         rnd.shuffle(shuffled)
         assert _reference(shuffled) == expected
     assert lists_seen > 0
+
+
+def test_the_worked_example_of_docs_lists_md() -> None:
+    """The table of docs/lists.md ("Worked examples"), row by row."""
+    history: list[Event] = [create("L", "own"), add("L", "bob"), add("L", "cat"), follow("own", "dan"),
+                            follow("own", "pat")]
+    rows: list[tuple[list[Event], list[Row] | None, list[Row]]] = [
+        ([tweet("t1", "bob", 10)], [("t1", 10, None)], []),
+        ([tweet("t2", "bob", 20, parent="cat"), tweet("t3", "bob", 30, parent="dan")],
+         [("t2", 20, None), ("t1", 10, None)], []),
+        ([tweet("t4", "zed", 5), repost("cat", "t4", "zed", 40), repost("pat", "t4", "zed", 50)],
+         [("t4", 40, "cat"), ("t2", 20, None), ("t1", 10, None)], [("t4", 50, "pat")]),
+        ([MuteChange("own", "cat", 1, "mute")], [("t1", 10, None)], [("t4", 50, "pat")]),
+        ([create("L", "own", 2, exclusive=True), follow("own", "bob"), tweet("t5", "bob", 70),
+          repost("bob", "t4", "zed", 35)],
+         [("t5", 70, None), ("t4", 35, "bob"), ("t1", 10, None)], [("t4", 50, "pat")]),
+        ([repost("pat", "t5", "bob", 80)],
+         [("t5", 70, None), ("t4", 35, "bob"), ("t1", 10, None)], [("t5", 80, "pat"), ("t4", 50, "pat")]),
+        ([delete("L", "own", 3)], None, [("t5", 70, None), ("t4", 35, "bob"), ("t3", 30, None), ("t1", 10, None)]),
+    ]
+    for added, listed, at_home in rows:
+        history += added
+        assert (in_list(history, "L"), home(history, "own")) == (listed, at_home), added
+    followed = history[:5] + rows[0][0] + rows[1][0] + [create("L", "own", 2, policy="followed")]
+    assert in_list(followed, "L") == [("t3", 30, None), ("t1", 10, None)]

@@ -12,6 +12,7 @@ import json
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from feed_service.core.events import (
     BlockChange,
@@ -36,7 +37,9 @@ from feed_service.core.reference import (
     reference_tables,
     reference_timelines,
 )
-from tests.support.list_runs import LIST_GARBAGE, list_history
+from tests.support.list_runs import LIST_GARBAGE, list_history, list_runs
+from tests.support.repost_runs import Run
+from tests.support.sizes import examples
 
 
 def tweet(tid: str, author: str, at: int, *, version: int = 1, parent: str | None = None) -> TweetUpsert:
@@ -345,7 +348,7 @@ def test_an_exclusive_list_makes_a_trimmed_home_timeline_exact_only_within_the_b
                            inbox_cap=2, trim_slack=0) == frozenset()
 
 
-def _reference(events: list[Event]) -> tuple[object, object]:
+def _reference(events: list[Event] | list[str]) -> tuple[object, object]:
     return reference_timelines(events, inbox_cap=None), reference_lists(events, inbox_cap=None)
 
 
@@ -404,3 +407,12 @@ def test_the_worked_example_of_docs_lists_md() -> None:
         assert (in_list(history, "L"), home(history, "own")) == (listed, at_home), added
     followed = history[:5] + rows[0][0] + rows[1][0] + [create("L", "own", 2, policy="followed")]
     assert in_list(followed, "L") == [("t3", 30, None), ("t1", 10, None)]
+
+
+@given(list_runs())
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_list_runs_lines_in_batches_give_the_reference_of_its_history(run: Run) -> None:
+    """The raw lines of :func:`~tests.support.list_runs.list_runs` (shuffled, duplicated, garbage
+    among them) parse into the same final state as the history they were written from."""
+    lines = [line for batch in run.batches for line in batch]
+    assert _reference(lines) == _reference(run.history)

@@ -65,7 +65,7 @@ from feed_service.core.events import (
     parse_event,
     profile_of,
 )
-from feed_service.core.rules import (Repost, direct, earliest, edge_rank, follow_edge, hide_rank, home_source_kept,
+from feed_service.core.rules import (ListRank, Repost, direct, earliest, edge_rank, follow_edge, hide_rank, home_source_kept,
                                      list_rank, member_rank, profile_rank, repost_order, repost_rank, shown_in_list,
                                      shows_reposts)
 from feed_service.core.join import DEFAULT_INBOX_CAP, Entry
@@ -215,7 +215,7 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
     return tables
 
 
-def _list_rank(change: ListChange) -> tuple[int, bool, str, str, bool, str]:
+def _list_rank(change: ListChange) -> ListRank:
     return list_rank(change.version, change.live, change.name, change.replies_policy, change.exclusive,
                      change.owner_id)
 

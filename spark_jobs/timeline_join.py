@@ -29,8 +29,10 @@ import json
 from feed_service.core.events import (
     BlockChange,
     Event,
+    Exclusion,
     FollowChange,
     ListChange,
+    ListFollow,
     ListMemberChange,
     MuteChange,
     ProfileVersion,
@@ -90,6 +92,10 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
                                      False if exclusive is None else bool(exclusive)))
         elif r.type == "list_member":
             events.append(ListMemberChange(r.list_id, r.member_id, int(r.version), r.op))
+        elif r.type == "list_follow":
+            events.append(ListFollow(r.reader_id, r.member_id, r.owner_id, r.list_id, int(r.version), r.op))
+        elif r.type == "exclusion":
+            events.append(Exclusion(r.owner_id, r.member_id, int(r.version), r.op))
         elif r.type == "refill":
             events.append(RefillRequest(r.reader_id, r.author_id, int(r.below_created_at), r.below_tweet_id,
                                         int(r.need)))

@@ -23,8 +23,10 @@ from typing import Any, Literal, Mapping, TypeAlias
 from feed_service.core.event_types import (
     BlockChange,
     Event,
+    Exclusion,
     FollowChange,
     ListChange,
+    ListFollow,
     ListMemberChange,
     MuteChange,
     ProfileVersion,
@@ -362,6 +364,38 @@ EVENT_KINDS: tuple[EventKind, ...] = (
                     "trimmed inbox's rows again below its cut line after removals (docs/trimming.md#refill). "
                     "It changes no table, so the view is the same with or without it.",
     ),
+    EventKind(
+        type="list_follow", cls=ListFollow,
+        ops={"follow": "a list's reader follows a member of the list", "unfollow": "it no longer does"},
+        tie_winner="unfollow",
+        # No self-edge rule: the two ends are a list's virtual reader and a user.
+        edge=EdgeShape("reader_id", "member_id"),
+        fields=(FieldSpec("reader_id", "id", "The list's virtual reader (docs/lists.md#in-the-engine)."),
+                FieldSpec("member_id", "id", "The member."),
+                FieldSpec("owner_id", "id", "The list's owner, whose mutes and blocks the reader has."),
+                FieldSpec("list_id", "id", "The list."),
+                _version("The per-reader stage's clock; the highest wins.")),
+        join_keys=("member_id",), topic_role="list_edges", record_key=("reader_id", "member_id"),
+        internal=True, keyed_by_type=True, title="list follow (internal)",
+        description="Written by the stream itself, never by producers: the per-reader stage's derived edge "
+                    "reader_id -> member_id, in force iff the member is a member of the live list list_id "
+                    "(docs/lists.md#in-the-engine); on a version tie unfollow wins.",
+    ),
+    EventKind(
+        type="exclusion", cls=Exclusion,
+        ops={"exclude": "set a member aside from its owner's home timeline", "include": "end that"},
+        tie_winner="exclude",
+        # No self-edge rule: an owner may be a member of its own exclusive list.
+        edge=EdgeShape("owner_id", "member_id"),
+        fields=(FieldSpec("owner_id", "id", "The owner of the exclusive lists."),
+                FieldSpec("member_id", "id", "The member set aside."),
+                _version("The per-reader stage's clock; the highest wins.")),
+        join_keys=("member_id",), topic_role="list_edges", record_key=("owner_id", "member_id"),
+        internal=True, keyed_by_type=True, title="exclusion (internal)",
+        description="Written by the stream itself, never by producers: the per-reader stage's derived edge "
+                    "owner_id -> member_id, in force iff the member is in some live exclusive list of the "
+                    "owner (docs/lists.md#exclusive-lists); on a version tie exclude wins.",
+    ),
 )
 """Every kind, in declaration order: the order fields are checked in, and (with ``FieldSpec.since``)
 of the stream's event columns (changing it changes them)."""
@@ -375,10 +409,12 @@ for _kind in EVENT_KINDS:
 del _kind
 
 EDGE_KINDS: dict[str, EventKind] = {kind.type: kind for kind in EVENT_KINDS if kind.edge is not None}
-"""The kinds that set an edge (follow, block, mute, repost, list_member), by type."""
+"""The kinds that set an edge (follow, block, mute, repost, list_member, and the stream's own
+list_follow and exclusion), by type."""
 
-HIDE_KINDS: dict[str, EventKind] = {t: k for t, k in EDGE_KINDS.items() if k.tie_winner == k.on_op}
-"""The edges that hide tweets (block, mute): their hiding op wins a tie, the safer side."""
+HIDE_KINDS: dict[str, EventKind] = {t: k for t, k in EDGE_KINDS.items() if k.tie_winner == k.on_op and not k.internal}
+"""The edges that hide tweets (block, mute): their hiding op wins a tie, the safer side (of the
+changelogs: the stream's own exclusion is not a user's hide)."""
 
 BASE_REJECT_CODES: frozenset[str] = frozenset({"bad_json", "not_object", "missing_field", "unknown_type"})
 """Reject codes of a record whose kind is not known yet."""

@@ -228,6 +228,57 @@ class RefillRequest:
     need: int
 
 
+ListFollowOp: TypeAlias = Literal["follow", "unfollow"]
+"""``follow`` makes a list's virtual reader follow a member, ``unfollow`` ends it; ``unfollow`` wins a tie."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListFollow:
+    """The stream's own edge ``reader_id -> member_id``: the virtual reader of the list ``list_id``
+    (of ``owner_id``) follows the member while the membership is in force (docs/lists.md#in-the-engine).
+
+    Derived by the per-reader stage from the lists and memberships and versioned by its clock: the
+    highest version wins, ``unfollow`` on a tie. Not a change of any table (the reference ignores it).
+    """
+
+    reader_id: str
+    member_id: str
+    owner_id: str
+    list_id: str
+    version: int
+    op: ListFollowOp
+
+    @property
+    def active(self) -> bool:
+        """Whether this change makes the list's reader follow the member (``follow``)."""
+        return self.op == "follow"
+
+
+ExclusionOp: TypeAlias = Literal["exclude", "include"]
+"""``exclude`` sets a member aside from its owner's home timeline, ``include`` ends that; ``exclude`` wins a tie."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """The stream's own edge ``owner_id -> member_id``: the member is in some live exclusive list of
+    the owner with the membership in force, so its entries leave the owner's home timeline
+    (docs/lists.md#exclusive-lists).
+
+    Derived by the per-reader stage and versioned by its clock: the highest version wins,
+    ``exclude`` on a tie. Not a change of any table (the reference ignores it).
+    """
+
+    owner_id: str
+    member_id: str
+    version: int
+    op: ExclusionOp
+
+    @property
+    def excluding(self) -> bool:
+        """Whether this change sets the member aside (``exclude``)."""
+        return self.op == "exclude"
+
+
 #: The cut line and need of a rebuild (docs/activity.md): above every row (created_at is a signed
 #: 64-bit number of ms; the tweet id only needs to be a valid one) and every row, so a refill with them
 #: is all of an author's rows of the reader's, as a follow writes them.
@@ -236,5 +287,5 @@ REBUILD_NEED = 2**63 - 1
 
 
 Event: TypeAlias = (TweetUpsert | TweetDelete | FollowChange | ProfileVersion | BlockChange | MuteChange | RepostChange
-                    | ListChange | ListMemberChange | RefillRequest)
+                    | ListChange | ListMemberChange | RefillRequest | ListFollow | Exclusion)
 """Any valid change event."""

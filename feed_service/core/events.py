@@ -17,6 +17,9 @@ in ``schemas/events/``)::
     {"type":"list","op":"delete","list_id","owner_id","version"}
     {"type":"list_member","op":"add"|"remove","list_id","member_id","version"}
 
+and the stream's own (internal) kinds: ``refill``, ``list_follow`` and ``exclusion``
+(docs/event-kinds.md, "Internal kinds").
+
 Bad input never raises anything but :class:`InvalidEvent`, whose ``code`` names the kind of fault
 (for metrics) and whose message says which field was wrong. Unknown extra fields are ignored.
 
@@ -38,9 +41,13 @@ from feed_service.core.event_types import (
     BlockChange,
     BlockOp,
     Event,
+    Exclusion,
+    ExclusionOp,
     FollowChange,
     FollowOp,
     ListChange,
+    ListFollow,
+    ListFollowOp,
     ListMemberChange,
     ListMemberOp,
     ListOp,
@@ -62,7 +69,8 @@ from feed_service.errors import InvalidEvent
 _new = tuple.__new__
 
 __all__ = [
-    "BlockChange", "BlockOp", "Event", "FollowChange", "FollowOp", "InvalidEvent", "ListChange", "ListMemberChange",
+    "BlockChange", "BlockOp", "Event", "Exclusion", "ExclusionOp", "FollowChange", "FollowOp", "InvalidEvent",
+    "ListChange", "ListFollow", "ListFollowOp", "ListMemberChange",
     "ListMemberOp", "ListOp", "MuteChange", "MuteOp",
     "ProfileVersion", "RawEvent", "REBUILD_LINE", "REBUILD_NEED", "RejectCode", "RefillRequest", "RepostChange", "RepostOp", "TweetDelete", "TweetUpsert", "content_beats", "content_digest",
     "content_of", "reply_of", "event_to_json", "join_key", "join_keys", "parse_event",

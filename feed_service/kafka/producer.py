@@ -405,7 +405,7 @@ class EventProducer:
         come from").
         """
         kind = EDGE_KINDS.get(type_)
-        if kind is None or op not in kind.ops:
+        if kind is None or kind.internal or op not in kind.ops:
             self.stats.rejected += 1
             raise EventRejected("unknown_op", f"not an edge change: {type_!r} {op!r}")
         assert kind.edge is not None

@@ -31,8 +31,8 @@ ROLES = (ADMIN, PRODUCER, STREAM, SERVER, BACKFILL)
 #: topic roles of the registry of event kinds (this layer cannot import it; a unit test holds them equal).
 CHANGELOG_TOPICS = ("tweets", "follows", "profiles", "blocks_mutes", "reposts", "lists", "list_members")
 #: Topic roles the stream writes for itself and reads back (the registry's internal kinds: refill
-#: requests, docs/trimming.md#refill).
-STREAM_INTERNAL_TOPICS = ("refills",)
+#: requests, docs/trimming.md#refill; list follows and exclusions, docs/lists.md#in-the-engine).
+STREAM_INTERNAL_TOPICS = ("refills", "list_edges")
 #: Topic roles only the stream writes.
 STREAM_OUTPUT_TOPICS = ("dead_letter", "timeline_changes")
 #: Topic roles the read service writes and the stream's driver reads: which readers read their home

@@ -1,6 +1,7 @@
 """Lists, list members and a follow's show_reposts at the event layer, by example: the boolean and
 choice rules, defaults and round trips, keys and topics, the producer's helpers, ``feedctl publish``,
-the rows the stream hands the engine and the workload's shares.
+the rows the stream hands the engine and the workload's shares; the stream's own list follows and
+exclusions (internal kinds) and the lists' reader ids.
 
 What a list or the option does to the view is the engine's (docs/event-kinds.md, "Meaning"); nothing
 here steps the engine but to check it skips lists meanwhile.
@@ -15,16 +16,19 @@ from typing import Any
 
 import pytest
 
-from feed_service.core.event_kinds import EDGE_KINDS, ENVELOPE_COLUMNS, TYPES
+from feed_service.core.event_kinds import CHANGELOG_ROLES, EDGE_KINDS, ENVELOPE_COLUMNS, HIDE_KINDS, TYPES
 from feed_service.core.events import (
+    Exclusion,
     FollowChange,
     InvalidEvent,
     ListChange,
+    ListFollow,
     ListMemberChange,
     event_to_json,
     join_keys,
     parse_event,
 )
+from feed_service.core.list_readers import LIST_READER_PREFIX, list_of, list_reader
 from feed_service.kafka.keys import record_key, topic_role
 from feed_service.kafka.producer import EventRejected
 from feed_service.workload.generator import ListMix, WorkloadModel, generate
@@ -37,6 +41,9 @@ UNFOLLOW = {**FOLLOW, "op": "unfollow", "version": 4}
 CREATE = {"type": "list", "op": "create", "list_id": "l1", "owner_id": "ann", "version": 5, "name": "friends"}
 DELETE = {"type": "list", "op": "delete", "list_id": "l1", "owner_id": "ann", "version": 6}
 ADD = {"type": "list_member", "op": "add", "list_id": "l1", "member_id": "bob", "version": 7}
+LIST_FOLLOW = {"type": "list_follow", "op": "follow", "reader_id": "\u001flist:l1", "member_id": "bob",
+               "owner_id": "ann", "list_id": "l1", "version": 9}
+EXCLUDE = {"type": "exclusion", "op": "exclude", "owner_id": "ann", "member_id": "bob", "version": 9}
 
 
 def _rejected(envelope: dict[str, Any]) -> InvalidEvent:
@@ -169,6 +176,93 @@ def test_the_engine_skips_lists_and_members_meanwhile() -> None:
     assert fold("ann", [ListChange("l1", "ann", 5, "create", "friends")]) == fold("ann", [])
 
 
+# --- the stream's own list edges (internal kinds) and the lists' reader ids ---------------------------
+
+def test_a_list_reader_id_is_a_reserved_prefix_and_the_list_id() -> None:
+    assert list_reader("l1") == "\u001flist:l1" == LIST_READER_PREFIX + "l1"
+    assert list_of(list_reader("l1")) == "l1" and list_of(list_reader("")) == ""
+    assert list_of(list_reader("\u001flist:l2")) == "\u001flist:l2"  # any list id round-trips
+    for user in ("ann", "list:l1", "l1", " \u001flist:l1", "\u001flis"):
+        assert list_of(user) is None
+
+
+def test_a_list_follow_is_an_internal_edge_of_a_list_reader_and_a_member() -> None:
+    follow = parse_event(LIST_FOLLOW)
+    assert follow == ListFollow(list_reader("l1"), "bob", "ann", "l1", 9, "follow") and follow.active
+    unfollow = parse_event({**LIST_FOLLOW, "op": "unfollow", "version": 10})
+    assert unfollow == ListFollow(list_reader("l1"), "bob", "ann", "l1", 10, "unfollow") and not unfollow.active
+    assert event_to_json(follow) == LIST_FOLLOW and parse_event(json.dumps(event_to_json(unfollow))) == unfollow
+    kind = EDGE_KINDS["list_follow"]
+    assert (kind.on_op, kind.off_op, kind.tie_winner, kind.internal) == ("follow", "unfollow", "unfollow", True)
+    assert kind.edge is not None and (kind.edge.subject, kind.edge.target, kind.edge.self_code) == (
+        "reader_id", "member_id", None)
+    assert parse_event({**LIST_FOLLOW, "reader_id": "bob"}).reader_id == "bob"  # no self-edge rule
+    assert (record_key(follow), topic_role(follow), join_keys(follow)) == (
+        "list_follow|\u001flist:l1|bob", "list_edges", ("bob",))
+    assert record_key(unfollow) == record_key(follow)  # one edge: compaction keeps the last
+
+
+def test_an_exclusion_is_an_internal_edge_of_an_owner_and_a_member() -> None:
+    excluded = parse_event(EXCLUDE)
+    assert excluded == Exclusion("ann", "bob", 9, "exclude") and excluded.excluding
+    included = parse_event({**EXCLUDE, "op": "include"})
+    assert included == Exclusion("ann", "bob", 9, "include") and not included.excluding
+    assert parse_event({**EXCLUDE, "member_id": "ann"}) == Exclusion("ann", "ann", 9, "exclude")  # an owner may be a member
+    assert event_to_json(excluded) == EXCLUDE
+    kind = EDGE_KINDS["exclusion"]
+    assert (kind.on_op, kind.off_op, kind.tie_winner, kind.internal) == ("exclude", "include", "exclude", True)
+    assert "exclusion" not in HIDE_KINDS  # the stream's own edge, not a user's hide
+    assert (record_key(excluded), topic_role(excluded), join_keys(excluded)) == (
+        "exclusion|ann|bob", "list_edges", ("bob",))
+    # the two kinds share their topic, their keys kept apart by the type
+    assert record_key(ListFollow("ann", "bob", "ann", "l1", 1, "follow")) != record_key(excluded)
+    assert "list_edges" not in CHANGELOG_ROLES
+
+
+@pytest.mark.parametrize(("envelope", "change", "code"), [
+    (LIST_FOLLOW, {"reader_id": ""}, "empty_id"), (LIST_FOLLOW, {"owner_id": 1}, "wrong_type"),
+    (LIST_FOLLOW, {"list_id": None}, "wrong_type"), (LIST_FOLLOW, {"version": -1}, "negative_value"),
+    (LIST_FOLLOW, {"op": "add"}, "unknown_op"), (EXCLUDE, {"op": "exclusive"}, "unknown_op"),
+    (EXCLUDE, {"member_id": ""}, "empty_id"), (EXCLUDE, {"version": 1.0}, "wrong_type"),
+])
+def test_a_malformed_list_edge_is_rejected_with_a_code(envelope: dict[str, Any], change: dict[str, Any],
+                                                       code: str) -> None:
+    assert _rejected({**envelope, **change}).code == code
+
+
+@pytest.mark.parametrize("name", ["reader_id", "member_id", "owner_id", "list_id", "version", "op"])
+def test_a_list_follow_needs_every_field(name: str) -> None:
+    assert _rejected({k: v for k, v in LIST_FOLLOW.items() if k != name}).code == "missing_field"
+    if name in EXCLUDE:
+        assert _rejected({k: v for k, v in EXCLUDE.items() if k != name}).code == "missing_field"
+
+
+def test_the_engine_skips_list_edges_meanwhile() -> None:
+    """Read back by the members' keys, not joined there yet: they change nothing of the fold."""
+    from feed_service.core.join.fold import fold
+
+    edges = [ListFollow(list_reader("l1"), "bob", "ann", "l1", 3, "follow"), Exclusion("ann", "bob", 3, "exclude")]
+    assert fold("bob", edges) == fold("bob", [])
+    assert fold("bob", [*edges, FollowChange("ann", "bob", 2, "follow")]).follows == {"ann": (2, True)}
+
+
+def test_producers_cannot_publish_the_stream_s_own_kinds() -> None:
+    producer, (client,) = make_producer()
+    for type_, op in (("list_follow", "follow"), ("exclusion", "exclude")):
+        for publish in (lambda: producer.publish_change(type_, op), lambda: producer.publish_edge(type_, op, "a", "b")):
+            with pytest.raises(EventRejected) as info:
+                publish()
+            assert info.value.code == "unknown_op"
+    assert client.sent == [] and producer.stats.produced == 0
+
+
+def test_feedctl_publish_has_no_subcommand_for_the_stream_s_own_kinds() -> None:
+    for argv in (("list_follow", "follow"), ("exclusion", "exclude"), ("exclude",), ("include",)):
+        with pytest.raises(SystemExit):
+            _publish_args(*argv)
+    assert _publish_args("follow", "--follower", "bob", "--followee", "ann").edge_kind is EDGE_KINDS["follow"]
+
+
 # --- the stream's rows ------------------------------------------------------------------------------
 
 def _row(**values: Any) -> Any:
@@ -196,11 +290,16 @@ def test_stream_rows_become_lists_and_members() -> None:
             _row(type="list", op="create", list_id="l1", owner_id="ann", version=6, name="friends",
                  replies_policy=None, exclusive=nan),
             _row(type="list", op="delete", list_id="l1", owner_id="ann", version=7),
-            _row(type="list_member", op="add", list_id="l1", member_id="bob", version=8)]
+            _row(type="list_member", op="add", list_id="l1", member_id="bob", version=8),
+            _row(type="list_follow", op="unfollow", reader_id=list_reader("l1"), member_id="bob", owner_id="ann",
+                 list_id="l1", version=9),
+            _row(type="exclusion", op="exclude", owner_id="ann", member_id="bob", version=10)]
     assert events_from_rows(rows) == [ListChange("l1", "ann", 5, "create", "friends", "none", True),
                                       ListChange("l1", "ann", 6, "create", "friends"),
                                       ListChange("l1", "ann", 7, "delete"),
-                                      ListMemberChange("l1", "bob", 8, "add")]
+                                      ListMemberChange("l1", "bob", 8, "add"),
+                                      ListFollow(list_reader("l1"), "bob", "ann", "l1", 9, "unfollow"),
+                                      Exclusion("ann", "bob", 10, "exclude")]
 
 
 # --- the producer and feedctl publish ---------------------------------------------------------------

@@ -12,8 +12,10 @@ from typing import NamedTuple, NoReturn, Sequence
 from feed_service.core.events import (
     BlockChange,
     Event,
+    Exclusion,
     FollowChange,
     ListChange,
+    ListFollow,
     ListMemberChange,
     MuteChange,
     Profile,
@@ -126,7 +128,7 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
             if ev.author_id != key:
                 foreign(ev, key)
             refills.setdefault(ev.reader_id, set()).add((ev.below_created_at, ev.below_tweet_id, ev.need))
-        elif cls is ListChange or cls is ListMemberChange:
+        elif cls is ListChange or cls is ListMemberChange or cls is ListFollow or cls is Exclusion:
             continue  # joined by docs/lists.md's engine, not yet
         elif cls is RepostChange:
             # Not joined by this engine yet: reposts are kept by their compacted topic and meet the

@@ -29,10 +29,12 @@ from feed_service.core.event_kinds import (
     BOOL_RULES,
     ENVELOPE_COLUMNS,
     OPTIONAL_RULES,
+    RESERVED_ID_PREFIX,
     TYPES,
     EventKind,
     FieldSpec,
     Together,
+    reserved_id_reason,
     type_join_keys,
 )
 
@@ -80,8 +82,9 @@ def _field_views(fields: list[str]) -> list["Column"]:
     return views
 
 
-def _field_fault(spec: FieldSpec) -> "Column":
-    """(code, reason) struct when ``spec``'s field breaks its rule, else null; mirrors parse_event."""
+def _field_fault(spec: FieldSpec, reserves_ids: bool = False) -> "Column":
+    """(code, reason) struct when ``spec``'s field breaks its rule, else null; mirrors parse_event
+    (``reserves_ids``: an id must not start with the reserved prefix, as in a kind producers write)."""
     from pyspark.sql import functions as F
 
     field, kind = spec.name, spec.rule
@@ -91,12 +94,15 @@ def _field_fault(spec: FieldSpec) -> "Column":
     a_type = "an integer" if kind == "natural" else "a boolean" if kind in BOOL_RULES else "a string"
     wrong = fault("wrong_type", F.concat(F.lit(f"field '{field}' must be {a_type}, got "), F.lower(t)))
     unknown = fault("unknown_value", F.lit(f"field '{field}' must be one of {spec.choices_text()}"))
+    reserved = fault("reserved_id", F.lit(reserved_id_reason(field)))
     if kind in OPTIONAL_RULES:
         rule = F.when(~t.isin("VOID", json_type),
                       fault("wrong_type", F.concat(F.lit(f"field '{field}' must be {a_type} or null, got "),
                                                    F.lower(t))))
         if kind == "optional_id":
             rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+            if reserves_ids:
+                rule = rule.when(_string(field).startswith(RESERVED_ID_PREFIX), reserved)
         if kind == "optional_choice":
             rule = rule.when((t == STRING_TYPE) & ~_string(field).isin(*spec.choices), unknown)
         return rule
@@ -111,6 +117,8 @@ def _field_fault(spec: FieldSpec) -> "Column":
     rule = rule.when(t != STRING_TYPE, wrong)
     if kind == "id":
         rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+        if reserves_ids:
+            rule = rule.when(_string(field).startswith(RESERVED_ID_PREFIX), reserved)
     if kind == "choice":
         rule = rule.when(~_string(field).isin(*spec.choices), unknown)
     return rule
@@ -179,8 +187,8 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
         """The first fault of a record of ``kind``: its fields in declaration order (those only
         some ops carry, under those ops), the fields that go together, then the self-edge rule, as
         ``parse_event`` checks them."""
-        rules = [_field_fault(f) if not f.ops
-                 else F.when(reduce(operator.or_, (is_op(op) for op in f.ops)), _field_fault(f))
+        rules = [_field_fault(f, kind.reserves_ids) if not f.ops
+                 else F.when(reduce(operator.or_, (is_op(op) for op in f.ops)), _field_fault(f, kind.reserves_ids))
                  for f in kind.fields]
         rules += [_together_fault(group) for group in kind.together]
         if kind.edge is not None and kind.edge.self_code is not None:

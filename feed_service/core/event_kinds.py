@@ -39,7 +39,8 @@ from feed_service.core.event_types import (
 
 FieldRule: TypeAlias = Literal["id", "text", "natural", "bool", "choice", "optional_text", "optional_id",
                                 "optional_bool", "optional_choice"]
-"""How a field is checked: ``id`` a non-empty string, ``text`` a string, ``natural`` a signed 64-bit
+"""How a field is checked: ``id`` a non-empty string (in a kind producers write, not starting with
+:data:`RESERVED_ID_PREFIX`: ``reserved_id``), ``text`` a string, ``natural`` a signed 64-bit
 integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``bool`` a JSON ``true`` or ``false`` (``0``,
 ``1`` and ``"true"`` are not booleans), ``choice`` a string among the field's ``choices`` (another string:
 ``unknown_value``), ``optional_text`` a string, null or absent, ``optional_id`` a non-empty string, null
@@ -66,7 +67,19 @@ RULE_REJECT_CODES: dict[str, frozenset[str]] = {
     "optional_bool": frozenset({"wrong_type"}),
     "optional_choice": frozenset({"wrong_type", "unknown_value"}),
 }
-"""The reject codes a field of each rule can give."""
+"""The reject codes a field of each rule can give (and ``reserved_id``, :attr:`EventKind.reserves_ids`)."""
+
+RESERVED_ID_PREFIX = "\u001f"
+"""What no id of a kind producers write may start with (U+001F, a control character): the namespace of
+the stream's own ids, the lists' virtual readers (:mod:`feed_service.core.list_readers`)."""
+
+RESERVED_ID_RULES: frozenset[str] = frozenset({"id", "optional_id"})
+"""The rules whose values :data:`RESERVED_ID_PREFIX` is reserved in."""
+
+
+def reserved_id_reason(name: str) -> str:
+    """The reason of a ``reserved_id`` reject, the same in both parsers."""
+    return f"field '{name}' must not start with U+001F (reserved for the stream's own ids)"
 
 MAX_INT64 = 2**63 - 1
 """Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
@@ -195,11 +208,19 @@ class EventKind:
         return list(self.ops)[1]
 
     @property
+    def reserves_ids(self) -> bool:
+        """Whether its ids must not start with :data:`RESERVED_ID_PREFIX` (``reserved_id``): every kind
+        producers write; the stream's own kinds carry its reserved ids (a list's reader)."""
+        return not self.internal
+
+    @property
     def reject_codes(self) -> frozenset[str]:
         """The reject codes a record of this kind can get once its ``type`` is known."""
         codes = {"missing_field", "wrong_type"}
         for f in self.fields:
             codes.update(RULE_REJECT_CODES[f.rule])
+            if self.reserves_ids and f.rule in RESERVED_ID_RULES:
+                codes.add("reserved_id")
         if self.ops:
             codes.add("unknown_op")
         if self.edge is not None and self.edge.self_code is not None:

@@ -9,14 +9,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from feed_service.core.event_kinds import EDGE_KINDS, EVENT_KINDS, MAX_INT64, EventKind, FieldSpec
+from feed_service.core.event_kinds import EDGE_KINDS, EVENT_KINDS, MAX_INT64, RESERVED_ID_PREFIX, EventKind, FieldSpec
 
 SCHEMA_ID = "https://feed-service.invalid/schemas/events/event.schema.json"
 
+NOT_RESERVED = "^[^" + RESERVED_ID_PREFIX + "]"
+"""The pattern of an id of a kind producers write: it does not start with the reserved prefix
+(``pattern`` binds strings only, and an empty one fails ``minLength`` first)."""
 
-def _schema_of_field(spec: FieldSpec) -> dict[str, Any]:
+
+def _schema_of_field(spec: FieldSpec, reserves_ids: bool = True) -> dict[str, Any]:
     if spec.rule == "id":
-        return {"$ref": "#/$defs/id", **({"description": spec.description} if spec.description else {})}
+        return {"$ref": "#/$defs/id" if reserves_ids else "#/$defs/stream_id",
+                **({"description": spec.description} if spec.description else {})}
     if spec.rule == "natural":
         if spec.name == "version":
             return {"$ref": "#/$defs/version"}
@@ -25,6 +30,8 @@ def _schema_of_field(spec: FieldSpec) -> dict[str, Any]:
         out = {"type": "string"}
     elif spec.rule == "optional_id":
         out = {"type": ["string", "null"], "minLength": 1}  # minLength binds strings only
+        if reserves_ids:
+            out["pattern"] = NOT_RESERVED
     elif spec.rule == "bool":
         out = {"type": "boolean"}
     elif spec.rule == "optional_bool":
@@ -58,7 +65,7 @@ def _conditions(kind: EventKind) -> list[dict[str, Any]]:
         specs = [f for f in kind.fields if f.ops == ops]
         out.append({"if": {"properties": {"op": _op_schema(ops)}},
                     "then": {"required": [f.name for f in specs if f.required],
-                             "properties": {f.name: _schema_of_field(f) for f in specs}}})
+                             "properties": {f.name: _schema_of_field(f, kind.reserves_ids) for f in specs}}})
     for group in kind.together:  # one given (a string, not null): every other one given too
         for name in group.names:
             others = [n for n in group.names if n != name]
@@ -74,7 +81,10 @@ def event_json_schema() -> dict[str, Any]:
     published contract for producers that do not use this package.
     """
     defs: dict[str, Any] = {
-        "id": {"type": "string", "minLength": 1},
+        "id": {"type": "string", "minLength": 1, "pattern": NOT_RESERVED,
+               "description": "Not starting with U+001F: reserved for the stream's own ids."},
+        "stream_id": {"type": "string", "minLength": 1,
+                      "description": "An id of a kind the stream writes for itself, its reserved ones included."},
         "version": {"type": "integer", "minimum": 0, "maximum": MAX_INT64,
                     "description": "Per-entity version; the highest wins."},
     }
@@ -83,7 +93,7 @@ def event_json_schema() -> dict[str, Any]:
         if kind.ops:
             properties["op"] = _op_schema(tuple(kind.ops))
         every_op = [f for f in kind.fields if not f.ops]
-        properties.update((f.name, _schema_of_field(f)) for f in every_op)
+        properties.update((f.name, _schema_of_field(f, kind.reserves_ids)) for f in every_op)
         required = ["type", *(["op"] if kind.ops else []), *(f.name for f in every_op if f.required)]
         definition = {"title": kind.title, "description": kind.description, "type": "object",
                       "required": required, "properties": properties}

@@ -27,6 +27,7 @@ RejectCode: TypeAlias = Literal[
     "self_mute",
     "incomplete_reply",
     "unknown_value",
+    "reserved_id",
 ]
 """Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
 

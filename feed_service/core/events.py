@@ -36,7 +36,8 @@ import json
 import re
 from typing import Any, Collection, Mapping, NamedTuple, TypeAlias
 
-from feed_service.core.event_kinds import EVENT_KINDS, MAX_INT64, TYPES, EventKind, FieldSpec, kind_of
+from feed_service.core.event_kinds import (EVENT_KINDS, MAX_INT64, RESERVED_ID_PREFIX, RESERVED_ID_RULES, TYPES,
+                                          EventKind, FieldSpec, kind_of, reserved_id_reason)
 from feed_service.core.event_types import (
     BlockChange,
     BlockOp,
@@ -266,10 +267,24 @@ _CHECKS = {"id": _id, "text": _text, "natural": _natural, "bool": _bool, "option
 """Field rule (:data:`~feed_service.core.event_kinds.FieldRule`) -> its check (a choice's: :func:`_choice_of`)."""
 
 
-def _check_of(spec: FieldSpec) -> Any:
-    """The check of one field: its rule's, and for an optional field with a default, absent or null
-    gives the default."""
+def _not_reserved(check: Any) -> Any:
+    """``check`` (of an id), then: the value must not start with the stream's reserved prefix."""
+
+    def checked(obj: Mapping[str, Any], name: str) -> str | None:
+        value = check(obj, name)
+        if value is not None and value.startswith(RESERVED_ID_PREFIX):
+            raise InvalidEvent("reserved_id", reserved_id_reason(name))
+        return value
+
+    return checked
+
+
+def _check_of(spec: FieldSpec, reserved: bool = False) -> Any:
+    """The check of one field: its rule's (an id in a kind that reserves ids: not starting with the
+    reserved prefix), and for an optional field with a default, absent or null gives the default."""
     check = _choice_of(spec) if spec.choices else _CHECKS[spec.rule]
+    if reserved and spec.rule in RESERVED_ID_RULES:
+        check = _not_reserved(check)
     default = spec.default
     if default is None:
         return check
@@ -290,7 +305,7 @@ class _KindParser:
     def __init__(self, kind: EventKind, op: str | None) -> None:
         self.cls = kind.cls
         self.type = kind.type
-        self.checks = tuple((f.name, _check_of(f)) for f in kind.fields_of(op))
+        self.checks = tuple((f.name, _check_of(f, kind.reserves_ids)) for f in kind.fields_of(op))
         self.op = kind.carries_op
         self.together = kind.together
         self.edge = kind.edge if kind.edge is not None and kind.edge.self_code is not None else None

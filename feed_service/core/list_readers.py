@@ -2,13 +2,16 @@
 
 ``list_reader(L)`` is ``"\\u001flist:" + L``: U+001F (a control character, the "unit separator")
 then ``list:`` then the list id. User ids live in the same column (``reader_id``, ``timeline_id``),
-so the namespace is safe only while no user id starts with U+001F (docs/lists.md#in-the-engine).
+and the envelope's ``id`` rule rejects an id starting with U+001F in every kind producers write
+(``reserved_id``), so no user can take a list's reader id (docs/lists.md#in-the-engine).
 """
 
 from __future__ import annotations
 
-LIST_READER_PREFIX = "\u001flist:"
-"""What every list's reader id starts with, and no user id does."""
+from feed_service.core.event_kinds import RESERVED_ID_PREFIX
+
+LIST_READER_PREFIX = RESERVED_ID_PREFIX + "list:"
+"""What every list's reader id starts with, and no id a producer writes does (``reserved_id``)."""
 
 
 def list_reader(list_id: str) -> str:

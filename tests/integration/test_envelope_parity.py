@@ -6,7 +6,8 @@ verdict, the same reject code, and for a valid record the same event. A generate
 valid envelopes of every type and their mutations (missing fields, wrong JSON types, out-of-range
 integers, empty ids, unknown type/op, self-follows, self-blocks and self-mutes, half a reply's
 parent, an op's fields under another op (a repost's created_at on an unrepost), a boolean given as
-"true" or 1, a choice given a value it does not allow, extra fields,
+"true" or 1, a choice given a value it does not allow, an id starting with the stream's reserved
+U+001F (rejected in a kind producers write, a list's reader in the stream's own kinds), extra fields,
 non-objects, broken JSON, bytes that are not UTF-8). Hypothesis draws it with a fixed seed per
 family; the whole corpus is checked in one Spark job (a batch DataFrame shaped like the Kafka
 source: topic, partition, offset, value). The routing that follows is checked on the same corpus: a
@@ -531,6 +532,33 @@ def _edge_examples() -> list[bytes]:
         {**add, "op": "join"},                                               # unknown_op
         {k: v for k, v in add.items() if k != "list_id"},                    # missing_field
     ]
+    # The stream's own list edges (internal kinds): a list's reader id starts with the reserved U+001F,
+    # which every kind producers write rejects (reserved_id), in a required id or an optional one.
+    list_follow = {"type": "list_follow", "op": "follow", "reader_id": "\u001flist:l1", "member_id": "bob",
+                   "owner_id": "ann", "list_id": "l1", "version": 7}
+    exclusion = {"type": "exclusion", "op": "exclude", "owner_id": "ann", "member_id": "bob", "version": 7}
+    variants += [
+        list_follow, {**list_follow, "op": "unfollow"}, {**list_follow, "reader_id": "bob"},   # no self-edge rule
+        *({**list_follow, "reader_id": f"\u001flist:l{i}", "member_id": f"m{i}", "version": i} for i in range(5)),
+        exclusion, {**exclusion, "op": "include"}, {**exclusion, "member_id": "ann"},          # an owner may be a member
+        {**exclusion, "owner_id": "\u001f", "member_id": "\u001fx"},                          # the stream's own ids
+        {k: v for k, v in list_follow.items() if k != "list_id"},          # missing_field
+        {**list_follow, "owner_id": 3},                                     # wrong_type
+        {**list_follow, "member_id": ""},                                   # empty_id
+        {**list_follow, "version": -7},                                     # negative_value
+        {**list_follow, "op": "add"},                                       # unknown_op
+        {k: v for k, v in exclusion.items() if k != "owner_id"},           # missing_field
+        {**exclusion, "version": 7.5},                                      # wrong_type
+        {**exclusion, "member_id": ""},                                     # empty_id
+        {**exclusion, "op": "exclusive"},                                   # unknown_op
+        {**follow, "follower_id": "\u001flist:l1"},                         # reserved_id
+        {**follow, "followee_id": "\u001f"},                                # reserved_id
+        {**create, "list_id": "\u001flist:l1"},                             # reserved_id
+        {**add, "member_id": "\u001fbob", "version": -1},                   # reserved_id first
+        {**add, "member_id": "b\u001f"},                                    # valid: only a leading U+001F is reserved
+        {**repost, "tweet_id": "\u001ft", "author_id": ""},                 # reserved_id first
+        {**follow, "follower_id": "\u001f", "followee_id": "\u001f"},       # reserved_id before self_follow
+    ]
     # Replies: both ids or neither, null the same as absent.
     upsert = {"type": "tweet", "op": "upsert", "tweet_id": "t2", "author_id": "bob", "version": 2, "created_at": 10,
               "text": "yes", "profile_version": 1}
@@ -547,6 +575,8 @@ def _edge_examples() -> list[bytes]:
         {**reply, "in_reply_to_author_id": 7},                             # wrong_type
         {**reply, "in_reply_to_author_id": True, "in_reply_to_tweet_id": None},  # wrong_type before the pair
         {k: v for k, v in reply.items() if k not in ("text", "in_reply_to_author_id")},  # missing_field first
+        {**reply, "in_reply_to_author_id": "\u001fann"},                   # reserved_id (an optional id)
+        {**reply, "in_reply_to_tweet_id": "\u001f", "in_reply_to_author_id": None},  # reserved_id before the pair
     ]
     out += [json.dumps(v).encode() for v in variants]
     return out
@@ -655,7 +685,7 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     codes = {v.python[0] for v in agreeing}
     assert codes == {None, "bad_json", "not_object", "missing_field", "wrong_type", "empty_id", "negative_value",
                      "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute", "incomplete_reply",
-                     *(["unknown_value"] if CHOICES else [])}
+                     "reserved_id", *(["unknown_value"] if CHOICES else [])}
     kinds = {type(v.python[1]).__name__ for v in agreeing if v.python[0] is None}
     assert kinds == {kind.cls.__name__ for kind in EVENT_KINDS}
     # Each check of the two edge types is reached (their verdicts agreeing, as every verdict above).
@@ -669,6 +699,14 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     assert {("list", c) for c in (None, "missing_field", "wrong_type", "empty_id", "negative_value", "unknown_op",
                                   "unknown_value")} <= edge_codes
     assert {("list_member", c) for c in (None, "missing_field", "empty_id", "unknown_op")} <= edge_codes
+    # The stream's own kinds, as the registry declares them like every kind (refill's are drawn above).
+    assert {(t, c) for t in ("list_follow", "exclusion") for c in (None, "missing_field", "wrong_type", "empty_id",
+                                                                   "unknown_op")} <= edge_codes
+    assert {("follow", "reserved_id"), ("list", "reserved_id"), ("list_member", "reserved_id"),
+            ("repost", "reserved_id"), ("tweet", "reserved_id")} <= edge_codes
+    internal = [v.python for v in agreeing if v.python[0] is None and not KIND_BY_TYPE_OP[_kind_key(v.python[1])].reserves_ids]
+    assert {type(e).__name__ for _, e in internal} == {k.cls.__name__ for k in EVENT_KINDS if k.internal}
+    assert any(getattr(e, "reader_id", "").startswith("\u001f") for _, e in internal)
     # The drawn families reach the choice rule too, not only the hand-made examples.
     assert any(v.python[0] == "unknown_value" for v in verdicts["near_miss"])
     # The drawn family reaches the reply rule too, not only the hand-made examples.
@@ -683,15 +721,22 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     assert any(v.python[0] == "wrong_type" and "'show_reposts' must be a boolean" in v.python[1] for v in drawn)
 
 
+def _kind_key(event: Any) -> tuple[str, str | None]:
+    """(type, op) of a parsed event: its key in :data:`KIND_BY_TYPE_OP`."""
+    obj = event_to_json(event)
+    return obj["type"], obj.get("op")
+
+
 def _edge_type(raw: bytes) -> str | None:
-    """``block``, ``mute``, ``repost``, ``tweet``, ``list`` or ``list_member`` when ``raw`` is a JSON
-    object of that type, else None."""
+    """``block``, ``mute``, ``repost``, ``tweet``, ``list``, ``list_member``, ``list_follow``,
+    ``exclusion`` or ``follow`` when ``raw`` is a JSON object of that type, else None."""
     try:
         obj = json.loads(raw)
     except ValueError:
         return None
     kind = obj.get("type") if isinstance(obj, dict) else None
-    return kind if kind in ("block", "mute", "repost", "tweet", "list", "list_member") else None
+    return kind if kind in ("block", "mute", "repost", "tweet", "list", "list_member", "list_follow", "exclusion",
+                            "follow") else None
 
 
 def test_routing_gives_a_block_one_row_per_key_and_everything_else_one_row(

@@ -98,6 +98,11 @@ INVALID = [
     (with_(REPOST, created_at=-1), "negative_value"),
     (with_(UNREPOST, author_id=...), "missing_field"),
     (with_(UNREPOST, op="retweet"), "unknown_op"),
+    # An id a producer writes must not start with U+001F: the stream's own ids (a list's reader).
+    (with_(FOLLOW, follower_id="\u001flist:l1"), "reserved_id"),
+    (with_(UPSERT, tweet_id="\u001f"), "reserved_id"),
+    (with_(REPLY, in_reply_to_author_id="\u001fann"), "reserved_id"),
+    (with_(PROFILE, user_id="\u001fbob", version=-1), "reserved_id"),  # the first fault in field order
 ]
 
 PARSER_ONLY = [
@@ -185,7 +190,7 @@ def _schema_keywords(node: Any) -> Iterator[str]:
 SCHEMA_KEYWORDS = frozenset({
     "$schema", "$id", "$defs", "$ref", "title", "description",
     "oneOf", "type", "const", "enum", "required", "properties", "minLength", "minimum", "maximum",
-    "allOf", "if", "then",
+    "allOf", "if", "then", "pattern",
     "default",  # an annotation (what absent means), never a check
 })
 """Keywords the corpus below exercises (and fastjsonschema implements: it covers drafts 4-7 fully,
@@ -201,7 +206,8 @@ _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.0, -0.0, 2**63 - 1, 2**63]),
     st.floats(-2, 2, allow_nan=False),
     st.sampled_from(["", "a", "b", "tweet", "follow", "profile", "upsert", "delete", "unfollow", "repost",
-                     "unrepost", "true", "followed", "list", "none", "List", "create", "remove"]),
+                     "unrepost", "true", "followed", "list", "none", "List", "create", "remove", "\u001f",
+                     "\u001flist:l", "a\u001f"]),
     st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
 )
 _BASES = [
@@ -221,6 +227,9 @@ _BASES = [
      "replies_policy": "none", "exclusive": True},
     {"type": "list", "op": "delete", "list_id": "l", "owner_id": "a", "version": 1},
     {"type": "list_member", "op": "add", "list_id": "l", "member_id": "a", "version": 1},
+    {"type": "list_follow", "op": "follow", "reader_id": "\u001flist:l", "member_id": "a", "owner_id": "b",
+     "list_id": "l", "version": 1},
+    {"type": "exclusion", "op": "include", "owner_id": "a", "member_id": "a", "version": 1},
 ]
 _FIELDS = sorted({k for base in _BASES for k in base})
 

@@ -3,7 +3,8 @@
 The key names the entity whose latest record compaction must keep, as ``schemas/topics.json`` says
 (tweet: ``tweet_id``; follow edge: ``follower_id|followee_id``; profile: ``user_id|version``; block
 and mute edges: ``block|blocker_id|blocked_id`` and ``mute|muter_id|muted_id``; repost edge:
-``repost|reposter_id|tweet_id``; list: ``list_id``; list membership: ``list_id|member_id``).
+``repost|reposter_id|tweet_id``; list: ``list_id``; list membership: ``list_id|member_id``; the
+stream's own list edges: ``list_follow|reader_id|member_id`` and ``exclusion|owner_id|member_id``).
 """
 
 from __future__ import annotations

@@ -19,14 +19,15 @@ Offsets = dict[str, dict[str, int]]
 
 SOURCE_ROLES: tuple[str, ...] = TOPIC_ROLES
 """The topics the stream reads: the topic roles of the registry of event kinds, the changelogs
-(tweets, follows, profiles, blocks_mutes, reposts, lists, list_members) and the stream's own refill requests. A role
+(tweets, follows, profiles, blocks_mutes, reposts, lists, list_members) and the stream's own refill
+requests and list edges (list follows and exclusions). A role
 added there reaches a stream restarted on an existing checkpoint from the topic's beginning
 (docs/streaming.md, "Blocks and mutes")."""
 
 CHANGELOG_SOURCE_ROLES: tuple[str, ...] = CHANGELOG_ROLES
-"""The changelog topics the view is computed from: what the backfill reads (the refill requests
-change nothing in the view; a backfill's snapshot still records their end, where the stream
-continues)."""
+"""The changelog topics the view is computed from: what the backfill reads (the stream's own refill
+requests and list edges are no table's changes; a backfill's snapshot still records their end, where
+the stream continues)."""
 
 
 def watermarks(settings: Settings, roles: Iterable[str] = SOURCE_ROLES, *,

@@ -279,8 +279,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
         tables = reference_tables(published)
         followers: dict[str, int] = {}
-        for (_, followee), (_, active) in tables.follows.items():
-            followers[followee] = followers.get(followee, 0) + active
+        for (_, followee), edge in tables.follows.items():
+            followers[followee] = followers.get(followee, 0) + edge[1]
         pull = {a for a, n in followers.items() if is_pull_author(n, settings.pull_threshold)}
         say(f"    {len(pull)} pull authors (>= {settings.pull_threshold} followers, the largest"
             f" {max(followers.values(), default=0)}); their tweets are in no inbox")

@@ -200,14 +200,15 @@ _REPOST_ON_WINS = _on_wins_tie("repost")
 
 def edge_rank(version: int, active: bool, show_reposts: bool = True) -> tuple[int, bool, bool]:
     """Total order of follow-edge changes: higher version wins; on a tie the registry's
-    ``tie_winner`` (``unfollow``), then a follow with reposts turned off (``show_reposts`` false,
-    the option that shows less, docs/lists.md#per-follow-options). A stored edge
-    (:data:`~feed_service.core.state.Edge`) ranks as ``edge_rank(*edge)``.
+    ``tie_winner`` (``unfollow``), then, of two follows, the greater payload (``show_reposts`` true
+    over false, as every edge's payload breaks its ties: ``spark_jobs/backfill/winners.py``;
+    docs/lists.md#per-follow-options). A stored edge (:data:`~feed_service.core.state.Edge`) ranks
+    as ``edge_rank(*edge)``.
 
-    >>> edge_rank(5, False) > edge_rank(5, True, False) > edge_rank(5, True) > edge_rank(4, False)
+    >>> edge_rank(5, False) > edge_rank(5, True) > edge_rank(5, True, False) > edge_rank(4, False)
     True
     """
-    return (version, active == _FOLLOW_ON_WINS, active and not show_reposts)
+    return (version, active == _FOLLOW_ON_WINS, active and show_reposts)
 
 
 def follow_edge(version: int, active: bool, show_reposts: bool = True) -> tuple[int, bool] | tuple[int, bool, bool]:

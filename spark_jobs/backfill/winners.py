@@ -172,7 +172,7 @@ def winning_changes(events: "DataFrame") -> Winners:
     live = winners.join(dels.select("author_id", "tweet_id"), ["author_id", "tweet_id"], "left_anti")
 
     # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank); two follows of one
-    # version: show_reposts true over false.
+    # version: show_reposts true over false (rules.edge_rank).
     edges = _edge_winners(events, EDGE_KINDS["follow"])
 
     # Profiles: per (user, version), the greatest profile_rank (null below every string).

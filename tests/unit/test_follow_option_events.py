@@ -1,5 +1,5 @@
 """A follow's show_reposts at the event layer, by example: the boolean rule, its default and round trip,
-the producer's helper, ``feedctl publish`` and the rows the stream hands the engine.
+the producer's helper, ``feedctl publish``, the rows the stream hands the engine and the workload's share.
 
 What the option does to the view is the engine's (docs/event-kinds.md, "Meaning"); nothing here steps
 the engine.
@@ -138,3 +138,44 @@ def test_feedctl_publish_follow_has_a_show_reposts_flag_pair() -> None:
     assert "show_reposts" not in producer.calls[3][2]
     with pytest.raises(SystemExit):  # an unfollow has no such option
         _publish_args("unfollow", "--follower", "bob", "--followee", "ann", "--no-show-reposts")
+
+
+# --- the workload's follow_option_share -----------------------------------------------------------
+
+
+def test_follow_option_changes_flip_show_reposts_of_active_follows() -> None:
+    from feed_service.workload.generator import WorkloadModel
+
+    model = WorkloadModel(users=120, seed=6, follow_option_share=0.1)
+    events = list(model.setup()) + [model.step() for _ in range(4000)]
+    active: dict[tuple[str, str], bool] = {}  # edge -> show_reposts, of the active follows
+    flips = {True: 0, False: 0}
+    for e in events:
+        if e["type"] != "follow":
+            continue
+        event = parse_event(e)
+        edge = (event.follower_id, event.followee_id)
+        if "show_reposts" in e:
+            assert edge in active and active[edge] != event.show_reposts, "a flip of an active follow's option"
+            flips[event.show_reposts] += 1
+        if event.active:
+            active[edge] = event.show_reposts
+        else:
+            del active[edge]
+    assert flips[False] > 50 and flips[True] > 0
+    assert sorted(model.follows_without_reposts()) == sorted(edge for edge, show in active.items() if not show)
+
+
+def test_the_follow_option_share_is_seeded_and_zero_gives_the_workload_of_before(tmp_path) -> None:
+    from feed_service.cli.main import main as feedctl
+    from feed_service.workload.generator import generate
+
+    plain = list(generate(users=40, events=400, seed=3))
+    assert plain == list(generate(users=40, events=400, seed=3, follow_option_share=0))
+    assert not any("show_reposts" in e for e in plain)
+    out = tmp_path / "events.jsonl"
+    assert feedctl(["workload", "--users", "40", "--count", "400", "--seed", "3", "--no-progress",
+                    "--follow-option-share", "0.1", "--out", str(out)]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert got == list(generate(users=40, events=400, seed=3, follow_option_share=0.1))
+    assert any(e.get("show_reposts") is False for e in got)

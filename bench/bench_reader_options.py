@@ -13,7 +13,6 @@ of each and their ratio, with the load average.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_reposts_engine import run  # noqa: E402 - the sibling benchmark's engine run
+from bench_reposts_engine import engine_parser, run  # noqa: E402 - the sibling benchmark's engine run
 from feed_service.core.events import Event, parse_event  # noqa: E402
 from feed_service.workload.generator import WorkloadModel  # noqa: E402
 
@@ -38,16 +37,8 @@ def histories(users: int, events: int, repost_share: float, reply_share: float, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=2_000)
-    parser.add_argument("--events", type=int, default=60_000)
-    parser.add_argument("--batch-size", type=int, default=1_000)
-    parser.add_argument("--inbox-cap", type=int, default=800)
-    parser.add_argument("--repost-share", type=float, default=0.1)
-    parser.add_argument("--reply-share", type=float, default=0.2)
+    parser = engine_parser(__doc__.splitlines()[0])
     parser.add_argument("--option-share", type=float, default=0.05)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     with_them, without, options = histories(args.users, args.events, args.repost_share, args.reply_share,
                                             args.option_share, args.seed)

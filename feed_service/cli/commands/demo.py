@@ -471,13 +471,18 @@ def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, 
                 say(f"    {user_id} mutes {author}{' *' if author in pull else ''}: {counts[author]} entries leave, "
                     f"{len(now)} remain, the rest unchanged: {'yes' if good else 'NO'}")
             else:
-                good = _served(now) == _served(full)
-                say(f"    {user_id} unmutes {author}: the timeline is again exactly the {len(full)} entries it was: "
-                    f"{'yes' if good else 'NO'}")
+                good = _again(now, full, f"{user_id} unmutes {author}", say)
             ok = ok and good
     finally:
         watch.close()
     return ok
+
+
+def _again(now: list[Any], full: list[Any], what: str, say: Any) -> bool:
+    """Whether the timeline read ``now`` is again exactly ``full`` after ``what`` undid a change; said."""
+    good = _served(now) == _served(full)
+    say(f"    {what}: the timeline is again exactly the {len(full)} entries it was: {'yes' if good else 'NO'}")
+    return good
 
 
 def _reposts_off_and_on(settings: Settings, stream: Any, address: str, token: str, user_id: str, full: list[Any],
@@ -517,9 +522,7 @@ def _reposts_off_and_on(settings: Settings, stream: Any, address: str, token: st
             say(f"    {user_id} keeps following {reposter} with reposts turned off: the {counts[reposter]} entries"
                 f" its reposts brought leave, its {own} own tweets stay: {'yes' if good else 'NO'}")
         else:
-            good = _served(now) == _served(full)
-            say(f"    {user_id} turns {reposter}'s reposts back on: the timeline is again exactly the {len(full)}"
-                f" entries it was: {'yes' if good else 'NO'}")
+            good = _again(now, full, f"{user_id} turns {reposter}'s reposts back on", say)
         ok = ok and good
     return ok
 

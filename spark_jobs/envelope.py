@@ -25,13 +25,23 @@ import operator
 from functools import reduce
 from typing import TYPE_CHECKING
 
-from feed_service.core.event_kinds import ENVELOPE_COLUMNS, TYPES, EventKind, Together, type_join_keys
+from feed_service.core.event_kinds import (
+    BOOL_RULES,
+    ENVELOPE_COLUMNS,
+    OPTIONAL_RULES,
+    TYPES,
+    EventKind,
+    FieldSpec,
+    Together,
+    type_join_keys,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 INT_TYPE = "BIGINT"
 STRING_TYPE = "STRING"
+BOOLEAN_TYPE = "BOOLEAN"
 
 #: Typed event columns handed to the stateful operator (null where a type has no such field): every
 #: field of the registry of event kinds, once, in its order.
@@ -70,22 +80,29 @@ def _field_views(fields: list[str]) -> list["Column"]:
     return views
 
 
-def _field_fault(field: str, kind: str) -> "Column":
-    """(code, reason) struct when ``field`` breaks its rule, else null; mirrors parse_event."""
+def _field_fault(spec: FieldSpec) -> "Column":
+    """(code, reason) struct when ``spec``'s field breaks its rule, else null; mirrors parse_event."""
     from pyspark.sql import functions as F
 
+    field, kind = spec.name, spec.rule
     t = _kind(field)
     fault = lambda code, reason: F.struct(F.lit(code).alias("code"), reason.alias("reason"))  # noqa: E731
-    wrong = fault("wrong_type", F.concat(F.lit(f"field '{field}' must be "
-                                               f"{'an integer' if kind == 'natural' else 'a string'}, got "),
-                                         F.lower(t)))
-    if kind in ("optional_text", "optional_id"):
-        rule = F.when(~t.isin("VOID", STRING_TYPE),
-                      fault("wrong_type", F.concat(F.lit(f"field '{field}' must be a string or null, got "), F.lower(t))))
+    json_type = BOOLEAN_TYPE if kind in BOOL_RULES else STRING_TYPE
+    a_type = "an integer" if kind == "natural" else "a boolean" if kind in BOOL_RULES else "a string"
+    wrong = fault("wrong_type", F.concat(F.lit(f"field '{field}' must be {a_type}, got "), F.lower(t)))
+    unknown = fault("unknown_value", F.lit(f"field '{field}' must be one of {spec.choices_text()}"))
+    if kind in OPTIONAL_RULES:
+        rule = F.when(~t.isin("VOID", json_type),
+                      fault("wrong_type", F.concat(F.lit(f"field '{field}' must be {a_type} or null, got "),
+                                                   F.lower(t))))
         if kind == "optional_id":
             rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+        if kind == "optional_choice":
+            rule = rule.when((t == STRING_TYPE) & ~_string(field).isin(*spec.choices), unknown)
         return rule
     rule = F.when(t.isNull(), fault("missing_field", F.lit(f"missing field '{field}'")))
+    if kind == "bool":
+        return rule.when(t != BOOLEAN_TYPE, wrong)
     if kind == "natural":
         value = F.expr(f"try_variant_get(v, '$.{field}', 'bigint')")
         return rule.when(t != INT_TYPE, wrong).when(
@@ -94,6 +111,8 @@ def _field_fault(field: str, kind: str) -> "Column":
     rule = rule.when(t != STRING_TYPE, wrong)
     if kind == "id":
         rule = rule.when(_string(field) == "", fault("empty_id", F.lit(f"field '{field}' must not be empty")))
+    if kind == "choice":
+        rule = rule.when(~_string(field).isin(*spec.choices), unknown)
     return rule
 
 
@@ -160,8 +179,8 @@ def parse_changes(kafka_df: "DataFrame") -> "DataFrame":
         """The first fault of a record of ``kind``: its fields in declaration order (those only
         some ops carry, under those ops), the fields that go together, then the self-edge rule, as
         ``parse_event`` checks them."""
-        rules = [_field_fault(f.name, f.rule) if not f.ops
-                 else F.when(reduce(operator.or_, (is_op(op) for op in f.ops)), _field_fault(f.name, f.rule))
+        rules = [_field_fault(f) if not f.ops
+                 else F.when(reduce(operator.or_, (is_op(op) for op in f.ops)), _field_fault(f))
                  for f in kind.fields]
         rules += [_together_fault(group) for group in kind.together]
         if kind.edge is not None and kind.edge.self_code is not None:

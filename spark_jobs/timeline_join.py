@@ -68,8 +68,10 @@ def events_from_rows(rows: Iterable[Any]) -> list[Event]:
                                           none(r.in_reply_to_author_id)))
             else:
                 events.append(TweetDelete(r.tweet_id, r.author_id, int(r.version)))
-        elif r.type == "follow":
-            events.append(FollowChange(r.follower_id, r.followee_id, int(r.version), r.op))
+        elif r.type == "follow":  # show_reposts: null when absent, on an unfollow too (the default, True)
+            show_reposts = none(r.show_reposts)
+            events.append(FollowChange(r.follower_id, r.followee_id, int(r.version), r.op,
+                                       True if show_reposts is None else bool(show_reposts)))
         elif r.type == "block":
             events.append(BlockChange(r.blocker_id, r.blocked_id, int(r.version), r.op))
         elif r.type == "mute":

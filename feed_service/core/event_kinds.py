@@ -18,7 +18,7 @@ through one). The engine's own semantics (which state a change touches) stay in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields as dataclass_fields
-from typing import Literal, Mapping, TypeAlias
+from typing import Any, Literal, Mapping, TypeAlias
 
 from feed_service.core.event_types import (
     BlockChange,
@@ -33,13 +33,36 @@ from feed_service.core.event_types import (
     TweetUpsert,
 )
 
-FieldRule: TypeAlias = Literal["id", "text", "natural", "optional_text", "optional_id"]
+FieldRule: TypeAlias = Literal["id", "text", "natural", "bool", "choice", "optional_text", "optional_id",
+                                "optional_bool", "optional_choice"]
 """How a field is checked: ``id`` a non-empty string, ``text`` a string, ``natural`` a signed 64-bit
-integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``optional_text`` a string, null or absent,
-``optional_id`` a non-empty string, null or absent (null and absent both mean absent)."""
+integer >= 0 (JSON ``true`` and ``1.0`` are not integers), ``bool`` a JSON ``true`` or ``false`` (``0``,
+``1`` and ``"true"`` are not booleans), ``choice`` a string among the field's ``choices`` (another string:
+``unknown_value``), ``optional_text`` a string, null or absent, ``optional_id`` a non-empty string, null
+or absent, ``optional_bool`` and ``optional_choice`` as ``bool`` and ``choice`` or null or absent (null
+and absent both mean absent: the field's ``default``)."""
 
-OPTIONAL_RULES: frozenset[str] = frozenset({"optional_text", "optional_id"})
+OPTIONAL_RULES: frozenset[str] = frozenset({"optional_text", "optional_id", "optional_bool", "optional_choice"})
 """The rules a field may be absent under."""
+
+BOOL_RULES: frozenset[str] = frozenset({"bool", "optional_bool"})
+"""The rules of a JSON boolean (a ``boolean`` column)."""
+
+CHOICE_RULES: frozenset[str] = frozenset({"choice", "optional_choice"})
+"""The rules of a string among ``FieldSpec.choices``."""
+
+RULE_REJECT_CODES: dict[str, frozenset[str]] = {
+    "id": frozenset({"missing_field", "wrong_type", "empty_id"}),
+    "text": frozenset({"missing_field", "wrong_type"}),
+    "natural": frozenset({"missing_field", "wrong_type", "negative_value"}),
+    "bool": frozenset({"missing_field", "wrong_type"}),
+    "choice": frozenset({"missing_field", "wrong_type", "unknown_value"}),
+    "optional_text": frozenset({"wrong_type"}),
+    "optional_id": frozenset({"wrong_type", "empty_id"}),
+    "optional_bool": frozenset({"wrong_type"}),
+    "optional_choice": frozenset({"wrong_type", "unknown_value"}),
+}
+"""The reject codes a field of each rule can give."""
 
 MAX_INT64 = 2**63 - 1
 """Largest version or timestamp accepted: what Cassandra's ``bigint`` and Spark's ``LongType`` hold."""
@@ -58,12 +81,24 @@ class FieldSpec:
     since: int = 0
     """The registry revision that added the field's column: the stream's event columns are ordered
     by it first (:data:`ENVELOPE_COLUMNS`), so a field added to an old kind still comes after every
-    older column (a stream checkpoint holds their order). 0: the first five tables; 1: replies and reposts."""
+    older column (a stream checkpoint holds their order). 0: the first five tables; 1: replies and
+    reposts; 2: refill requests; 3: a follow's show_reposts, lists and list members."""
+    choices: tuple[str, ...] = ()
+    """The values a ``choice`` or ``optional_choice`` field may take (none for the other rules)."""
+    default: Any = None
+    """What an optional field absent or null means: the parsed event holds it (None: absent). The
+    dataclass field declares the same default (``_check_registry`` holds them equal)."""
 
     @property
     def sql_type(self) -> str:
         """The Spark SQL type of the field's column in the stream."""
-        return "bigint" if self.rule == "natural" else "string"
+        if self.rule == "natural":
+            return "bigint"
+        return "boolean" if self.rule in BOOL_RULES else "string"
+
+    def choices_text(self) -> str:
+        """The allowed values as reject reasons name them: ``followed, list, none``."""
+        return ", ".join(self.choices)
 
     @property
     def required(self) -> bool:
@@ -159,11 +194,8 @@ class EventKind:
     def reject_codes(self) -> frozenset[str]:
         """The reject codes a record of this kind can get once its ``type`` is known."""
         codes = {"missing_field", "wrong_type"}
-        rules = {f.rule for f in self.fields}
-        if "id" in rules:
-            codes.add("empty_id")
-        if "natural" in rules:
-            codes.add("negative_value")
+        for f in self.fields:
+            codes.update(RULE_REJECT_CODES[f.rule])
         if self.ops:
             codes.add("unknown_op")
         if self.edge is not None and self.edge.self_code is not None:
@@ -182,10 +214,10 @@ def _version(meaning: str = "Per-entity version; the highest wins.") -> FieldSpe
 
 def _edge_kind(type_: str, cls: type, subject: str, target: str, self_code: RejectCode, *, ops: dict[str, str],
                tie_winner: str, join_keys: tuple[str, ...], topic_role: str, title: str,
-               description: str) -> EventKind:
+               description: str, extra: tuple[FieldSpec, ...] = ()) -> EventKind:
     return EventKind(
         type=type_, cls=cls, ops=ops, tie_winner=tie_winner, edge=EdgeShape(subject, target, self_code),
-        fields=(FieldSpec(subject, "id"), FieldSpec(target, "id"), _version()),
+        fields=(FieldSpec(subject, "id"), FieldSpec(target, "id"), _version(), *extra),
         join_keys=join_keys, topic_role=topic_role, record_key=(subject, target),
         keyed_by_type=topic_role == "blocks_mutes", title=title, description=description,
     )
@@ -225,7 +257,12 @@ EVENT_KINDS: tuple[EventKind, ...] = (
         ops={"follow": "follow a user", "unfollow": "unfollow a user"}, tie_winner="unfollow",
         join_keys=("followee_id",), topic_role="follows", title="follow or unfollow",
         description="Sets the edge follower_id -> followee_id. The edge is active iff its highest-version "
-                    "change is a follow; on a version tie unfollow wins.",
+                    "change is a follow; on a version tie unfollow wins. A follow's show_reposts (default "
+                    "true) says whether the followee's reposts show in the follower's home timeline; an "
+                    "unfollow does not carry it.",
+        extra=(FieldSpec("show_reposts", "optional_bool",
+                         "Whether the followee's reposts show in the follower's home timeline; null or absent: "
+                         "true.", ops=("follow",), since=3, default=True),),
     ),
     EventKind(
         type="profile", cls=ProfileVersion,
@@ -356,14 +393,26 @@ def _check_registry() -> None:
                 raise AssertionError(f"{kind.key}: {name!r} is not one of the fields of its every op")
         if kind.edge is not None and (len(kind.ops) != 2 or kind.tie_winner not in kind.ops):
             raise AssertionError(f"{kind.key}: an edge has an on and an off op, one of which wins a tie")
+        if kind.tie_winner is not None and kind.tie_winner not in kind.ops:
+            raise AssertionError(f"{kind.key}: the tie winner {kind.tie_winner!r} is not one of its ops")
+        defaults = {f.name: f.default for f in dataclass_fields(kind.cls)}
         for f in kind.fields:
             if not set(f.ops) <= set(kind.ops):
                 raise AssertionError(f"{kind.key}: field {f.name!r} names ops the kind does not have")
+            if bool(f.choices) != (f.rule in CHOICE_RULES) or len(set(f.choices)) != len(f.choices):
+                raise AssertionError(f"{kind.key}: field {f.name!r}: choices belong to a choice rule, each once")
+            if f.default is not None and (f.required or (f.rule in CHOICE_RULES and f.default not in f.choices)
+                                          or (f.rule in BOOL_RULES and type(f.default) is not bool)):
+                raise AssertionError(f"{kind.key}: field {f.name!r}: a default belongs to an optional field, "
+                                     "and is one of its values")
+            if f.default is not None and defaults.get(f.name) != f.default:
+                raise AssertionError(f"{kind.key}: field {f.name!r}: the dataclass default must be {f.default!r}")
             if sql_types.setdefault(f.name, f.sql_type) != f.sql_type:
                 raise AssertionError(f"field {f.name!r}: one column, so one type in every kind")
         for group in kind.together:
             specs = [f for f in kind.fields if f.name in group.names]
-            if len(specs) != len(group.names) or len(specs) < 2 or any(f.required or f.ops for f in specs):
+            if len(specs) != len(group.names) or len(specs) < 2 or any(f.required or f.ops or f.default is not None
+                                                                        for f in specs):
                 raise AssertionError(f"{kind.key}: a group of {group.names} needs two or more optional fields "
                                      "of every op")
 

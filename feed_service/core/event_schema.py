@@ -25,8 +25,18 @@ def _schema_of_field(spec: FieldSpec) -> dict[str, Any]:
         out = {"type": "string"}
     elif spec.rule == "optional_id":
         out = {"type": ["string", "null"], "minLength": 1}  # minLength binds strings only
+    elif spec.rule == "bool":
+        out = {"type": "boolean"}
+    elif spec.rule == "optional_bool":
+        out = {"type": ["boolean", "null"]}
+    elif spec.rule == "choice":
+        out = {"enum": list(spec.choices)}
+    elif spec.rule == "optional_choice":
+        out = {"enum": [*spec.choices, None]}
     else:
         out = {"type": ["string", "null"]}
+    if spec.default is not None:
+        out["default"] = spec.default
     if spec.description:
         out["description"] = spec.description
     return out

@@ -26,6 +26,7 @@ RejectCode: TypeAlias = Literal[
     "self_block",
     "self_mute",
     "incomplete_reply",
+    "unknown_value",
 ]
 """Why an event was rejected; one value per kind of fault so rejects can be counted by kind."""
 
@@ -63,12 +64,16 @@ class TweetDelete:
 
 @dataclass(frozen=True, slots=True)
 class FollowChange:
-    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie."""
+    """Sets the edge follower -> followee; the highest version wins, ``unfollow`` on a tie. The winning
+    follow's ``show_reposts`` is the edge's option."""
 
     follower_id: str
     followee_id: str
     version: int
     op: FollowOp
+    show_reposts: bool = True
+    """A follow's option: whether the followee's reposts show in the follower's home timeline (absent
+    or null in the envelope: True). An unfollow does not carry it (it keeps the default)."""
 
     @property
     def active(self) -> bool:

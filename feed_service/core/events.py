@@ -6,7 +6,8 @@ in ``schemas/events/``)::
     {"type":"tweet","op":"upsert","tweet_id","author_id","version","created_at","text","profile_version"
      [,"in_reply_to_tweet_id","in_reply_to_author_id"]}                     (a reply: both or neither)
     {"type":"tweet","op":"delete","tweet_id","author_id","version"}
-    {"type":"follow","op":"follow"|"unfollow","follower_id","followee_id","version"}
+    {"type":"follow","op":"follow","follower_id","followee_id","version"[,"show_reposts"]}   (default true)
+    {"type":"follow","op":"unfollow","follower_id","followee_id","version"}
     {"type":"profile","user_id","version","display_name"[,"avatar_url"][,"bio"]}
     {"type":"block","op":"block"|"unblock","blocker_id","blocked_id","version"}
     {"type":"mute","op":"mute"|"unmute","muter_id","muted_id","version"}
@@ -211,9 +212,57 @@ def _loads(raw: str | bytes | bytearray) -> Any:
     return obj
 
 
-_CHECKS = {"id": _id, "text": _text, "natural": _natural, "optional_text": _optional_text,
-           "optional_id": _optional_id}
-"""Field rule (:data:`~feed_service.core.event_kinds.FieldRule`) -> its check."""
+def _bool(obj: Mapping[str, Any], name: str) -> bool:
+    value = _field(obj, name)
+    if type(value) is not bool:  # JSON 0, 1 and "true" are not booleans
+        raise InvalidEvent("wrong_type", f"field {name!r} must be a boolean, got {_type_name(value)}")
+    return value
+
+
+def _optional_bool(obj: Mapping[str, Any], name: str) -> bool | None:
+    value = obj.get(name)
+    if value is not None and type(value) is not bool:
+        raise InvalidEvent("wrong_type", f"field {name!r} must be a boolean or null, got {_type_name(value)}")
+    return value
+
+
+def _choice_of(spec: FieldSpec) -> Any:
+    """The check of a ``choice`` or ``optional_choice`` field: a string among ``spec.choices``."""
+    choices, optional = frozenset(spec.choices), not spec.required
+    unknown = f"field {spec.name!r} must be one of {spec.choices_text()}"
+
+    def check(obj: Mapping[str, Any], name: str) -> str | None:
+        value = obj.get(name) if optional else _field(obj, name)
+        if value is None and optional:
+            return None
+        if type(value) is not str:
+            raise InvalidEvent("wrong_type", f"field {name!r} must be a string{' or null' if optional else ''}, "
+                                             f"got {_type_name(value)}")
+        if value not in choices:
+            raise InvalidEvent("unknown_value", unknown)
+        return value
+
+    return check
+
+
+_CHECKS = {"id": _id, "text": _text, "natural": _natural, "bool": _bool, "optional_text": _optional_text,
+           "optional_id": _optional_id, "optional_bool": _optional_bool}
+"""Field rule (:data:`~feed_service.core.event_kinds.FieldRule`) -> its check (a choice's: :func:`_choice_of`)."""
+
+
+def _check_of(spec: FieldSpec) -> Any:
+    """The check of one field: its rule's, and for an optional field with a default, absent or null
+    gives the default."""
+    check = _choice_of(spec) if spec.choices else _CHECKS[spec.rule]
+    default = spec.default
+    if default is None:
+        return check
+
+    def with_default(obj: Mapping[str, Any], name: str) -> Any:
+        value = check(obj, name)
+        return default if value is None else value
+
+    return with_default
 
 
 class _KindParser:
@@ -225,7 +274,7 @@ class _KindParser:
     def __init__(self, kind: EventKind, op: str | None) -> None:
         self.cls = kind.cls
         self.type = kind.type
-        self.checks = tuple((f.name, _CHECKS[f.rule]) for f in kind.fields_of(op))
+        self.checks = tuple((f.name, _check_of(f)) for f in kind.fields_of(op))
         self.op = kind.carries_op
         self.together = kind.together
         self.edge = kind.edge if kind.edge is not None and kind.edge.self_code is not None else None
@@ -261,7 +310,7 @@ def parse_event(raw: RawEvent) -> Event:
     declaration order, the fields that go together (a reply's parent), the self-edge rule.
 
     >>> parse_event('{"type":"follow","op":"follow","follower_id":"a","followee_id":"b","version":3}')
-    FollowChange(follower_id='a', followee_id='b', version=3, op='follow')
+    FollowChange(follower_id='a', followee_id='b', version=3, op='follow', show_reposts=True)
     >>> parse_event({"type": "profile", "user_id": "a", "version": True, "display_name": "A"})
     Traceback (most recent call last):
     ...
@@ -293,7 +342,7 @@ def event_to_json(event: Event) -> dict[str, Any]:
     """Return the envelope of ``event`` (inverse of :func:`parse_event`), for replay files and tests.
 
     An optional field that is ``None`` is left out, and so is a field the op does not carry (an
-    unrepost's ``created_at``).
+    unrepost's ``created_at``); one with a default is written out (a follow's ``show_reposts``).
     """
     kind = kind_of(event)
     fixed_op, specs = _ENVELOPE_FIELDS[type(event)]

@@ -10,14 +10,15 @@ hides X from R (R mutes or blocks X, or X blocks R)::
     direct(R, T)    = T live AND Visible(R, T.author)
                       AND (T is no reply OR T.parent_author IN (T.author, R) OR Visible(R, T.parent_author))
     reposters(R, T) = { P : P's repost of T wins its edge, names T.author, T live,
-                            Visible(R, P), T.author not hidden from R }
+                            Visible(R, P), R's follow of P shows reposts, T.author not hidden from R }
 
     per reader R, one entry per tweet T with direct(R, T) or reposters(R, T) non-empty:
       direct: at T.created_at, no reposter; otherwise at the earliest (repost time, reposter id)
       of reposters(R, T), naming that reposter
     ORDER BY (that time, tweet_id, author_id) DESC  -- the first inbox_cap entries
 
-docs/reposts-and-replies.md says why each rule is what it is. Without reposts and replies this is
+docs/reposts-and-replies.md says why each rule is what it is; docs/lists.md#per-follow-options the
+follow's ``show_reposts`` option. Without reposts and replies this is
 the plain join ``tweets ⋈ follows`` less the hidden pairs, as before.
 
 Unit tests compare the engine with it; integration tests of the Spark/Cassandra pipeline can too.
@@ -49,7 +50,8 @@ from feed_service.core.events import (
     parse_event,
     profile_of,
 )
-from feed_service.core.rules import Repost, direct, earliest, edge_rank, hide_rank, profile_rank, repost_order, repost_rank
+from feed_service.core.rules import (Repost, direct, earliest, edge_rank, follow_edge, hide_rank, profile_rank, repost_order,
+                                     repost_rank, shows_reposts)
 from feed_service.core.join import DEFAULT_INBOX_CAP, Entry
 from feed_service.core.view import entry_dict, sort_key
 
@@ -66,8 +68,9 @@ class FinalTables:
     tweets: dict[tuple[str, str], TweetContent] = field(default_factory=dict)
     """(author_id, tweet_id) -> winning content, live tweets only."""
     deleted: set[tuple[str, str]] = field(default_factory=set)
-    follows: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
-    """(follower_id, followee_id) -> (version, active) of the winning change."""
+    follows: dict[tuple[str, str], tuple[int, bool] | tuple[int, bool, bool]] = field(default_factory=dict)
+    """(follower_id, followee_id) -> the winning change as :func:`~feed_service.core.rules.follow_edge`
+    keeps it: (version, active), or (version, True, False) with reposts turned off."""
     profiles: dict[tuple[str, int], Profile] = field(default_factory=dict)
     blocks: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
     """(blocker_id, blocked_id) -> (version, in force) of the winning change."""
@@ -89,8 +92,8 @@ class FinalTables:
         """reader -> the users the reader actively follows and nothing hides (``Visible``)."""
         hidden = self.hidden()
         out: dict[str, set[str]] = {}
-        for (reader, followee), (_, active) in self.follows.items():
-            if active and (reader, followee) not in hidden:
+        for (reader, followee), edge in self.follows.items():
+            if edge[1] and (reader, followee) not in hidden:
                 out.setdefault(reader, set()).add(followee)
         return out
 
@@ -135,7 +138,7 @@ def reference_tables(events: Iterable[Event | RawEvent]) -> FinalTables:
             tables.deleted.add((ev.author_id, ev.tweet_id))
         elif isinstance(ev, FollowChange):
             k = (ev.follower_id, ev.followee_id)
-            e = (ev.version, ev.active)
+            e = follow_edge(ev.version, ev.active, ev.show_reposts)
             if k not in tables.follows or edge_rank(*e) > edge_rank(*tables.follows[k]):
                 tables.follows[k] = e
         elif isinstance(ev, (BlockChange, MuteChange)):
@@ -184,6 +187,8 @@ def reference_entries(tables: FinalTables, *, inbox_cap: int | None = DEFAULT_IN
                     entries[(author, tid)] = tweet_entry(author, tid, c)
         chosen: dict[tuple[str, str], dict[Repost, int]] = {}
         for reposter in sees:
+            if not shows_reposts(tables.follows.get((reader, reposter))):
+                continue
             for author, tid, at, pv in reposts.get(reposter, ()):
                 if (author, tid) in entries or (reader, author) in hidden:
                     continue

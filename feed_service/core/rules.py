@@ -198,14 +198,37 @@ _HIDE_ON_WINS = _on_wins_tie("block", "mute")
 _REPOST_ON_WINS = _on_wins_tie("repost")
 
 
-def edge_rank(version: int, active: bool) -> tuple[int, bool]:
-    """Total order of follow-edge changes: higher version wins, and on a tie the registry's
-    ``tie_winner`` (``unfollow``).
+def edge_rank(version: int, active: bool, show_reposts: bool = True) -> tuple[int, bool, bool]:
+    """Total order of follow-edge changes: higher version wins; on a tie the registry's
+    ``tie_winner`` (``unfollow``), then, of two follows, the greater payload (``show_reposts`` true
+    over false, as every edge's payload breaks its ties: ``spark_jobs/backfill/winners.py``;
+    docs/lists.md#per-follow-options). A stored edge (:data:`~feed_service.core.state.Edge`) ranks
+    as ``edge_rank(*edge)``.
 
-    >>> edge_rank(5, False) > edge_rank(5, True) > edge_rank(4, False)
+    >>> edge_rank(5, False) > edge_rank(5, True) > edge_rank(5, True, False) > edge_rank(4, False)
     True
     """
-    return (version, active == _FOLLOW_ON_WINS)
+    return (version, active == _FOLLOW_ON_WINS, active and show_reposts)
+
+
+def follow_edge(version: int, active: bool, show_reposts: bool = True) -> tuple[int, bool] | tuple[int, bool, bool]:
+    """A follow change as the engine keeps it: ``(version, active)``, or ``(version, True, False)``
+    for an active follow with reposts turned off (an unfollow has no options).
+
+    >>> follow_edge(3, True), follow_edge(3, True, False), follow_edge(3, False, False)
+    ((3, True), (3, True, False), (3, False))
+    """
+    return (version, True, False) if active and not show_reposts else (version, active)
+
+
+def shows_reposts(edge: tuple[int, bool] | tuple[int, bool, bool] | None) -> bool:
+    """Whether a follow edge (:func:`follow_edge`) brings the followee's reposts: it is active and
+    its reposts are not turned off.
+
+    >>> shows_reposts((3, True)), shows_reposts((3, True, False)), shows_reposts((3, False)), shows_reposts(None)
+    (True, False, False, False)
+    """
+    return edge is not None and edge[1] and (len(edge) < 3 or edge[2])
 
 
 def hide_rank(version: int, hiding: bool) -> tuple[int, bool]:
@@ -243,7 +266,7 @@ def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, s
 
 
 __all__ = [
-    "Repost", "conditional_readers", "direct", "direct_among", "earliest", "edge_rank",
+    "Repost", "conditional_readers", "direct", "direct_among", "earliest", "edge_rank", "follow_edge",
     "hide_rank", "is_earliest", "is_pull_author", "is_pull_reposter", "precedes", "profile_rank", "push_authors",
-    "reply_class", "repost_order", "repost_rank", "shown_in_inbox",
+    "reply_class", "repost_order", "repost_rank", "shown_in_inbox", "shows_reposts",
 ]

@@ -34,8 +34,10 @@ from feed_service.errors import EdgesNotLoaded  # raised by the placeholders bel
 # The values inside the state (Edge, HideEdges, ColdTweet, events.TweetContent) are plain tuples read
 # by position: they are the codec's format (a NamedTuple pickles as a reference to its class, so
 # naming them would change the bytes of every checkpoint), and the engine reads millions of them.
-Edge: TypeAlias = tuple[int, bool]
-"""(version, active) of the highest-ranked change of one follow edge."""
+Edge: TypeAlias = tuple[int, bool] | tuple[int, bool, bool]
+"""(version, active) of the highest-ranked change of one follow edge, or (version, True, False) for
+an active follow with the followee's reposts turned off (:func:`~feed_service.core.rules.follow_edge`);
+a block or mute edge is (version, hiding)."""
 
 HideEdges: TypeAlias = tuple["Edge | None", "Edge | None", "Edge | None"]
 """One reader's block and mute edges with this author, each (version, hiding) or None if never seen,
@@ -109,7 +111,7 @@ _EMPTY_MAP: Mapping = MappingProxyType({})
 class AuthorState:
     """Everything one author key knows; bounded except for the history noted per field.
 
-    - ``followers``: follower -> (version, active) for every edge seen, dead ones included (their
+    - ``followers``: follower -> :data:`Edge` for every edge seen, dead ones included (their
       versions keep a late, older follow from reviving them) until the horizon forgets them.
     - ``active``: the active followers, sorted; derived from ``followers``, kept so that fan-out
       reuses one tuple instead of filtering the edges on every tweet.

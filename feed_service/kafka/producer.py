@@ -104,7 +104,7 @@ class EventProducer:
             producer.publish_profile("ann", "Ann")
             tweet = producer.publish_tweet("ann", "hello")
             producer.publish_edit(tweet, "hello, world")
-            producer.follow("bob", "ann")
+            producer.follow("bob", "ann")                  # show_reposts=False: without ann's reposts
             producer.mute("bob", "ann"); producer.block("ann", "cat")
             reply = producer.publish_tweet("bob", "hi ann", in_reply_to=tweet)
             producer.repost("bob", tweet)
@@ -297,9 +297,12 @@ class EventProducer:
         assert isinstance(event, TweetDelete)
         return event
 
-    def follow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
-        """Make ``follower_id`` follow ``followee_id``."""
-        return self.publish_edge("follow", "follow", follower_id, followee_id, version=version)  # type: ignore[return-value]
+    def follow(self, follower_id: str, followee_id: str, *, version: int | None = None,
+               show_reposts: bool = True) -> FollowChange:
+        """Make ``follower_id`` follow ``followee_id``; ``show_reposts`` False keeps the followee's reposts
+        out of the follower's home timeline (a follow again with another value changes the option)."""
+        return self.publish_edge("follow", "follow", follower_id, followee_id, version=version,  # type: ignore[return-value]
+                                 show_reposts=show_reposts)
 
     def unfollow(self, follower_id: str, followee_id: str, *, version: int | None = None) -> FollowChange:
         """Make ``follower_id`` stop following ``followee_id``."""

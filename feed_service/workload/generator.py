@@ -25,6 +25,10 @@ so with both at 0 the workload is exactly the one of before them, and with a sha
 events are the same ones in the same order (a reply's author may be its parent's, a thread; times
 and versions move as reposts take time slots).
 
+Follow options (``follow_option_share``, default 0): a share of stream events re-send an active
+follow with its ``show_reposts`` flipped (false, later true again; an unfollow or a plain re-follow
+resets it to true), from a random generator of its own, as above.
+
 Blocks and mutes (default :data:`DEFAULT_HIDE_SHARE`, 2 % of the stream): mostly mutes, some of
 both later undone, mostly aimed at accounts the user follows (:class:`HideMix` says why). They have
 a random generator of their own, so ``hide_share=0`` gives exactly the workload of before they
@@ -71,6 +75,8 @@ DEFAULT_REPOST_SHARE = 0.0
 """Share of stream events that are repost changes; 0 until the engine joins reposts."""
 DEFAULT_REPLY_SHARE = 0.0
 """Share of new tweets that are replies; 0 until the engine joins replies."""
+DEFAULT_FOLLOW_OPTION_SHARE = 0.0
+"""Share of stream events that flip a follow's ``show_reposts`` (0: the workload of before the option)."""
 
 _FIRST = ("Ada", "Alan", "Grace", "Linus", "Barbara", "Ken", "Margaret", "Dennis", "Frances", "Edsger",
           "Radia", "Donald", "Leslie", "Shafi", "Tim", "Sophie", "John", "Karen", "Niklaus", "Hedy")
@@ -232,6 +238,9 @@ class WorkloadModel:
     reply_share: float = DEFAULT_REPLY_SHARE
     """Share of new tweets that are replies (0: none)."""
     repost_mix: RepostMix = field(default_factory=RepostMix)
+    follow_option_share: float = DEFAULT_FOLLOW_OPTION_SHARE
+    """Share of stream events that flip an active follow's ``show_reposts`` (a follow again, at a
+    higher version; 0: none, the workload of before them)."""
 
     rng: random.Random = field(init=False)
     clock: VersionClock = field(init=False)
@@ -251,11 +260,13 @@ class WorkloadModel:
     _repost_rng: random.Random = field(init=False)
     _reply_rng: random.Random = field(init=False)
     _reposts: _Pairs = field(init=False)
+    _option_rng: random.Random = field(init=False)
+    _without_reposts: dict[tuple[int, int], bool] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.users < 1:
             raise ValueError(f"users must be >= 1, got {self.users}")
-        for name in ("hide_share", "repost_share", "reply_share"):
+        for name in ("hide_share", "repost_share", "reply_share", "follow_option_share"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}")
         self.repost_mix.check()
@@ -280,6 +291,9 @@ class WorkloadModel:
         self._repost_rng = random.Random(f"{self.seed}/repost")
         self._reply_rng = random.Random(f"{self.seed}/reply")
         self._reposts = _Pairs()  # (reposter, tweet_id, author) of the reposts in force
+        # Follow options too: a share of 0 draws nothing from them.
+        self._option_rng = random.Random(f"{self.seed}/follow-option")
+        self._without_reposts = {}  # the active follows whose show_reposts is false (insertion order)
 
     # --- picks ----------------------------------------------------------------------------------
 
@@ -323,6 +337,7 @@ class WorkloadModel:
             self._follows.add((follower, followee))
         else:
             self._follows.remove((follower, followee))
+        self._without_reposts.pop((follower, followee), None)  # a follow without the option: true
         return _edge_envelope(EDGE_KINDS["follow"], op == "follow", self.user_ids[follower],
                               self.user_ids[followee], self.clock.next())
 
@@ -424,10 +439,30 @@ class WorkloadModel:
                         "profile_version": self.profile_version[reposter]}
         return None
 
+    def _follow_option_change(self) -> dict[str, Any] | None:
+        """An active follow sent again with its ``show_reposts`` flipped; None when no follow is active."""
+        if not self._follows:
+            return None
+        edge = self._follows.pick(self._option_rng)
+        show = edge in self._without_reposts  # false now: flip it back to true
+        if show:
+            del self._without_reposts[edge]
+        else:
+            self._without_reposts[edge] = False
+        event = _edge_envelope(EDGE_KINDS["follow"], True, self.user_ids[edge[0]], self.user_ids[edge[1]],
+                               self.clock.next())
+        event["show_reposts"] = show
+        return event
+
     def step(self) -> dict[str, Any]:
         """Advance simulated time by one stream event and return that event."""
         self.now_ms = self.start_ms + 1 + int(self._stream_seq * 1000 / self.events_per_second)
         self._stream_seq += 1
+        # follow_option_share 0 draws nothing here, as repost_share 0 below.
+        if self.follow_option_share and self._option_rng.random() < self.follow_option_share:
+            event = self._follow_option_change()
+            if event is not None:
+                return event
         # repost_share 0 draws nothing here: the stream is then exactly the one of before reposts; reposts
         # come first, so the steps left to the other events see the same block and mute draws.
         if self.repost_share and self._repost_rng.random() < self.repost_share:
@@ -477,6 +512,10 @@ class WorkloadModel:
         """The reposts in force now, as (reposter_id, tweet_id)."""
         return [(self.user_ids[reposter], tweet_id) for reposter, tweet_id, _ in self._reposts.items]
 
+    def follows_without_reposts(self) -> list[tuple[str, str]]:
+        """The active follows whose show_reposts is false now, as (follower_id, followee_id)."""
+        return [(self.user_ids[a], self.user_ids[b]) for a, b in self._without_reposts]
+
     def _ids(self, pairs: _Pairs) -> list[tuple[str, str]]:
         return [(self.user_ids[a], self.user_ids[b]) for a, b in pairs.items]
 
@@ -499,10 +538,12 @@ def generate(
     repost_share: float = DEFAULT_REPOST_SHARE,
     reply_share: float = DEFAULT_REPLY_SHARE,
     repost_mix: RepostMix | None = None,
+    follow_option_share: float = DEFAULT_FOLLOW_OPTION_SHARE,
 ) -> Iterator[dict[str, Any]]:
     """Yield the workload's envelopes: setup (profiles, follow graph), then ``events`` stream changes,
     a share ``hide_share`` of them block and mute changes (0: none, the workload of before them), a
-    share ``repost_share`` repost changes, and a share ``reply_share`` of the new tweets replies.
+    share ``repost_share`` repost changes, a share ``follow_option_share`` flips of a follow's
+    show_reposts, and a share ``reply_share`` of the new tweets replies.
 
     >>> first = list(generate(users=3, events=2, seed=7, mean_following=1))
     >>> [e["type"] for e in first[:3]], first == list(generate(users=3, events=2, seed=7, mean_following=1))
@@ -512,7 +553,8 @@ def generate(
                           max_following=max_following, mix=mix or Mix(), start_ms=start_ms,
                           events_per_second=events_per_second if events_per_second > 0 else DEFAULT_SIM_RATE,
                           prefix=prefix, hide_share=hide_share, hide_mix=hide_mix or HideMix(),
-                          repost_share=repost_share, reply_share=reply_share, repost_mix=repost_mix or RepostMix())
+                          repost_share=repost_share, reply_share=reply_share, repost_mix=repost_mix or RepostMix(),
+                          follow_option_share=follow_option_share)
     if setup:
         yield from model.setup()
     counter = itertools.count() if events is None else range(events)

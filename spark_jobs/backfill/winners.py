@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from feed_service.core.event_kinds import EDGE_KINDS, EventKind
+from feed_service.core.event_kinds import EDGE_KINDS, EventKind, FieldSpec
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: A tweet's winning upsert as the winners hold it: its content, a reply's parent included (part of
 #: the versioned content, so of the tie-break digest too).
@@ -63,7 +63,8 @@ class Winners:
     deleted_tweets: "DataFrame"
     """author_id, tweet_id, version (highest delete version): deleted for good."""
     edges: "DataFrame"
-    """follower_id, followee_id, version, op: the winning change of every edge ever seen."""
+    """follower_id, followee_id, version, op, show_reposts (true when a follow leaves it out, null for
+    an unfollow): the winning change of every edge ever seen."""
     profiles: "DataFrame"
     """user_id, version, display_name, avatar_url, bio: the winning payload per (user, version)."""
     blocks: "DataFrame"
@@ -170,7 +171,8 @@ def winning_changes(events: "DataFrame") -> Winners:
     winners = top.where(F.col("payloads") == 1).unionByName(tied).drop("payloads")
     live = winners.join(dels.select("author_id", "tweet_id"), ["author_id", "tweet_id"], "left_anti")
 
-    # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank).
+    # Follow edges: highest version, unfollow (inactive) wins a tie (edge_rank); two follows of one
+    # version: show_reposts true over false (rules.edge_rank).
     edges = _edge_winners(events, EDGE_KINDS["follow"])
 
     # Profiles: per (user, version), the greatest profile_rank (null below every string).
@@ -203,10 +205,34 @@ def _edge_winners(events: "DataFrame", kind: EventKind) -> "DataFrame":
 
     assert kind.edge is not None, kind
     subject, target = kind.edge.subject, kind.edge.target
-    others = [f for f in kind.fields if f.name not in (subject, target, "version")]
+    return _winners(events, kind, (subject, target), [f for f in kind.fields if f.name not in (subject, target, "version")])
+
+
+def _with_defaults(kind: EventKind) -> list["Column"]:
+    """The kind's fields, an absent or null one with a default given it under the ops that carry it
+    (a follow's show_reposts: true), as the parsed event holds it."""
+    from pyspark.sql import functions as F
+
+    cols = []
+    for f in kind.fields:
+        col = F.col(f.name)
+        if f.default is not None:
+            filled = F.coalesce(col, F.lit(f.default))
+            col = filled if not f.ops else F.when(F.col("op").isin(*f.ops), filled).otherwise(col)
+        cols.append(col.alias(f.name))
+    return cols
+
+
+def _winners(events: "DataFrame", kind: EventKind, entity: tuple[str, ...], others: list[FieldSpec]) -> "DataFrame":
+    """Per ``entity`` the change of greatest rank: highest version, the kind's ``tie_winner`` op on a
+    tie, then ``others`` in order, greatest first (null as 0 for an integer, last otherwise)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     payload = [(F.coalesce(F.col(f.name), F.lit(0)) if f.rule == "natural" else F.col(f.name)).desc()
                for f in others]
-    by_edge = Window.partitionBy(subject, target).orderBy(
-        F.col("version").desc(), (F.col("op") == kind.tie_winner).desc(), *payload)
-    return (events.where(F.col("type") == kind.type).select(subject, target, "version", "op", *(f.name for f in others))
-            .withColumn("rank", F.row_number().over(by_edge)).where(F.col("rank") == 1).drop("rank"))
+    tie = [(F.col("op") == kind.tie_winner).desc()] if kind.tie_winner is not None else []
+    by_entity = Window.partitionBy(*entity).orderBy(F.col("version").desc(), *tie, *payload)
+    own = (events.where(F.col("type") == kind.type).select("op", *_with_defaults(kind))
+           .select(*entity, "version", "op", *(f.name for f in others)))
+    return own.withColumn("rank", F.row_number().over(by_entity)).where(F.col("rank") == 1).drop("rank")

@@ -5,7 +5,8 @@ in the JVM) must agree with :func:`feed_service.core.events.parse_event` on ever
 verdict, the same reject code, and for a valid record the same event. A generated corpus covers
 valid envelopes of every type and their mutations (missing fields, wrong JSON types, out-of-range
 integers, empty ids, unknown type/op, self-follows, self-blocks and self-mutes, half a reply's
-parent, an op's fields under another op (a repost's created_at on an unrepost), extra fields,
+parent, an op's fields under another op (a repost's created_at on an unrepost), a boolean given as
+"true" or 1, a choice given a value it does not allow, extra fields,
 non-objects, broken JSON, bytes that are not UTF-8). Hypothesis draws it with a fixed seed per
 family; the whole corpus is checked in one Spark job (a batch DataFrame shaped like the Kafka
 source: topic, partition, offset, value). The routing that follows is checked on the same corpus: a
@@ -31,6 +32,7 @@ from feed_service.core.event_kinds import EDGE_KINDS, EVENT_KINDS, MAX_INT64, Ev
 from feed_service.core.event_kinds import TYPES as TYPES_BY_NAME
 from feed_service.core.events import (
     BlockChange,
+    FollowChange,
     RepostChange,
     event_to_json,
     join_keys,
@@ -55,7 +57,12 @@ NATURALS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "natural"))
 TEXTS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "text"))
 OPTIONAL_TEXTS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "optional_text"))
 OPTIONAL_IDS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule == "optional_id"))
-ALL_FIELDS = ("type", "op", *IDS, *NATURALS, *TEXTS, *OPTIONAL_TEXTS, *OPTIONAL_IDS)
+#: Fields of a JSON boolean (a follow's show_reposts) and of a string among choices, required or not.
+BOOLS = tuple(dict.fromkeys(f.name for f in _FIELDS if f.rule in ("bool", "optional_bool")))
+CHOICES = tuple(dict.fromkeys(f.name for f in _FIELDS if f.choices))
+#: Optional fields with a default (absent or null: the default), which event_to_json writes out.
+DEFAULTED = tuple(dict.fromkeys(f.name for f in _FIELDS if f.default is not None))
+ALL_FIELDS = ("type", "op", *IDS, *NATURALS, *TEXTS, *OPTIONAL_TEXTS, *OPTIONAL_IDS, *BOOLS, *CHOICES)
 #: Groups of optional fields given together or not at all (a reply's parent).
 TOGETHER = tuple(dict.fromkeys(group for kind in EVENT_KINDS for group in kind.together))
 #: Every op of every type.
@@ -83,10 +90,19 @@ def _kind_events(kind: EventKind, *, self_edges_too: bool = False) -> st.SearchS
     """Valid events of ``kind`` (every op), drawn field by field from the registry's rules: for each
     op the fields it carries (the others None), groups of fields that go together whole or absent."""
     by_rule = {"id": ids, "text": texts, "natural": naturals, "optional_text": st.none() | texts,
-               "optional_id": st.none() | ids}
+               "optional_id": st.none() | ids, "bool": st.booleans(), "optional_bool": st.none() | st.booleans()}
+
+    def strategy(spec: Any) -> st.SearchStrategy:
+        if spec.choices:
+            drawn = st.sampled_from(spec.choices)
+            return drawn if spec.required or spec.default is not None else st.none() | drawn
+        if spec.default is not None:  # the dataclass holds the default, never None (envelopes() drops it)
+            return st.booleans() if spec.rule == "optional_bool" else by_rule[spec.rule]
+        return by_rule[spec.rule]
+
     per_op = []
     for op in kind.ops if kind.carries_op else (None,):
-        values = {f.name: by_rule[f.rule] for f in kind.fields_of(op)}
+        values = {f.name: strategy(f) for f in kind.fields_of(op)}
         if op is not None:
             values["op"] = st.just(op)
         per_op.append(st.builds(kind.cls, **values).map(lambda e, kind=kind: _complete_groups(e, kind)))
@@ -111,11 +127,20 @@ events = st.one_of(*(_kind_events(kind) for kind in EVENT_KINDS))
 def envelopes(draw: st.DrawFn) -> dict[str, Any]:
     """A valid envelope of any type; optional profile fields absent, null or set."""
     obj = event_to_json(draw(events))
-    for name in (*OPTIONAL_TEXTS, *OPTIONAL_IDS):  # event_to_json leaves a None out: also write it as null
-        if name not in obj and name in {f.name for f in KIND_BY_TYPE_OP[obj["type"], obj.get("op")].fields} \
-                and draw(st.booleans()):
+    own = {f.name for f in KIND_BY_TYPE_OP[obj["type"], obj.get("op")].fields}
+    for name in (*OPTIONAL_TEXTS, *OPTIONAL_IDS, *BOOLS, *CHOICES):  # event_to_json leaves a None out: also null
+        if name not in obj and name in own and draw(st.booleans()):
             obj[name] = None
+    for name in DEFAULTED:  # event_to_json writes a default out: also leave it out, or null (the same)
+        if name in obj and obj[name] == _DEFAULTS[name] and draw(st.integers(0, 2)) == 0:
+            if draw(st.booleans()):
+                del obj[name]
+            else:
+                obj[name] = None
     return obj
+
+
+_DEFAULTS = {f.name: f.default for f in _FIELDS if f.default is not None}
 
 
 json_scalars = st.one_of(
@@ -204,9 +229,23 @@ def extra_field(draw: st.DrawFn, obj: dict[str, Any]) -> None:
     obj[draw(extra_keys)] = draw(json_values)
 
 
+#: Values that look like a boolean and are not one, or like a choice and are not one.
+NOT_BOOLEANS = st.sampled_from(["true", "false", 1, 0, 1.0, "", "True", None, [True]])
+NOT_CHOICES = st.sampled_from(["", "List", "LIST", " list", "all", "nobody", "followed ", True, 1, None, ["list"]])
+
+
+def near_miss(draw: st.DrawFn, obj: dict[str, Any]) -> None:
+    """A boolean field given as a string "true" or 1, a choice given a string it does not allow (or a
+    non-string): wrong_type or unknown_value (null: absent, valid where the field is optional)."""
+    names = (*BOOLS, *CHOICES)
+    if names:
+        name = _pick(draw, obj, names)
+        obj[name] = draw(NOT_BOOLEANS if name in BOOLS else NOT_CHOICES | st.text(CHARS, max_size=6))
+
+
 AGREEING_MUTATIONS: tuple[Mutation, ...] = (
     drop_field, retype_field, negative_integer, too_big_integer, empty_id, unknown_type, other_type, unknown_op,
-    other_op, half_group, self_edge, extra_field,
+    other_op, half_group, self_edge, extra_field, near_miss,
 )
 
 
@@ -254,6 +293,35 @@ def half_groups(draw: st.DrawFn) -> bytes:
     (half a reply's parent), otherwise valid: the group rule decides alone."""
     obj = event_to_json(draw(together_events))
     half_group(draw, obj)
+    return encode(draw, obj).encode()
+
+
+OPTIONED_KINDS = tuple(kind for kind in EVENT_KINDS if any(f.rule in ("bool", "optional_bool") or f.choices
+                                                            for f in kind.fields))
+#: Valid envelopes of the kinds with a boolean or choice field (a follow's show_reposts), whatever the op.
+optioned_events = st.one_of(*(_kind_events(kind) for kind in OPTIONED_KINDS))
+
+
+@st.composite
+def optioned(draw: st.DrawFn) -> bytes:
+    """A valid envelope of a kind with a boolean or a choice field: each value, null and absent."""
+    obj = event_to_json(draw(optioned_events))
+    kind = KIND_BY_TYPE_OP[obj["type"], obj.get("op")]
+    for spec in kind.fields_of(obj.get("op")):
+        if spec.name in (*BOOLS, *CHOICES) and not spec.required and draw(st.integers(0, 3)) == 0:
+            if draw(st.booleans()):
+                obj.pop(spec.name, None)
+            else:
+                obj[spec.name] = None
+    return encode(draw, obj).encode()
+
+
+@st.composite
+def near_misses(draw: st.DrawFn) -> bytes:
+    """An envelope of such a kind, otherwise valid, with a boolean given as "true" or 1 or a choice given
+    a value it does not allow: wrong_type or unknown_value (or valid, for null or under another op)."""
+    obj = event_to_json(draw(optioned_events))
+    near_miss(draw, obj)
     return encode(draw, obj).encode()
 
 
@@ -367,6 +435,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("mutated", mutated_records(), 400),
     Family("self_edge", self_edges(), 30),
     Family("half_group", half_groups(), 30),
+    Family("optioned", optioned(), 40),
+    Family("near_miss", near_misses(), 40),
     Family("non_object", non_objects(), 40),
     Family("truncated", truncated_json(), 60),
     Family("broken", broken_json(), 80),
@@ -420,6 +490,18 @@ def _edge_examples() -> list[bytes]:
         {**repost, "author_id": ""},                                       # empty_id
         {**repost, "created_at": -1},                                      # negative_value
         {**repost, "op": "retweet"},                                       # unknown_op
+    ]
+    # A follow's show_reposts: a JSON boolean, null or absent (true); an unfollow does not read it.
+    follow = {"type": "follow", "op": "follow", "follower_id": "bob", "followee_id": "ann", "version": 3}
+    unfollow = {**follow, "op": "unfollow"}
+    variants += [
+        follow, {**follow, "show_reposts": True}, {**follow, "show_reposts": False}, {**follow, "show_reposts": None},
+        *({**follow, "follower_id": f"f{i}", "show_reposts": False} for i in range(5)),
+        {**unfollow, "show_reposts": "x"}, {**unfollow, "show_reposts": False},   # ignored on an unfollow: valid
+        {**follow, "show_reposts": "true"},                                 # wrong_type
+        {**follow, "show_reposts": 1},                                      # wrong_type
+        {**follow, "show_reposts": 0},                                      # wrong_type
+        {**follow, "show_reposts": "false", "version": -1},                 # negative_value first
     ]
     # Replies: both ids or neither, null the same as absent.
     upsert = {"type": "tweet", "op": "upsert", "tweet_id": "t2", "author_id": "bob", "version": 2, "created_at": 10,
@@ -544,7 +626,8 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     agreeing = [v for f in FAMILIES if not f.known_difference for v in verdicts[f.name]] + verdicts[EDGE_EXAMPLES]
     codes = {v.python[0] for v in agreeing}
     assert codes == {None, "bad_json", "not_object", "missing_field", "wrong_type", "empty_id", "negative_value",
-                     "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute", "incomplete_reply"}
+                     "unknown_type", "unknown_op", "self_follow", "self_block", "self_mute", "incomplete_reply",
+                     *(["unknown_value"] if CHOICES else [])}
     kinds = {type(v.python[1]).__name__ for v in agreeing if v.python[0] is None}
     assert kinds == {kind.cls.__name__ for kind in EVENT_KINDS}
     # Each check of the two edge types is reached (their verdicts agreeing, as every verdict above).
@@ -559,6 +642,12 @@ def test_corpus_reaches_every_verdict(verdicts: dict[str, list[Verdict]]) -> Non
     assert {v.python[0] for v in verdicts["half_group"]} == {"incomplete_reply"}
     replies = [v.python[1] for v in agreeing if v.python[0] is None and getattr(v.python[1], "in_reply_to_tweet_id", None)]
     assert len(replies) >= 5
+    # A follow's show_reposts: both values reached by the drawn families, and a near miss rejected.
+    drawn = [v for f in FAMILIES if not f.known_difference for v in verdicts[f.name]]
+    options = {v.python[1].show_reposts for v in drawn if v.python[0] is None and isinstance(v.python[1], FollowChange)
+               and v.python[1].active}
+    assert options == {True, False}
+    assert any(v.python[0] == "wrong_type" and "'show_reposts' must be a boolean" in v.python[1] for v in drawn)
 
 
 def _edge_type(raw: bytes) -> str | None:

@@ -5,7 +5,7 @@ test_inactive_readers.py; docs/reposts-and-replies.md).
 
 Histories over a few users mix tweets that are replies (to their author, to a reader, to a third
 user), edits that change a reply's parent, deletes, reposts and unreposts (ties, wrong authors, one's
-own tweet), follows and unfollows, blocks and mutes; :func:`runs` shuffles them, pads them with
+own tweet), follows and unfollows (some with the followee's reposts turned off), blocks and mutes; :func:`runs` shuffles them, pads them with
 duplicates and garbage of the new shapes and cuts them into random micro-batches. Tweet ids are
 shared across authors (a tweet is (author, tweet id)), so that a repost can name the wrong author."""
 
@@ -75,7 +75,8 @@ def random_event(rnd: random.Random) -> Event:
         return TweetDelete(rnd.choice(TWEET_IDS), rnd.choice(AUTHORS), version)
     if kind == "follow":
         follower, followee = rnd.sample(USERS, 2)
-        return FollowChange(follower, followee, version, rnd.choice(["follow", "follow", "unfollow"]))
+        op = rnd.choice(["follow", "follow", "unfollow"])  # a follow turns the followee's reposts off 1 time in 3
+        return FollowChange(follower, followee, version, op, op == "unfollow" or rnd.random() < 0.67)
     if kind == "block":
         blocker, blocked = rnd.sample(USERS, 2)
         return BlockChange(blocker, blocked, version, rnd.choice(["block", "unblock"]))

@@ -15,6 +15,8 @@ from feed_service.core.event_kinds import (
     ENVELOPE_COLUMNS,
     EVENT_KINDS,
     OPTIONAL_RULES,
+    RULE_REJECT_CODES,
+    FieldRule,
     TOPIC_ROLES,
     CHANGELOG_ROLES,
     TYPES,
@@ -39,22 +41,37 @@ def test_the_schema_file_is_the_registry_written_out() -> None:
     assert packaged == json.loads(render())
 
 
-def test_every_reject_code_is_declared_by_some_kind_and_every_kind_code_exists() -> None:
+def test_every_reject_code_is_declared_by_some_kind_or_rule_and_every_kind_code_exists() -> None:
+    """A code belongs to the base checks, a kind (its ops, self-edge rule, groups) or a field rule (one
+    a kind may not use yet: a rule's codes come with it)."""
     declared = set(typing.get_args(RejectCode))
     from_kinds = set(BASE_REJECT_CODES).union(*(kind.reject_codes for kind in EVENT_KINDS))
-    assert from_kinds == declared
+    assert from_kinds <= declared
+    assert from_kinds.union(*RULE_REJECT_CODES.values()) == declared
+    assert set(RULE_REJECT_CODES) == set(typing.get_args(FieldRule))
 
 
 def _sample(kind, op: str | None, *, optional: bool = False) -> dict:
     """A valid envelope of ``kind`` with the fields ``op`` carries: every id different, the optional
     fields absent, or with ``optional`` given."""
-    values = {"id": "u", "text": "t", "natural": 3, "optional_text": "o", "optional_id": "o"}
+    values = {"id": "u", "text": "t", "natural": 3, "bool": True, "optional_text": "o", "optional_id": "o",
+              "optional_bool": False}
     envelope = {"type": kind.type, **({"op": op} if op else {})}
     for n, spec in enumerate(kind.fields_of(op)):
         if spec.rule in OPTIONAL_RULES and not optional:
             continue
-        envelope[spec.name] = f"u{n}" if spec.rule in ("id", "optional_id") else values[spec.rule]
+        if spec.choices:  # a value other than the default, when there is one
+            envelope[spec.name] = next((c for c in reversed(spec.choices) if c != spec.default))
+        else:
+            envelope[spec.name] = f"u{n}" if spec.rule in ("id", "optional_id") else values[spec.rule]
     return envelope
+
+
+def _with_defaults(kind, envelope: dict) -> dict:
+    """``envelope`` as ``event_to_json`` writes it back: the absent fields with a default given it."""
+    op = envelope.get("op")
+    return {**envelope, **{f.name: f.default for f in kind.fields_of(op)
+                           if f.default is not None and f.name not in envelope}}
 
 
 @pytest.mark.parametrize("kind", EVENT_KINDS, ids=lambda k: k.key)
@@ -64,7 +81,8 @@ def test_each_kind_parses_to_its_class_and_back(kind, optional: bool) -> None:
         envelope = _sample(kind, op, optional=optional)
         event = parse_event(envelope)
         assert type(event) is kind.cls
-        assert event_to_json(event) == envelope
+        assert event_to_json(event) == _with_defaults(kind, envelope)
+        assert parse_event(event_to_json(event)) == event
         assert join_keys(event) == tuple(envelope[f] for f in kind.join_keys)
         assert ROLE_OF_TYPE[kind.type] == topic_role(event) == kind.topic_role
         assert kind.topic_role in Settings().topics
@@ -83,7 +101,9 @@ def test_fields_of_some_ops_are_required_there_and_ignored_elsewhere(kind) -> No
         own = {f.name for f in kind.fields_of(op)}
         for spec in (f for f in kind.fields if f.ops):
             envelope = _sample(kind, op)
-            if spec.name in own:
+            if spec.name in own and not spec.required:  # absent: the default
+                assert getattr(parse_event(envelope), spec.name) == spec.default
+            elif spec.name in own:
                 del envelope[spec.name]
                 with pytest.raises(InvalidEvent) as info:
                     parse_event(envelope)
@@ -91,7 +111,7 @@ def test_fields_of_some_ops_are_required_there_and_ignored_elsewhere(kind) -> No
             else:
                 envelope[spec.name] = "not even a number"
                 event = parse_event(envelope)
-                assert getattr(event, spec.name) is None
+                assert getattr(event, spec.name) == spec.default  # None, or the field's default
                 assert spec.name not in event_to_json(event)
 
 
@@ -141,7 +161,9 @@ def test_envelope_columns_hold_every_field_once_in_registry_order() -> None:
                          # replies and reposts (registry revision 1)
                          "in_reply_to_tweet_id", "in_reply_to_author_id", "reposter_id",
                          # refill requests (registry revision 2)
-                         "reader_id", "below_created_at", "below_tweet_id", "need"]
+                         "reader_id", "below_created_at", "below_tweet_id", "need",
+                         # a follow's option (registry revision 3)
+                         "show_reposts"]
 
 
 def test_the_changelog_topics_are_the_registry_s_topic_roles() -> None:

@@ -186,6 +186,7 @@ SCHEMA_KEYWORDS = frozenset({
     "$schema", "$id", "$defs", "$ref", "title", "description",
     "oneOf", "type", "const", "enum", "required", "properties", "minLength", "minimum", "maximum",
     "allOf", "if", "then",
+    "default",  # an annotation (what absent means), never a check
 })
 """Keywords the corpus below exercises (and fastjsonschema implements: it covers drafts 4-7 fully,
 2019-09/2020-12 only in part, and ignores a keyword it does not know)."""
@@ -200,7 +201,7 @@ _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, 1.0, 2.0, -0.0, 2**63 - 1, 2**63]),
     st.floats(-2, 2, allow_nan=False),
     st.sampled_from(["", "a", "b", "tweet", "follow", "profile", "upsert", "delete", "unfollow", "repost",
-                     "unrepost"]),
+                     "unrepost", "true"]),
     st.lists(st.integers(), max_size=2), st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
 )
 _BASES = [
@@ -208,6 +209,8 @@ _BASES = [
      "text": "x", "profile_version": 0},
     {"type": "tweet", "op": "delete", "tweet_id": "t", "author_id": "a", "version": 1},
     {"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b", "version": 1},
+    {"type": "follow", "op": "follow", "follower_id": "a", "followee_id": "b", "version": 1, "show_reposts": False},
+    {"type": "follow", "op": "unfollow", "follower_id": "a", "followee_id": "b", "version": 1, "show_reposts": 1},
     {"type": "profile", "user_id": "a", "version": 1, "display_name": "A", "avatar_url": None, "bio": "b"},
     {"type": "tweet", "op": "upsert", "tweet_id": "t", "author_id": "a", "version": 1, "created_at": 2,
      "text": "x", "profile_version": 0, "in_reply_to_tweet_id": "p", "in_reply_to_author_id": "b"},

@@ -91,8 +91,7 @@ def test_the_edge_winner_columns_are_the_version_ranks(spark: Any, kind_type: st
     kind = EDGE_KINDS[kind_type]
     changes = _changes(kind_type)
     columns = ["type", *(f.name for f in kind.fields), "op", "batch"]
-    types = {f.name: ("bigint" if f.rule in ("natural", "version") or f.name == "version" else "string")
-             for f in kind.fields}
+    types = {f.name: f.sql_type for f in kind.fields}
     schema = ", ".join(f"{c} {types.get(c, 'bigint' if c == 'batch' else 'string')}" for c in columns)
     rows, expected = [], {}
     subsets = [s for n in (1, 2, 3) for s in combinations(range(len(changes)), n)]
@@ -111,3 +110,23 @@ def test_the_edge_winner_columns_are_the_version_ranks(spark: Any, kind_type: st
     got = {int(r[subject][1:]): (r.version, r.op, r["created_at"] if kind_type == "repost" else None)
            for r in _edge_winners(events, kind).collect()}
     assert got == expected
+
+
+def test_a_follow_winner_carries_show_reposts_true_when_left_out(spark: Any) -> None:
+    """The winners hold a follow's show_reposts as the parsed event does: absent or null is true; an
+    unfollow's is null. Two follows of one edge at one version: true over false (then one row)."""
+    from spark_jobs.backfill.winners import _edge_winners
+    from spark_jobs.envelope import EVENT_COLUMNS
+
+    changes = [("ann", "bob", 1, "follow", False), ("ann", "bob", 2, "follow", None),     # later, left out
+               ("ann", "cat", 3, "follow", False), ("ann", "cat", 3, "follow", True),     # a tie of follows
+               ("ann", "dan", 4, "follow", False), ("ann", "dan", 4, "unfollow", None),   # unfollow wins a tie
+               ("ann", "eve", 5, "follow", False)]
+    columns = ["follower_id", "followee_id", "version", "op", "show_reposts"]
+    types = dict(EVENT_COLUMNS)
+    rows = [("follow", *c) for c in changes]
+    events = spark.createDataFrame(rows, ", ".join(f"{c} {types[c]}" for c in ["type", *columns]))
+    got = {r.followee_id: (r.version, r.op, r.show_reposts)
+           for r in _edge_winners(events, EDGE_KINDS["follow"]).collect()}
+    assert got == {"bob": (2, "follow", True), "cat": (3, "follow", True), "dan": (4, "unfollow", None),
+                   "eve": (5, "follow", False)}

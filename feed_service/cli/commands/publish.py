@@ -3,7 +3,7 @@
     feedctl publish tweet --author ann --text "hello" --profile-version 1
     feedctl publish tweet --author bob --text "hi" --profile-version 2 --in-reply-to-tweet-id t1 --in-reply-to-author-id ann
     feedctl publish delete --tweet-id t1 --author ann
-    feedctl publish follow --follower bob --followee ann        (also: unfollow)
+    feedctl publish follow --follower bob --followee ann        (also: unfollow; --no-show-reposts)
     feedctl publish block --blocker ann --blocked bob           (also: unblock)
     feedctl publish mute --muter ann --muted bob                (also: unmute)
     feedctl publish repost --reposter bob --tweet t1 --author ann --profile-version 2   (--created-at: default now)
@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from feed_service.cli.connection import add_connection_args, settings_from_args
-from feed_service.core.event_kinds import EDGE_KINDS
+from feed_service.core.event_kinds import BOOL_RULES, EDGE_KINDS, EventKind
 from feed_service.core.events import event_to_json
 from feed_service.settings import Settings
 
@@ -59,18 +59,12 @@ def register(sub: Any) -> None:
 
     # Every op of every edge kind of the registry, with flags named after the fields the op carries
     # (follower_id -> --follower, profile_version -> --profile-version); all required but the version
-    # and a created_at, which default to the producer's clock.
+    # and a created_at, which default to the producer's clock, and the optional fields: a boolean one
+    # is a flag pair (--show-reposts / --no-show-reposts), its default the field's.
     for kind in EDGE_KINDS.values():
         for op, help_text in kind.ops.items():
             edge = kinds.add_parser(op, help=help_text)
-            for spec in kind.fields_of(op):
-                if spec.name == "version":
-                    continue
-                if spec.name == "created_at":
-                    edge.add_argument(_flag(spec.name), type=int, help="ms since the epoch (default now)")
-                else:
-                    edge.add_argument(_flag(spec.name), required=True, help=spec.description or None,
-                                      type=int if spec.rule == "natural" else str)
+            _add_field_flags(edge, kind, op)
             edge.add_argument("--version", type=int, help=version_help)
             edge.set_defaults(edge_kind=kind)
 
@@ -81,6 +75,25 @@ def register(sub: Any) -> None:
     profile.add_argument("--bio")
     profile.add_argument("--version", type=int, help=version_help)
     parser.set_defaults(handler=run, _parser=parser)
+
+
+def _add_field_flags(parser: argparse.ArgumentParser, kind: EventKind, op: str) -> None:
+    """One flag per field ``op`` carries, but the version (see :func:`register`)."""
+    for spec in kind.fields_of(op):
+        if spec.name == "version":
+            continue
+        if spec.name == "created_at":
+            parser.add_argument(_flag(spec.name), type=int, help="ms since the epoch (default now)")
+        elif spec.rule in BOOL_RULES:
+            default = "" if spec.default is None else f" (default: {'--' if spec.default else '--no-'}{_flag(spec.name)[2:]})"
+            parser.add_argument(_flag(spec.name), action=argparse.BooleanOptionalAction, default=spec.default,
+                                required=spec.required, help=(spec.description or spec.name) + default)
+        else:
+            parser.add_argument(_flag(spec.name), required=spec.required, default=spec.default,
+                                choices=spec.choices or None,
+                                help=(spec.description or None) if spec.default is None
+                                else f"{spec.description} (default: {spec.default})",
+                                type=int if spec.rule == "natural" else str)
 
 
 def _flag(field: str) -> str:

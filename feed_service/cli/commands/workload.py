@@ -10,8 +10,9 @@ stream of ``--count`` changes (or as many as ``--duration`` seconds allow) follo
 events/s (0 or omitted: as fast as possible). ``--hide-share`` is the fraction of stream events that
 are block and mute changes (default 0.02; 0 gives the workload of before blocks and mutes, event for
 event, so older runs stay comparable). ``--repost-share`` is the fraction of stream events that are
-repost changes and ``--reply-share`` the fraction of new tweets that are replies (both default 0:
-the workload of before them, event for event).
+repost changes and ``--reply-share`` the fraction of new tweets that are replies, and
+``--follow-option-share`` the fraction that flip a follow's show_reposts (all default 0: the workload
+of before them, event for event).
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def register(sub: Any) -> None:
                              f"(default {wl.DEFAULT_REPOST_SHARE:g})")
     parser.add_argument("--reply-share", type=share, default=wl.DEFAULT_REPLY_SHARE, metavar="FRACTION",
                         help=f"fraction of new tweets that are replies (default {wl.DEFAULT_REPLY_SHARE:g})")
+    parser.add_argument("--follow-option-share", type=share, default=wl.DEFAULT_FOLLOW_OPTION_SHARE,
+                        metavar="FRACTION", help="fraction of stream events that flip a follow's show_reposts "
+                                                 f"(default {wl.DEFAULT_FOLLOW_OPTION_SHARE:g})")
     parser.add_argument("--prefix", default="", help="prefix of user and tweet ids (keeps runs apart)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_connection_args(parser)
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                           zipf_exponent=args.zipf, start_ms=args.start_ms,
                           events_per_second=args.rate or 1000.0, prefix=args.prefix,
                           hide_share=args.hide_share, repost_share=args.repost_share,
-                          reply_share=args.reply_share)
+                          reply_share=args.reply_share, follow_option_share=args.follow_option_share)
     count = {"setup": 0, "stream": 0}
 
     def counted(phase: str, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -26,7 +26,7 @@ from feed_service.core.events import (
     join_keys,
     profile_of,
 )
-from feed_service.core.rules import edge_rank, hide_rank, profile_rank
+from feed_service.core.rules import edge_rank, follow_edge, hide_rank, profile_rank
 from feed_service.core.state import BLOCKED_BY_AUTHOR, BLOCKS_AUTHOR, MUTES, Edge
 
 
@@ -41,7 +41,7 @@ class Batch(NamedTuple):
     deletes: set[str]
     """tweet ids deleted (any version: a delete is final)."""
     follows: dict[str, Edge]
-    """follower -> (version, active) of the winning follow or unfollow."""
+    """follower -> the winning follow or unfollow (:func:`~feed_service.core.rules.follow_edge`)."""
     profiles: dict[int, Profile]
     """version -> payload of the winning profile change."""
     hides: dict[tuple[str, int], Edge]
@@ -88,7 +88,7 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
                 foreign(ev, key)
             if ev.follower_id == key:
                 raise ValueError(f"step: self-follow reached the engine: {ev!r}")
-            e = (ev.version, ev.op == "follow")
+            e = follow_edge(ev.version, ev.op == "follow", ev.show_reposts)
             prev_e = edges.get(ev.follower_id)
             if prev_e is None or edge_rank(*e) > edge_rank(*prev_e):
                 edges[ev.follower_id] = e

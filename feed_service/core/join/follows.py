@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple
 
-from feed_service.core.rules import edge_rank
+from feed_service.core.rules import edge_rank, shows_reposts
 from feed_service.core.join.readers import Audience, with_, without
 from feed_service.core.state import AuthorState, Edge
 
@@ -22,12 +22,15 @@ class FollowsDiff(NamedTuple):
     """The active followers before and after the batch, who stayed, became active or inactive."""
     dead_at: Mapping[str, int]
     """Stamps of the inactive edges."""
+    toggled: tuple[str, ...] = ()
+    """Followers active before and after whose options changed (reposts turned off or on), sorted."""
 
 
 def unchanged_follows(state: AuthorState) -> FollowsDiff:
     """The diff of a batch without follow changes (most batches: an author's new tweets)."""
     active = state.active
-    return _new(FollowsDiff, (state.followers, _new(Audience, (active, active, active, _NONE, _NONE)), state.dead_at))
+    return _new(FollowsDiff, (state.followers, _new(Audience, (active, active, active, _NONE, _NONE)), state.dead_at,
+                              _NONE))
 
 
 def apply_follows(state: AuthorState, edges: dict[str, Edge], since: int) -> FollowsDiff:
@@ -38,6 +41,7 @@ def apply_follows(state: AuthorState, edges: dict[str, Edge], since: int) -> Fol
     dead_at = state.dead_at
     added: list[str] = []
     dropped: list[str] = []
+    toggled: list[str] = []
     for follower, e in edges.items():
         old = before.get(follower)
         if old is not None and edge_rank(*e) <= edge_rank(*old):
@@ -54,6 +58,8 @@ def apply_follows(state: AuthorState, edges: dict[str, Edge], since: int) -> Fol
             added.append(follower)
         elif was_active and not e[1]:
             dropped.append(follower)
+        elif was_active and shows_reposts(e) != shows_reposts(old):
+            toggled.append(follower)
     active_before = state.active
     stayed = active_after = active_before
     if dropped:
@@ -62,4 +68,5 @@ def apply_follows(state: AuthorState, edges: dict[str, Edge], since: int) -> Fol
     if added:
         added.sort()
         active_after = with_(stayed, added)
-    return _new(FollowsDiff, (after, _new(Audience, (active_before, active_after, stayed, added, dropped)), dead_at))
+    return _new(FollowsDiff, (after, _new(Audience, (active_before, active_after, stayed, added, dropped)), dead_at,
+                              tuple(sorted(toggled))))

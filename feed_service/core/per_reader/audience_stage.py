@@ -4,7 +4,8 @@ The author keys decide every plain row. What needs the reader is decided here, p
 indexed sets instead of one message per reader:
 
 - ``aud[U]``: the readers who see U (actively follow U, nothing hides); ``hid[U]``: the readers
-  from whom U's tweets are hidden. Both from the author keys' :class:`Relation` messages.
+  from whom U's tweets are hidden; ``quiet[U]``: the readers of ``aud[U]`` who turned U's reposts
+  off (docs/lists.md#per-follow-options). All from the author keys' :class:`Relation` messages.
 - per tweet T by A: its conditional content (a push author's retained reply to a third user X,
   :class:`ConditionalTweet`), its content for reposts (:class:`RepostedTweet`) and its live
   reposts (a :class:`RepostEdge` whose winning change names A, joined with a live content).
@@ -14,7 +15,8 @@ For a tweet T by A replying to X (X None for no reply) and its pushed reposts or
 
     conditional(T) = aud[A] ∩ aud[X] − {X}               (X's own row is in X's inbox)
     direct(T)      = aud[A] if X in (None, A) else aud[A] ∩ (aud[X] ∪ {X})
-    repost by P_i  = aud[P_i] − direct(T) − hid[A] − ⋃_{j<i} aud[P_j]
+    rep(P)         = aud[P] − quiet[P]                   (the readers P's reposts reach)
+    repost by P_i  = rep(P_i) − direct(T) − hid[A] − ⋃_{j<i} rep(P_j)
 
 each a set operation in C, and the changes leave as compact :class:`ExtrasFanout` (one entry, many
 readers). A tweet whose inputs changed is decided whole (:meth:`AudienceStage._decide`); a
@@ -90,10 +92,12 @@ class AudienceStage:
 
     pull_threshold: int | None = None
     """Readers from which on a reposter is a pull reposter; None: every reposter pushes."""
-    rel: dict[tuple[str, str], tuple[int, bool, bool]] = field(default_factory=dict)
-    """(reader, user) -> (ts, reader sees user, user hidden from reader)."""
+    rel: dict[tuple[str, str], tuple] = field(default_factory=dict)
+    """(reader, user) -> (ts, reader sees user, user hidden from reader), with a fourth item True
+    when the reader sees the user but turned its reposts off."""
     aud: dict[str, set[str]] = field(default_factory=dict)
     hid: dict[str, set[str]] = field(default_factory=dict)
+    quiet: dict[str, set[str]] = field(default_factory=dict)
     cond: dict[TweetKey, tuple[int, Entry | None]] = field(default_factory=dict)
     content: dict[TweetKey, tuple[int, Entry | None]] = field(default_factory=dict)
     edges: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)
@@ -129,7 +133,7 @@ class AudienceStage:
             if value is None:
                 continue
             if kind == "rel":
-                relations.append(Relation(identity[1], identity[2], value[1], value[2], value[0]))
+                relations.append(Relation(identity[1], identity[2], value[1], value[2], value[0], _quiet(value)))
             elif kind == "cond":
                 conditional.append(ConditionalTweet(identity[1], identity[2], value[1], value[0]))
             elif kind == "content":
@@ -191,8 +195,8 @@ class AudienceStage:
         hidden: list[HiddenDelta] = []
         rel = self.rel
         for p in sorted(changed_pairs):
-            was_seen, was_hidden = changed_pairs[p]
-            _, seen, hides = rel[p]
+            was_seen, was_hidden, _ = changed_pairs[p]
+            seen, hides = rel[p][1], rel[p][2]
             if was_seen != seen:
                 visible.append(VisibleDelta("insert" if seen else "delete", p[0], p[1], ts))
             if was_hidden != hides:
@@ -207,23 +211,25 @@ class AudienceStage:
 
     # -- inputs ------------------------------------------------------------------------------------
 
-    def _apply_relations(self, relations: Sequence[Relation]) -> dict[tuple[str, str], tuple[bool, bool]]:
-        """Assign the newest relation per pair; return the pairs whose value changed, with the old one."""
+    def _apply_relations(self, relations: Sequence[Relation]) -> dict[tuple[str, str], tuple[bool, bool, bool]]:
+        """Assign the newest relation per pair; return the pairs whose value changed, with the old
+        one as (sees, hidden, quiet)."""
         newest: dict[tuple[str, str], Relation] = {}
         for m in relations:
             k = (m.reader, m.user)
             n = newest.get(k)
             if n is None or m.ts > n.ts:
                 newest[k] = m
-        changed: dict[tuple[str, str], tuple[bool, bool]] = {}
+        changed: dict[tuple[str, str], tuple[bool, bool, bool]] = {}
         for k, m in newest.items():
             old = self.rel.get(k)
             if old is not None and m.ts <= old[0]:
                 continue
-            self.rel[k] = (m.ts, m.visible, m.hidden)
+            quiet = m.visible and m.quiet
+            self.rel[k] = (m.ts, m.visible, m.hidden, True) if quiet else (m.ts, m.visible, m.hidden)
             self._note(("rel", *k), self.rel[k], old)
-            was = (False, False) if old is None else (old[1], old[2])
-            if was == (m.visible, m.hidden):
+            was = (False, False, False) if old is None else (old[1], old[2], _quiet(old))
+            if was == (m.visible, m.hidden, quiet):
                 continue
             changed[k] = was
             reader, user = k
@@ -231,6 +237,8 @@ class AudienceStage:
                 _toggle(self.aud, user, reader, m.visible)
             if was[1] != m.hidden:
                 _toggle(self.hid, user, reader, m.hidden)
+            if was[2] != quiet:
+                _toggle(self.quiet, user, reader, quiet)
         return changed
 
     def _apply_conditional(self, messages: Sequence[ConditionalTweet], whole: set[TweetKey]) -> None:
@@ -299,19 +307,22 @@ class AudienceStage:
         rank = edge[1]
         return content[1]._replace(reposted_by=reposter, reposted_at=rank[3], reposter_profile_version=rank[4])
 
-    def _pull_modes(self, changed_pairs: Mapping[tuple[str, str], tuple[bool, bool]], whole: set[TweetKey],
+    def _pull_modes(self, changed_pairs: Mapping[tuple[str, str], tuple[bool, bool, bool]], whole: set[TweetKey],
                     ts: int) -> list[PullReposterDelta]:
-        """Reposters crossing the threshold are decided again whole; the readers who merge them in."""
+        """Reposters crossing the threshold (on their audience) are decided again whole; the readers
+        who merge them in (those their reposts reach: seeing them, reposts not turned off)."""
         if self.pull_threshold is None:
             return []
         comers: dict[str, dict[str, bool]] = {}
-        for (reader, user), (was_seen, _) in changed_pairs.items():
-            if was_seen != self.rel[(reader, user)][1]:
-                comers.setdefault(user, {})[reader] = was_seen
+        for (reader, user), (was_seen, _, was_quiet) in changed_pairs.items():
+            now = self.rel[(reader, user)]
+            if was_seen != now[1] or was_quiet != _quiet(now):
+                comers.setdefault(user, {})[reader] = was_seen and not was_quiet
         out: list[PullReposterDelta] = []
         for user in sorted(comers):
-            audience = self.aud.get(user, _NOBODY)
-            was_pull, pull = user in self.pull, is_pull_reposter(len(audience), self.pull_threshold)
+            seen_by = len(self.aud.get(user, _NOBODY))
+            audience = self._reached(user)
+            was_pull, pull = user in self.pull, is_pull_reposter(seen_by, self.pull_threshold)
             if pull != was_pull:
                 (self.pull.add if pull else self.pull.discard)(user)
                 self._note(("pull", user), True if pull else None, True if was_pull else None)
@@ -371,7 +382,7 @@ class AudienceStage:
             hid_a = self.hid.get(author, _NOBODY)
             audience_of = self._audience_of
             for _, reposter, e in order:
-                readers = aud.get(reposter, _NOBODY)
+                readers = self._reached(reposter)
                 readers = (only.intersection(readers) if only is not None else set(readers)) - taken
                 if not readers:
                     continue
@@ -386,6 +397,12 @@ class AudienceStage:
     def _audience_of(self, user: str) -> set[str] | frozenset[str]:
         """The readers who see ``user``."""
         return self.aud.get(user, _NOBODY)
+
+    def _reached(self, reposter: str) -> set[str] | frozenset[str]:
+        """The readers ``reposter``'s reposts reach: who see it, less who turned its reposts off."""
+        readers = self.aud.get(reposter, _NOBODY)
+        quiet = self.quiet.get(reposter)
+        return readers - quiet if quiet else readers
 
     def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
         """``reader``'s row of tweet ``t``, or None."""
@@ -402,7 +419,7 @@ class AudienceStage:
         if direct(author, order[0][2].in_reply_to_author_id, reader, sees):
             return None
         for _, reposter, e in order:
-            if reader in self.aud.get(reposter, _NOBODY):
+            if reader in self.aud.get(reposter, _NOBODY) and reader not in self.quiet.get(reposter, _NOBODY):
                 return e
         return None
 
@@ -533,6 +550,11 @@ class _Sees:
 
     def __contains__(self, user: object) -> bool:
         return self.reader in self.aud.get(user, _NOBODY)  # type: ignore[arg-type]
+
+
+def _quiet(rel: tuple) -> bool:
+    """Whether a stored relation (:attr:`AudienceStage.rel`) has the user's reposts turned off."""
+    return len(rel) > 3 and rel[3]
 
 
 def _toggle(index: dict, owner, member, on: bool) -> None:

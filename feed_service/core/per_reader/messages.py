@@ -21,13 +21,15 @@ of every message here."""
 
 class Relation(NamedTuple):
     """To the per-reader stage: whether ``reader`` sees ``user`` (actively follows, nothing
-    hides) and whether ``user``'s tweets are hidden from ``reader`` (a block or mute in force)."""
+    hides), whether ``user``'s tweets are hidden from ``reader`` (a block or mute in force) and
+    whether ``reader`` sees ``user`` but turned its reposts off (docs/lists.md#per-follow-options)."""
 
     reader: str
     user: str
     visible: bool
     hidden: bool
     ts: int
+    quiet: bool = False
 
 
 class ConditionalTweet(NamedTuple):

@@ -93,8 +93,9 @@ def message_counts(events: list[Event], batch_size: int, inbox_cap: int, pull_th
     return counts
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def engine_parser(description: str) -> argparse.ArgumentParser:
+    """The options of an engine run over a generated history (this benchmark's and its siblings')."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--users", type=int, default=2_000)
     parser.add_argument("--events", type=int, default=60_000)
     parser.add_argument("--batch-size", type=int, default=1_000)
@@ -103,6 +104,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reply-share", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = engine_parser(__doc__.splitlines()[0])
     parser.add_argument("--pull-threshold", type=int, default=DEFAULT_PULL_THRESHOLD)
     parser.add_argument("--no-settle", action="store_true",
                         help="leave the collector's generations alone (feed_service/heap.py)")

@@ -81,9 +81,10 @@ def _history(seed: int, events: int = 600) -> list[dict]:
 
 
 def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX) -> list[dict]:
-    """The generator's history with 15 % reposts, 30 % replies and 5 % hides."""
+    """The generator's history with 15 % reposts, 30 % replies, 5 % hides and 4 % follows turning
+    reposts off or on."""
     return list(generate(users=40, events=events, seed=seed, mean_following=6, prefix=prefix,
-                         repost_share=0.15, reply_share=0.3, hide_share=0.05))
+                         repost_share=0.15, reply_share=0.3, hide_share=0.05, follow_option_share=0.04))
 
 
 def _hide(kind: str, op: str, subject: str, target: str, version: int) -> dict:

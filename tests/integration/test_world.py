@@ -16,7 +16,7 @@ from feed_service.kafka.offsets import SOURCE_ROLES, watermarks
 from feed_service.workload.generator import in_degrees
 from tests.dashboard import dashboard_metric_names, exported_names
 from feed_service.api import timeline_pb2 as pb
-from feed_service.core.reference import reference_user_timelines
+from feed_service.core.reference import reference_entries, reference_tables, reference_user_timelines
 from tests.support.pipeline import GARBAGE, GARBAGE_CODES, consume_all, read_all_home_timelines, read_table
 from tests.support.reads import entry_key
 from tests.support.world import INBOX_CAP, PULL_THRESHOLD, TRIM_SLACK, World
@@ -49,10 +49,11 @@ def test_the_corpus_exercises_every_rule(world: World) -> None:
     assert any(e["type"] == "repost" and e.get("reposter_id", e.get("user_id")) in pull_authors
                for e in everything)  # pull reposters
     uncapped = world.tables()
-    from feed_service.core.reference import reference_entries
-
-    assert sum(1 for t in reference_entries(uncapped, inbox_cap=None).values()
-               if len(t) > INBOX_CAP + TRIM_SLACK) >= 10  # trims
+    whole = reference_entries(uncapped, inbox_cap=None)
+    assert sum(1 for t in whole.values() if len(t) > INBOX_CAP + TRIM_SLACK) >= 10  # trims
+    assert any(e.get("show_reposts") is False for e in everything)  # follows with reposts turned off
+    options_on = [dict(e, show_reposts=True) if e.get("show_reposts") is False else e for e in world.events]
+    assert reference_entries(reference_tables(options_on), inbox_cap=None) != whole  # ... which take entries out
 
 
 def _pull_authors(world: World) -> set[str]:

@@ -45,7 +45,7 @@ INBOX_CAP, TRIM_SLACK, PULL_THRESHOLD = 20, 5, 6
 #: Phase 2's inactivity window and read-report interval (phase 1 keeps the defaults: nobody inactive).
 INACTIVE_AFTER_S, READ_REPORT_INTERVAL_S = 15, 1
 SEED, USERS, EVENTS, PREFIX = 2, 40, 1200, "w-"
-SHARES = {"repost_share": 0.15, "reply_share": 0.3, "hide_share": 0.05}
+SHARES = {"repost_share": 0.15, "reply_share": 0.3, "hide_share": 0.05, "follow_option_share": 0.04}
 #: Phase 1 in a few micro-batches (so trims happen across batches, not only within one); state stats
 #: every 15 s and a micro-batch at most every second: the world's stream lives the whole session, and
 #: back-to-back idle triggers and stats every few seconds would take a share of the machine's two

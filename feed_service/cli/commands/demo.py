@@ -8,8 +8,9 @@ blocks and mutes) -> wait until the stream has caught up -> print one home timel
 the gRPC API, and check every page of it against the engine's batch reference over the same events;
 then that user mutes the author most present in it and unmutes again: the author's entries leave
 the timeline and come back exactly (docs/blocks-and-mutes.md), and a watch of that timeline is
-pushed both changes through the view's change topic (docs/api.md#watch); last, the server's
-freshness and read cache figures.
+pushed both changes through the view's change topic (docs/api.md#watch); then it keeps following
+the followee whose reposts bring most of its entries but turns that followee's reposts off and on
+again (docs/lists.md#per-follow-options); last, the server's freshness and read cache figures.
 
 The stack is left running (``feedctl stack down`` stops it); the stream and the server are stopped
 at the end unless ``--keep-running``.
@@ -332,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
             f"{'yes' if same else 'NO'}")
         if same:
             same = _mute_and_unmute(settings, stream, address, token, user_id, full, published, pull, say)
+        if same:
+            same = _reposts_off_and_on(settings, stream, address, token, user_id, full, published, say)
         if same and user_id in exact:
             same = _filtered_reply(settings, stream, address, token, user_id, published, say)
         if same and settings.inactive_after_s:
@@ -468,12 +471,59 @@ def _mute_and_unmute(settings: Settings, stream: Any, address: str, token: str, 
                 say(f"    {user_id} mutes {author}{' *' if author in pull else ''}: {counts[author]} entries leave, "
                     f"{len(now)} remain, the rest unchanged: {'yes' if good else 'NO'}")
             else:
-                good = _served(now) == _served(full)
-                say(f"    {user_id} unmutes {author}: the timeline is again exactly the {len(full)} entries it was: "
-                    f"{'yes' if good else 'NO'}")
+                good = _again(now, full, f"{user_id} unmutes {author}", say)
             ok = ok and good
     finally:
         watch.close()
+    return ok
+
+
+def _again(now: list[Any], full: list[Any], what: str, say: Any) -> bool:
+    """Whether the timeline read ``now`` is again exactly ``full`` after ``what`` undid a change; said."""
+    good = _served(now) == _served(full)
+    say(f"    {what}: the timeline is again exactly the {len(full)} entries it was: {'yes' if good else 'NO'}")
+    return good
+
+
+def _reposts_off_and_on(settings: Settings, stream: Any, address: str, token: str, user_id: str, full: list[Any],
+                        published: list[dict[str, Any]], say: Any) -> bool:
+    """``user_id`` turns off the reposts of the followee whose reposts bring the most of its entries,
+    keeping the follow, then turns them on again (docs/lists.md#per-follow-options): that reposter's
+    entries leave (a tweet another followee reposted stays, brought by that one) while the followee's
+    own tweets stay, then the timeline is again exactly what it was."""
+    from feed_service.core.events import event_to_json
+    from feed_service.core.reference import reference_timelines
+    from feed_service.kafka.producer import EventProducer
+
+    counts: dict[str, int] = {}
+    for e in full:
+        if e.reposted_by:
+            counts[e.reposted_by] = counts.get(e.reposted_by, 0) + 1
+    if not counts:
+        return True
+    reposter = max(counts, key=lambda a: (counts[a], a))
+    own = sum(1 for e in full if e.author_id == reposter and not e.reposted_by)
+    ok = True
+    for show in (False, True):
+        with EventProducer(settings) as producer:
+            published.append(event_to_json(producer.follow(user_id, reposter, show_reposts=show)))
+        stream.wait_caught_up(timeout=300)
+        want = _wanted(reference_timelines(published).get(user_id, []))
+        deadline = time.monotonic() + 30  # the read cache applies the change topic's rows shortly after
+        while True:
+            _, now = _read_timeline(address, token, user_id, 200)
+            if _served(now) == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not show:
+            left = sum(1 for e in now if e.reposted_by == reposter)
+            kept = sum(1 for e in now if e.author_id == reposter and not e.reposted_by)
+            good = left == 0 and kept == own and _served(now) == want
+            say(f"    {user_id} keeps following {reposter} with reposts turned off: the {counts[reposter]} entries"
+                f" its reposts brought leave, its {own} own tweets stay: {'yes' if good else 'NO'}")
+        else:
+            good = _again(now, full, f"{user_id} turns {reposter}'s reposts back on", say)
+        ok = ok and good
     return ok
 
 

@@ -128,7 +128,14 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
             if ev.author_id != key:
                 foreign(ev, key)
             refills.setdefault(ev.reader_id, set()).add((ev.below_created_at, ev.below_tweet_id, ev.need))
-        elif cls is ListChange or cls is ListMemberChange or cls is ListFollow or cls is Exclusion:
+        elif cls is ListFollow:  # a list's reader follows a member (docs/lists.md#in-the-engine)
+            if ev.member_id != key:
+                foreign(ev, key)
+            e = (ev.version, ev.op == "follow")
+            prev_e = edges.get(ev.reader_id)
+            if prev_e is None or edge_rank(*e) > edge_rank(*prev_e):
+                edges[ev.reader_id] = e
+        elif cls is ListChange or cls is ListMemberChange or cls is Exclusion:
             continue  # joined by docs/lists.md's engine, not yet
         elif cls is RepostChange:
             # Not joined by this engine yet: reposts are kept by their compacted topic and meet the

@@ -43,7 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from feed_service.core.rules import conditional_readers, direct, direct_among, is_pull_reposter, reply_class, repost_order, shown_in_inbox
+from feed_service.core.list_readers import list_of, list_reader
+from feed_service.core.rules import (conditional_readers, direct, direct_among, is_pull_reposter, reply_class, repost_order,
+                                     shown_in_inbox, shown_in_list)
+from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.messages import (
     ConditionalTweet,
     ExtrasFanout,
@@ -98,6 +101,14 @@ class AudienceStage:
     aud: dict[str, set[str]] = field(default_factory=dict)
     hid: dict[str, set[str]] = field(default_factory=dict)
     quiet: dict[str, set[str]] = field(default_factory=dict)
+    list_aud: dict[str, set[str]] = field(default_factory=dict)
+    """user -> the lists' readers in ``aud[user]`` (docs/lists.md#in-the-engine)."""
+    list_sees: dict[str, set[str]] = field(default_factory=dict)
+    """a list's reader -> the users it sees (``aud`` read the other way, for lists only)."""
+    lists: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """a live list's reader -> (owner, replies policy), from the list stage's facts."""
+    owned: dict[str, set[str]] = field(default_factory=dict)
+    """owner -> the readers of its live lists."""
     cond: dict[TweetKey, tuple[int, Entry | None]] = field(default_factory=dict)
     content: dict[TweetKey, tuple[int, Entry | None]] = field(default_factory=dict)
     edges: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)
@@ -123,10 +134,11 @@ class AudienceStage:
 
     @classmethod
     def restore(cls, values: Iterable[tuple[Identity, Any]], *, pull_threshold: int | None = None,
-                clock: int = 0) -> "AudienceStage":
+                clock: int = 0, lists: Iterable[ListFact] = ()) -> "AudienceStage":
         """The stage whose inputs are ``values`` (as :attr:`StageResult.inputs` left them; None
         values are absent), with every tweet's rows decided as the batches that assigned them did."""
         stage = cls(pull_threshold=pull_threshold, clock=clock)
+        stage._apply_facts(lists)
         relations, conditional, edges, tweets = [], [], [], []
         for identity, value in values:
             kind = identity[0]
@@ -161,10 +173,13 @@ class AudienceStage:
         self.written[identity] = (value, before if had is None else had[1])
 
     def step(self, relations: Sequence[Relation], conditional: Sequence[ConditionalTweet],
-             edges: Sequence[RepostEdge], tweets: Sequence[RepostedTweet]) -> StageResult:
-        """Apply one batch of the author keys' messages and return what changed."""
+             edges: Sequence[RepostEdge], tweets: Sequence[RepostedTweet], lists: Sequence[ListFact] = ()
+             ) -> StageResult:
+        """Apply one batch of the author keys' messages (and the list stage's facts: ``lists``) and
+        return what changed."""
         ts = self.clock + 1
         self.written = {}
+        relisted = self._apply_facts(lists)
         changed_pairs = self._apply_relations(relations)
         whole: set[TweetKey] = set()
         self._apply_conditional(conditional, whole)
@@ -176,14 +191,23 @@ class AudienceStage:
             self._replace(t, self._decide(t), extras, ts)
         some: dict[TweetKey, set[str]] = {}
         involved = self.involved
+        owned = self.owned
         for reader, user in changed_pairs:
+            lists_too = owned.get(reader)  # an owner's relation decides its lists' rows too
             for t in involved.get(user, ()):
                 if t not in whole:
                     readers = some.get(t)
                     if readers is None:
-                        some[t] = {reader}
+                        some[t] = readers = {reader}
                     else:
                         readers.add(reader)
+                    if lists_too:
+                        readers.update(lists_too)
+        for reader in relisted:  # a list's owner or policy changed: its rows decided again
+            for user in self.list_sees.get(reader, ()):
+                for t in involved.get(user, ()):
+                    if t not in whole:
+                        some.setdefault(t, set()).add(reader)
         for t in sorted(some):
             readers = some[t]
             if len(readers) <= _ONE_BY_ONE:
@@ -235,11 +259,48 @@ class AudienceStage:
             reader, user = k
             if was[0] != m.visible:
                 _toggle(self.aud, user, reader, m.visible)
+                if list_of(reader) is not None:
+                    _toggle(self.list_aud, user, reader, m.visible)
+                    _toggle(self.list_sees, reader, user, m.visible)
             if was[1] != m.hidden:
                 _toggle(self.hid, user, reader, m.hidden)
             if was[2] != quiet:
                 _toggle(self.quiet, user, reader, quiet)
         return changed
+
+    def _apply_facts(self, facts: Iterable[ListFact]) -> list[str]:
+        """Keep the live lists' owners and policies; return the readers of the lists whose owner or
+        policy changed, sorted."""
+        changed: set[str] = set()
+        for f in facts:
+            reader = list_reader(f.list_id)
+            old = self.lists.get(reader)
+            new = (f.owner_id, f.replies_policy) if f.live else None
+            if old == new:
+                continue
+            if old is not None:
+                _toggle(self.owned, old[0], reader, False)
+                del self.lists[reader]
+            if new is not None:
+                self.lists[reader] = new  # type: ignore[assignment]
+                _toggle(self.owned, new[0], reader, True)
+            changed.add(reader)
+        return sorted(changed)
+
+    def _list_direct(self, reader: str, author: str, parent: str | None) -> bool:
+        """Whether a tweet of ``author`` replying to ``parent`` is direct for a list's ``reader``
+        (:func:`~feed_service.core.rules.shown_in_list`); never for a list that is not live."""
+        facts = self.lists.get(reader)
+        if facts is None:
+            return False
+        owner, policy = facts
+        return shown_in_list(author, parent, owner, policy, _Sees(self.aud, reader), _Sees(self.aud, owner))
+
+    def _list_hidden(self, reader: str, author: str) -> bool:
+        """Whether ``author``'s tweets are hidden from a list's ``reader``: from its owner (or the
+        list is not live)."""
+        facts = self.lists.get(reader)
+        return facts is None or facts[0] in self.hid.get(author, _NOBODY)
 
     def _apply_conditional(self, messages: Sequence[ConditionalTweet], whole: set[TweetKey]) -> None:
         for m in messages:
@@ -369,10 +430,16 @@ class AudienceStage:
         aud_a = aud.get(author, _NOBODY)
         if only is not None:
             aud_a = only.intersection(aud_a)
+        lists_a = self.list_aud.get(author, _NOBODY)
+        if only is not None and lists_a:
+            lists_a = only.intersection(lists_a)
         cond = self.cond.get(t)
         if cond is not None and cond[1] is not None and aud_a:
             x = cond[1].in_reply_to_author_id
             shown = conditional_readers(aud_a, x, aud.get(x, _NOBODY))  # type: ignore[arg-type]
+            if lists_a:  # a list's reader: by the list's policy instead
+                shown -= lists_a
+                shown.update(r for r in lists_a if self._list_direct(r, author, x))
             if shown:
                 groups[cond[1]] = shown
         order = self.order.get(t)
@@ -389,7 +456,15 @@ class AudienceStage:
                 taken |= readers
                 if hid_a:
                     readers -= hid_a
-                readers -= direct_among(readers.intersection(aud_a), author, x, audience_of)
+                listed = readers.intersection(self.list_aud.get(reposter, _NOBODY))
+                if listed:  # a list's reader: hidden by its owner's hides, direct by the list's policy
+                    readers -= listed
+                    readers.update(r for r in listed
+                                   if not self._list_hidden(r, author) and not (r in aud_a and self._list_direct(r, author, x)))
+                home = readers.intersection(aud_a)
+                if listed:
+                    home -= listed
+                readers -= direct_among(home, author, x, audience_of)
                 if readers:
                     groups[e] = readers
         return groups
@@ -407,6 +482,8 @@ class AudienceStage:
     def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
         """``reader``'s row of tweet ``t``, or None."""
         author = t[0]
+        if list_of(reader) is not None:
+            return self._decide_listed(t, reader)
         sees = _Sees(self.aud, reader)
         cond = self.cond.get(t)
         if cond is not None and cond[1] is not None:
@@ -417,6 +494,23 @@ class AudienceStage:
         if not order or reader in self.hid.get(author, _NOBODY):
             return None
         if direct(author, order[0][2].in_reply_to_author_id, reader, sees):
+            return None
+        for _, reposter, e in order:
+            if reader in self.aud.get(reposter, _NOBODY) and reader not in self.quiet.get(reposter, _NOBODY):
+                return e
+        return None
+
+    def _decide_listed(self, t: TweetKey, reader: str) -> Entry | None:
+        """A list's ``reader``'s row of tweet ``t``, or None: :meth:`_decide_one` by the list's
+        policy and its owner's hides (docs/lists.md#definition)."""
+        author = t[0]
+        cond = self.cond.get(t)
+        if cond is not None and cond[1] is not None and self._list_direct(reader, author, cond[1].in_reply_to_author_id):
+            return cond[1]  # a reply to a third user: never in the list's inbox
+        order = self.order.get(t)
+        if not order or self._list_hidden(reader, author):
+            return None
+        if self._list_direct(reader, author, order[0][2].in_reply_to_author_id):
             return None
         for _, reposter, e in order:
             if reader in self.aud.get(reposter, _NOBODY) and reader not in self.quiet.get(reposter, _NOBODY):

@@ -4,8 +4,11 @@ It keeps each list's winning change (:func:`~feed_service.core.rules.list_rank`)
 membership's (:func:`~feed_service.core.rules.member_rank`) and derives, as the definition's words
 (``feed_service/core/reference.py``) say:
 
-- per membership (L, X) with ``Member(L, X)`` (L live, the membership an add): a *list follow*
-  ``list_reader(L) -> X`` naming L's owner (:class:`~feed_service.core.events.ListFollow`);
+- per membership (L, X) with ``ListSees(L, X)`` (``Member(L, X)``: L live, the membership an add;
+  and X not hidden from L's owner): a *list follow* ``list_reader(L) -> X`` naming L's owner
+  (:class:`~feed_service.core.events.ListFollow`), so the member's key holds the list's reader as a
+  follower that sees it, as a user's follow would be (whether X is hidden from the owner is the
+  per-reader stage's relation of the pair, given to :meth:`ListStage.step` as ``hidden``);
 - per (owner O, X) with ``Excluded(O, X)`` (X a member of some live exclusive list of O): an
   *exclusion* (:class:`~feed_service.core.events.Exclusion`);
 - per live list its *fact* (:class:`ListFact`): owner, name, reply policy, exclusive.
@@ -25,7 +28,7 @@ derived edge, is a function of the final tables whatever the order, batching or 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from feed_service.core.events import Exclusion, ListChange, ListFollow, ListMemberChange
 from feed_service.core.list_readers import list_reader
@@ -36,6 +39,14 @@ Identity = tuple[str, ...]
 
 EdgeValue = tuple[str, bool]
 """A membership in force as the stage derived it: (the list's owner, the list is exclusive)."""
+
+Hidden = Callable[[str, str], bool]
+"""``hidden(owner, member)``: whether the member's tweets are hidden from the owner (a block or mute in force)."""
+
+
+def _nothing_hidden(owner: str, member: str) -> bool:
+    return False
+
 
 FactValue = tuple[str, str | None, str, bool]
 """A live list as the stage derived it: (owner, name, replies_policy, exclusive)."""
@@ -89,6 +100,10 @@ class ListStage:
     """list_id -> the users whose membership's winning change is an add (the list live or not)."""
     edges: dict[tuple[str, str], EdgeValue] = field(default_factory=dict)
     """(list_id, member_id) -> :data:`EdgeValue` of each membership in force (``Member``)."""
+    following: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(list_id, member_id) -> the owner named by the list follow in force (``ListSees``)."""
+    owned: dict[str, set[str]] = field(default_factory=dict)
+    """owner -> its live lists."""
     excluding: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     """(owner, member) -> the owner's live exclusive lists the member is in force in (``Excluded``: non-empty)."""
     facts: dict[str, FactValue] = field(default_factory=dict)
@@ -100,7 +115,8 @@ class ListStage:
     """The inputs the current batch assigned: identity -> (value now, value before the batch)."""
 
     @classmethod
-    def restore(cls, values: Iterable[tuple[Identity, Any]], *, clock: int = 0) -> "ListStage":
+    def restore(cls, values: Iterable[tuple[Identity, Any]], *, clock: int = 0,
+                hidden: Hidden = _nothing_hidden) -> "ListStage":
         """The stage whose inputs are ``values`` (as :attr:`ListStageResult.inputs` left them; None
         values are absent), with everything derived from them as the batches that assigned them did."""
         stage = cls(clock=clock)
@@ -122,31 +138,38 @@ class ListStage:
             fact = stage._fact(lid)
             if fact is not None:
                 stage.facts[lid] = fact
+                stage.owned.setdefault(fact[0], set()).add(lid)
         for lid, member in stage.members:
             edge = stage._edge(lid, member)
             if edge is not None:
                 stage.edges[(lid, member)] = edge
                 if edge[1]:
                     stage.excluding.setdefault((edge[0], member), set()).add(lid)
+                if not hidden(edge[0], member):
+                    stage.following[(lid, member)] = edge[0]
         return stage
 
     def _note(self, identity: Identity, value: Any, before: Any) -> None:
         had = self.written.get(identity)
         self.written[identity] = (value, before if had is None else had[1])
 
-    def step(self, changes: Sequence[ListChange | ListMemberChange]) -> ListStageResult:
+    def step(self, changes: Sequence[ListChange | ListMemberChange], hides: Iterable[tuple[str, str]] = (),
+             hidden: Hidden = _nothing_hidden) -> ListStageResult:
         """Assign one batch of list and membership changes and return what the derived edges and
-        facts became where they changed."""
+        facts became where they changed. ``hides``: the (owner, member) pairs whose ``hidden``
+        changed since the last step (the per-reader stage's hidden deltas)."""
         ts = self.clock + 1
         self.written = {}
         lists_changed, memberships = self._assign(changes)
         affected = set(memberships)
         for lid in lists_changed:
             affected.update((lid, member) for member in self.added.get(lid, ()))
+        for owner, member in hides:
+            affected.update((lid, member) for lid in self.owned.get(owner, ()) if member in self.added.get(lid, ()))
         follows: list[ListFollow] = []
         excluded_before: dict[tuple[str, str], bool] = {}
         for lid, member in sorted(affected):
-            self._derive_edge(lid, member, ts, follows, excluded_before)
+            self._derive_edge(lid, member, ts, follows, excluded_before, hidden)
         exclusions = [Exclusion(owner, member, ts, "exclude" if (owner, member) in self.excluding else "include")
                       for (owner, member), was in sorted(excluded_before.items())
                       if was != ((owner, member) in self.excluding)]
@@ -155,11 +178,14 @@ class ListStage:
             new, old = self._fact(lid), self.facts.get(lid)
             if new == old:
                 continue
+            if old is not None:
+                _discard(self.owned, old[0], lid)
             if new is None:
                 del self.facts[lid]
                 facts.append(ListFact(lid, None, None, None, False, ts))
             else:
                 self.facts[lid] = new
+                self.owned.setdefault(new[0], set()).add(lid)
                 facts.append(ListFact(lid, *new, ts))
         if follows or exclusions or facts:
             self._note(("clock",), ts, self.clock if self.clock_saved else None)
@@ -212,21 +238,27 @@ class ListStage:
         return (change.owner_id, change.exclusive)
 
     def _derive_edge(self, lid: str, member: str, ts: int, follows: list[ListFollow],
-                     excluded_before: dict[tuple[str, str], bool]) -> None:
-        """Bring the membership's derived edge up to date: its list follow's change, if any, into
+                     excluded_before: dict[tuple[str, str], bool], hidden: Hidden) -> None:
+        """Bring the membership's derived edges up to date: its list follow's change, if any, into
         ``follows``; the (owner, member) pairs it moves into ``excluded_before`` with their value
         before the batch."""
         k = (lid, member)
         new, old = self._edge(lid, member), self.edges.get(k)
+        seeing = None if new is None or hidden(new[0], member) else new[0]
+        was = self.following.get(k)
+        if seeing != was:
+            if seeing is None:
+                del self.following[k]
+            else:
+                self.following[k] = seeing
+            owner, op = (was, "unfollow") if seeing is None else (seeing, "follow")
+            follows.append(ListFollow(list_reader(lid), member, owner, lid, ts, op))  # type: ignore[arg-type]
         if new == old:
             return
         if new is None:
             del self.edges[k]
         else:
             self.edges[k] = new
-        if old is None or new is None or old[0] != new[0]:
-            owner, op = (old[0], "unfollow") if new is None else (new[0], "follow")
-            follows.append(ListFollow(list_reader(lid), member, owner, lid, ts, op))
         for value, on in ((old, False), (new, True)):
             if value is None or not value[1]:
                 continue

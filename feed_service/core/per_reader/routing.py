@@ -9,10 +9,11 @@ messages (:func:`step_messages`) or as the author steps' :class:`~.author_side.S
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult
 from feed_service.core.per_reader.author_side import SideResult
+from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostedTweet, RepostEdge
 
 StageMessage = Relation | ConditionalTweet | RepostEdge | RepostedTweet
@@ -31,9 +32,10 @@ def step_messages(stage: AudienceStage, messages: Iterable[StageMessage]) -> Sta
     return stage.step(by_kind[Relation], by_kind[ConditionalTweet], by_kind[RepostEdge], by_kind[RepostedTweet])
 
 
-def step_sides(stage: AudienceStage, sides: Iterable[SideResult]) -> StageResult | None:
-    """Step ``stage`` once on the messages of the author steps' ``sides``; None (no step) when they
-    owe the stage nothing."""
+def step_sides(stage: AudienceStage, sides: Iterable[SideResult], lists: Sequence[ListFact] = ()
+               ) -> StageResult | None:
+    """Step ``stage`` once on the messages of the author steps' ``sides`` and the list stage's
+    ``lists`` facts; None (no step) when there is nothing."""
     relations: list[Relation] = []
     replies: list[ConditionalTweet] = []
     edges: list[RepostEdge] = []
@@ -43,6 +45,6 @@ def step_sides(stage: AudienceStage, sides: Iterable[SideResult]) -> StageResult
         replies.extend(side.replies)
         edges.extend(side.edges)
         tweets.extend(side.tweets)
-    if not (relations or replies or edges or tweets):
+    if not (relations or replies or edges or tweets or lists):
         return None
-    return stage.step(relations, replies, edges, tweets)
+    return stage.step(relations, replies, edges, tweets, lists)

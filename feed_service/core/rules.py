@@ -246,7 +246,7 @@ def _on_wins_tie(*types: str) -> bool:
 
 
 _FOLLOW_ON_WINS = _on_wins_tie("follow")
-_HIDE_ON_WINS = _on_wins_tie("block", "mute")
+_HIDE_ON_WINS = _on_wins_tie("block", "mute", "exclusion")
 _REPOST_ON_WINS = _on_wins_tie("repost")
 
 
@@ -284,8 +284,9 @@ def shows_reposts(edge: tuple[int, bool] | tuple[int, bool, bool] | None) -> boo
 
 
 def hide_rank(version: int, hiding: bool) -> tuple[int, bool]:
-    """Total order of block and mute edge changes: higher version wins, and on a tie the registry's
-    ``tie_winner``, the hiding op (``block``, ``mute``): the safer side of a tie.
+    """Total order of block and mute edge changes (and of the list stage's exclusions, kept beside
+    them): higher version wins, and on a tie the registry's ``tie_winner``, the hiding op (``block``,
+    ``mute``, ``exclude``): the safer side of a tie.
 
     >>> hide_rank(5, True) > hide_rank(5, False)
     True

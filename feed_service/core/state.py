@@ -39,10 +39,12 @@ Edge: TypeAlias = tuple[int, bool] | tuple[int, bool, bool]
 an active follow with the followee's reposts turned off (:func:`~feed_service.core.rules.follow_edge`);
 a block or mute edge is (version, hiding)."""
 
-HideEdges: TypeAlias = tuple["Edge | None", "Edge | None", "Edge | None"]
+HideEdges: TypeAlias = tuple["Edge | None", ...]
 """One reader's block and mute edges with this author, each (version, hiding) or None if never seen,
-at :data:`MUTES`, :data:`BLOCKS_AUTHOR` and :data:`BLOCKED_BY_AUTHOR`. The reader is hidden from the
-author's tweets while any of them hides (docs/blocks-and-mutes.md)."""
+at :data:`MUTES`, :data:`BLOCKS_AUTHOR` and :data:`BLOCKED_BY_AUTHOR`, and, once there is one, the
+reader's exclusion of the author at :data:`EXCLUDES` (a fourth item). The reader is hidden from the
+author's tweets while any of the first three hides (docs/blocks-and-mutes.md); an exclusion in force
+keeps the author's rows out of the reader's home inbox without hiding it (docs/lists.md#exclusive-lists)."""
 
 MUTES = 0
 """Index in :data:`HideEdges` of the reader's mute of the author."""
@@ -50,6 +52,9 @@ BLOCKS_AUTHOR = 1
 """Index in :data:`HideEdges` of the reader's block of the author."""
 BLOCKED_BY_AUTHOR = 2
 """Index in :data:`HideEdges` of the author's block of the reader."""
+EXCLUDES = 3
+"""Index in :data:`HideEdges` of the reader's exclusion of the author: the author is a member of one
+of the reader's exclusive lists (the list stage's :class:`~feed_service.core.events.Exclusion`)."""
 NO_HIDES: HideEdges = (None, None, None)
 
 ColdTweet: TypeAlias = tuple[int, int, int]
@@ -200,9 +205,20 @@ def _fields(state: AuthorState) -> tuple:
 
 def hides_reader(edges: HideEdges) -> bool:
     """Whether any of one reader's block and mute edges with an author is in force."""
-    mute, reader_blocks, author_blocks = edges
+    mute, reader_blocks, author_blocks = edges[0], edges[1], edges[2]
     return ((mute is not None and mute[1]) or (reader_blocks is not None and reader_blocks[1])
             or (author_blocks is not None and author_blocks[1]))
+
+
+def excludes_reader(edges: HideEdges) -> bool:
+    """Whether one reader's exclusion of an author is in force (the author sets no entry in the
+    reader's home timeline, docs/lists.md#exclusive-lists)."""
+    return len(edges) > EXCLUDES and edges[EXCLUDES] is not None and edges[EXCLUDES][1]  # type: ignore[index]
+
+
+def withholds(edges: HideEdges) -> bool:
+    """Whether the author's rows stay out of the reader's inbox: a hide or an exclusion in force."""
+    return hides_reader(edges) or excludes_reader(edges)
 
 
 def visible_followers(state: AuthorState) -> tuple[str, ...]:
@@ -213,11 +229,12 @@ def visible_followers(state: AuthorState) -> tuple[str, ...]:
 
 def visible_of(active: tuple[str, ...], hides: Mapping[str, HideEdges], followers: Mapping[str, Edge]
                ) -> tuple[str, ...]:
-    """``active`` without the readers ``hides`` hides, computed from scratch (what ``seen`` caches);
-    ``active`` itself when no hidden reader is an active follower."""
+    """``active`` without the readers ``hides`` withholds the author from (hidden or excluded),
+    computed from scratch (what ``seen`` caches); ``active`` itself when no such reader is an active
+    follower."""
     if not hides:
         return active
-    hidden = {r for r, h in hides.items() if hides_reader(h) and (e := followers.get(r)) is not None and e[1]}
+    hidden = {r for r, h in hides.items() if withholds(h) and (e := followers.get(r)) is not None and e[1]}
     if not hidden:
         return active
     return tuple(f for f in active if f not in hidden)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from feed_service.core.list_readers import list_reader
-from feed_service.core.reference import reference_list_entries, reference_tables
+from feed_service.core.list_readers import list_of, list_reader
+from feed_service.core.reference import reference_list_entries, reference_tables, reference_timelines
 from feed_service.core.view import Materializer
 from tests.support.list_runs import list_runs
 from tests.support.repost_runs import SETTINGS, Run
@@ -28,3 +28,14 @@ def test_list_timelines_equal_the_reference_below_the_cap(run: Run, encode_state
     want = reference_list_entries(reference_tables(run.history), inbox_cap=100)
     for list_id, entries in want.items():
         assert _entries(engine, list_id) == [(e.tweet_id, e.author_id, e.at, e.reposted_by) for e in entries], list_id
+
+
+@SETTINGS
+@given(run=list_runs(), encode_states=st.booleans())
+def test_home_timelines_with_exclusive_lists_equal_the_reference_below_the_cap(run: Run, encode_states: bool) -> None:
+    engine = Materializer(inbox_cap=100, pull_threshold=1000, encode_states=encode_states)
+    for batch in run.batches:
+        engine.process_batch(batch)
+    home = {reader: rows for reader, rows in engine.view.snapshot().items() if list_of(reader) is None}
+    assert home == reference_timelines(run.history, inbox_cap=100)
+    assert engine.rejected == run.garbage

@@ -31,7 +31,7 @@ from feed_service.core.events import (
     profile_of,
 )
 from feed_service.core.rules import edge_rank, follow_edge, hide_rank, profile_rank
-from feed_service.core.state import BLOCKED_BY_AUTHOR, BLOCKS_AUTHOR, MUTES, Edge
+from feed_service.core.state import BLOCKED_BY_AUTHOR, BLOCKS_AUTHOR, EXCLUDES, MUTES, Edge
 
 
 _new = tuple.__new__  # builds the records: docs/join-engine.md, named records on the hot path
@@ -135,8 +135,17 @@ def fold(key: str, changes: Sequence[Event]) -> Batch:
             prev_e = edges.get(ev.reader_id)
             if prev_e is None or edge_rank(*e) > edge_rank(*prev_e):
                 edges[ev.reader_id] = e
-        elif cls is ListChange or cls is ListMemberChange or cls is Exclusion:
-            continue  # joined by docs/lists.md's engine, not yet
+        elif cls is Exclusion:  # the owner's exclusive list holds this member (docs/lists.md#in-the-engine)
+            if ev.member_id != key:
+                foreign(ev, key)
+            if ev.owner_id == key:
+                continue  # one's own tweets are in no home timeline of one's own: nothing to set aside
+            h = (ev.version, ev.op == "exclude")
+            prev_h = hides.get((ev.owner_id, EXCLUDES))
+            if prev_h is None or hide_rank(*h) > hide_rank(*prev_h):
+                hides[(ev.owner_id, EXCLUDES)] = h
+        elif cls is ListChange or cls is ListMemberChange:
+            continue  # the list stage's (docs/lists.md#in-the-engine), never an author key's
         elif cls is RepostChange:
             # Not joined by this engine yet: reposts are kept by their compacted topic and meet the
             # view once the reader-keyed steps exist (docs/reposts-and-replies.md, "Building it").

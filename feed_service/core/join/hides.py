@@ -19,8 +19,8 @@ from feed_service.core.state import (
     AuthorState,
     Edge,
     HideEdges,
-    hides_reader,
     visible_followers,
+    withholds,
 )
 
 _NONE: tuple = ()
@@ -56,17 +56,19 @@ def apply_hides(state: AuthorState, changes: dict[tuple[str, int], Edge], since:
     blocks: list[BlockDelta] = []
     for (reader, kind), h in sorted(changes.items()):
         current = (after if after is not None else before).get(reader, NO_HIDES)
-        old = current[kind]
+        old = current[kind] if kind < len(current) else None
         if old is not None and hide_rank(*h) <= hide_rank(*old):
             continue
         if after is None:
             after, dead_at = dict(before), dict(dead_at)
         edges = list(current)
+        if kind >= len(edges):
+            edges.extend([None] * (kind + 1 - len(edges)))
         edges[kind] = h
-        after[reader] = new = (edges[0], edges[1], edges[2])
+        after[reader] = new = tuple(edges)
         changed.add(reader)
         dead_at.pop(reader, None)  # type: ignore[attr-defined]
-        if not hides_reader(new):
+        if not withholds(new):
             dead_at[reader] = since  # type: ignore[index]
         if kind == BLOCKED_BY_AUTHOR and (old is not None and old[1]) != h[1]:
             blocks.append(_new(BlockDelta, ("insert" if h[1] else "delete", state.key, reader)))
@@ -113,9 +115,10 @@ def seen_field(seen: tuple[str, ...], active: tuple[str, ...]) -> tuple[str, ...
 
 
 def _sees(reader: str, followers: Mapping[str, Edge], hides: Mapping[str, HideEdges]) -> bool:
-    """Whether ``reader`` follows the author and nothing hides the author's tweets from them."""
+    """Whether ``reader`` follows the author and nothing withholds the author's rows from its inbox
+    (a hide, or an exclusion: docs/lists.md#exclusive-lists)."""
     e = followers.get(reader)
     if e is None or not e[1]:
         return False
     h = hides.get(reader)
-    return h is None or not hides_reader(h)
+    return h is None or not withholds(h)

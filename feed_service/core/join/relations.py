@@ -16,7 +16,7 @@ from typing import Mapping, NamedTuple
 from feed_service.core.join.follows import FollowsDiff
 from feed_service.core.join.hides import HidesDiff
 from feed_service.core.rules import shows_reposts
-from feed_service.core.state import AuthorState, Edge, HideEdges, hides_reader
+from feed_service.core.state import AuthorState, Edge, HideEdges, excludes_reader, hides_reader
 
 _NONE: tuple = ()
 _new = tuple.__new__
@@ -30,14 +30,17 @@ class RelationChange(NamedTuple):
     hidden: bool
     quiet: bool = False
     """The reader sees the author but turned the author's reposts off."""
+    excluded: bool = False
+    """The reader sees the author, a member of one of its exclusive lists: no source of its home."""
 
 
-def _status(followers: Mapping[str, Edge], hides: Mapping[str, HideEdges], reader: str) -> tuple[bool, bool, bool]:
+def _status(followers: Mapping[str, Edge], hides: Mapping[str, HideEdges], reader: str
+            ) -> tuple[bool, bool, bool, bool]:
     h = hides.get(reader)
     hidden = h is not None and hides_reader(h)
     e = followers.get(reader)
     sees = e is not None and e[1] and not hidden
-    return sees, hidden, sees and not shows_reposts(e)
+    return sees, hidden, sees and not shows_reposts(e), sees and h is not None and excludes_reader(h)
 
 
 def relation_changes(state: AuthorState, follows: FollowsDiff, hides: HidesDiff) -> tuple[RelationChange, ...]:

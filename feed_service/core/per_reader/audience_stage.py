@@ -101,6 +101,9 @@ class AudienceStage:
     aud: dict[str, set[str]] = field(default_factory=dict)
     hid: dict[str, set[str]] = field(default_factory=dict)
     quiet: dict[str, set[str]] = field(default_factory=dict)
+    excl: dict[str, set[str]] = field(default_factory=dict)
+    """user -> the readers of ``aud[user]`` with the user in one of their exclusive lists: no source
+    of their home timelines (docs/lists.md#exclusive-lists)."""
     list_aud: dict[str, set[str]] = field(default_factory=dict)
     """user -> the lists' readers in ``aud[user]`` (docs/lists.md#in-the-engine)."""
     list_sees: dict[str, set[str]] = field(default_factory=dict)
@@ -145,7 +148,8 @@ class AudienceStage:
             if value is None:
                 continue
             if kind == "rel":
-                relations.append(Relation(identity[1], identity[2], value[1], value[2], value[0], _quiet(value)))
+                relations.append(Relation(identity[1], identity[2], value[1], value[2], value[0], _quiet(value),
+                                          _excluded(value)))
             elif kind == "cond":
                 conditional.append(ConditionalTweet(identity[1], identity[2], value[1], value[0]))
             elif kind == "content":
@@ -219,7 +223,7 @@ class AudienceStage:
         hidden: list[HiddenDelta] = []
         rel = self.rel
         for p in sorted(changed_pairs):
-            was_seen, was_hidden, _ = changed_pairs[p]
+            was_seen, was_hidden = changed_pairs[p][:2]
             seen, hides = rel[p][1], rel[p][2]
             if was_seen != seen:
                 visible.append(VisibleDelta("insert" if seen else "delete", p[0], p[1], ts))
@@ -235,25 +239,26 @@ class AudienceStage:
 
     # -- inputs ------------------------------------------------------------------------------------
 
-    def _apply_relations(self, relations: Sequence[Relation]) -> dict[tuple[str, str], tuple[bool, bool, bool]]:
+    def _apply_relations(self, relations: Sequence[Relation]) -> dict[tuple[str, str], tuple[bool, bool, bool, bool]]:
         """Assign the newest relation per pair; return the pairs whose value changed, with the old
-        one as (sees, hidden, quiet)."""
+        one as (sees, hidden, quiet, excluded)."""
         newest: dict[tuple[str, str], Relation] = {}
         for m in relations:
             k = (m.reader, m.user)
             n = newest.get(k)
             if n is None or m.ts > n.ts:
                 newest[k] = m
-        changed: dict[tuple[str, str], tuple[bool, bool, bool]] = {}
+        changed: dict[tuple[str, str], tuple[bool, bool, bool, bool]] = {}
         for k, m in newest.items():
             old = self.rel.get(k)
             if old is not None and m.ts <= old[0]:
                 continue
-            quiet = m.visible and m.quiet
-            self.rel[k] = (m.ts, m.visible, m.hidden, True) if quiet else (m.ts, m.visible, m.hidden)
+            quiet, excluded = m.visible and m.quiet, m.visible and m.excluded
+            self.rel[k] = ((m.ts, m.visible, m.hidden, quiet, excluded) if quiet or excluded
+                           else (m.ts, m.visible, m.hidden))
             self._note(("rel", *k), self.rel[k], old)
-            was = (False, False, False) if old is None else (old[1], old[2], _quiet(old))
-            if was == (m.visible, m.hidden, quiet):
+            was = (False, False, False, False) if old is None else (old[1], old[2], _quiet(old), _excluded(old))
+            if was == (m.visible, m.hidden, quiet, excluded):
                 continue
             changed[k] = was
             reader, user = k
@@ -266,6 +271,8 @@ class AudienceStage:
                 _toggle(self.hid, user, reader, m.hidden)
             if was[2] != quiet:
                 _toggle(self.quiet, user, reader, quiet)
+            if was[3] != excluded:
+                _toggle(self.excl, user, reader, excluded)
         return changed
 
     def _apply_facts(self, facts: Iterable[ListFact]) -> list[str]:
@@ -368,17 +375,17 @@ class AudienceStage:
         rank = edge[1]
         return content[1]._replace(reposted_by=reposter, reposted_at=rank[3], reposter_profile_version=rank[4])
 
-    def _pull_modes(self, changed_pairs: Mapping[tuple[str, str], tuple[bool, bool, bool]], whole: set[TweetKey],
+    def _pull_modes(self, changed_pairs: Mapping[tuple[str, str], tuple[bool, bool, bool, bool]], whole: set[TweetKey],
                     ts: int) -> list[PullReposterDelta]:
         """Reposters crossing the threshold (on their audience) are decided again whole; the readers
         who merge them in (those their reposts reach: seeing them, reposts not turned off)."""
         if self.pull_threshold is None:
             return []
         comers: dict[str, dict[str, bool]] = {}
-        for (reader, user), (was_seen, _, was_quiet) in changed_pairs.items():
+        for (reader, user), (was_seen, _, was_quiet, was_excluded) in changed_pairs.items():
             now = self.rel[(reader, user)]
-            if was_seen != now[1] or was_quiet != _quiet(now):
-                comers.setdefault(user, {})[reader] = was_seen and not was_quiet
+            if was_seen != now[1] or was_quiet != _quiet(now) or was_excluded != _excluded(now):
+                comers.setdefault(user, {})[reader] = was_seen and not was_quiet and not was_excluded
         out: list[PullReposterDelta] = []
         for user in sorted(comers):
             seen_by = len(self.aud.get(user, _NOBODY))
@@ -428,6 +435,9 @@ class AudienceStage:
         aud = self.aud
         groups: Groups = {}
         aud_a = aud.get(author, _NOBODY)
+        excl_a = self.excl.get(author)
+        if excl_a:  # sources set aside: the author brings no direct entry to them
+            aud_a = aud_a - excl_a
         if only is not None:
             aud_a = only.intersection(aud_a)
         lists_a = self.list_aud.get(author, _NOBODY)
@@ -473,11 +483,19 @@ class AudienceStage:
         """The readers who see ``user``."""
         return self.aud.get(user, _NOBODY)
 
+    def _reaches(self, reposter: str, reader: str) -> bool:
+        """Whether ``reposter``'s reposts reach ``reader`` (:meth:`_reached` for one reader)."""
+        return (reader in self.aud.get(reposter, _NOBODY) and reader not in self.quiet.get(reposter, _NOBODY)
+                and reader not in self.excl.get(reposter, _NOBODY))
+
     def _reached(self, reposter: str) -> set[str] | frozenset[str]:
-        """The readers ``reposter``'s reposts reach: who see it, less who turned its reposts off."""
+        """The readers ``reposter``'s reposts reach: who see it, less who turned its reposts off and
+        who set it aside by an exclusive list."""
         readers = self.aud.get(reposter, _NOBODY)
-        quiet = self.quiet.get(reposter)
-        return readers - quiet if quiet else readers
+        quiet, excl = self.quiet.get(reposter), self.excl.get(reposter)
+        if quiet:
+            readers = readers - quiet
+        return readers - excl if excl else readers
 
     def _decide_one(self, t: TweetKey, reader: str) -> Entry | None:
         """``reader``'s row of tweet ``t``, or None."""
@@ -485,18 +503,19 @@ class AudienceStage:
         if list_of(reader) is not None:
             return self._decide_listed(t, reader)
         sees = _Sees(self.aud, reader)
+        source = reader not in self.excl.get(author, _NOBODY)  # the author may bring a direct entry
         cond = self.cond.get(t)
         if cond is not None and cond[1] is not None:
             x = cond[1].in_reply_to_author_id  # a third user: the row is the reader's if direct and not in its inbox
-            if direct(author, x, reader, sees) and not shown_in_inbox(author, x, reader):
+            if source and direct(author, x, reader, sees) and not shown_in_inbox(author, x, reader):
                 return cond[1]
         order = self.order.get(t)
         if not order or reader in self.hid.get(author, _NOBODY):
             return None
-        if direct(author, order[0][2].in_reply_to_author_id, reader, sees):
+        if source and direct(author, order[0][2].in_reply_to_author_id, reader, sees):
             return None
         for _, reposter, e in order:
-            if reader in self.aud.get(reposter, _NOBODY) and reader not in self.quiet.get(reposter, _NOBODY):
+            if self._reaches(reposter, reader):
                 return e
         return None
 
@@ -513,7 +532,7 @@ class AudienceStage:
         if self._list_direct(reader, author, order[0][2].in_reply_to_author_id):
             return None
         for _, reposter, e in order:
-            if reader in self.aud.get(reposter, _NOBODY) and reader not in self.quiet.get(reposter, _NOBODY):
+            if self._reaches(reposter, reader):
                 return e
         return None
 
@@ -649,6 +668,11 @@ class _Sees:
 def _quiet(rel: tuple) -> bool:
     """Whether a stored relation (:attr:`AudienceStage.rel`) has the user's reposts turned off."""
     return len(rel) > 3 and rel[3]
+
+
+def _excluded(rel: tuple) -> bool:
+    """Whether a stored relation (:attr:`AudienceStage.rel`) has the user set aside by an exclusive list."""
+    return len(rel) > 4 and rel[4]
 
 
 def _toggle(index: dict, owner, member, on: bool) -> None:

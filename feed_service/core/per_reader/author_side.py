@@ -81,7 +81,7 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
     timely = [ev for i, ev in enumerate(changes) if i not in late]
     ts = side.clock + 1
     replies = _conditional_changes(key, before, after, result, ts)
-    relations = [Relation(r.reader, key, r.sees, r.hidden, ts, r.quiet) for r in result.relations]
+    relations = [Relation(r.reader, key, r.sees, r.hidden, ts, r.quiet, r.excluded) for r in result.relations]
     edges, reposters, new_names = _fold_reposts(key, side, timely)
     edge_messages = [RepostEdge(key, tid, edges[tid], ts) for tid in sorted(edges)
                      if side.edges.get(tid) != edges[tid]]

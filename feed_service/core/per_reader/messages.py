@@ -30,6 +30,8 @@ class Relation(NamedTuple):
     hidden: bool
     ts: int
     quiet: bool = False
+    excluded: bool = False
+    """``reader`` sees ``user``, a member of one of its exclusive lists (docs/lists.md#exclusive-lists)."""
 
 
 class ConditionalTweet(NamedTuple):

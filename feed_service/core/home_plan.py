@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Container, Iterable, NamedTuple, Sequence
 
-from feed_service.core.rules import shown_in_inbox
-from feed_service.core.per_reader.pull_reposts import RepostFacts, shows_extras_row, shows_pulled_row
+from feed_service.core.rules import list_admits, shown_in_inbox
+from feed_service.core.per_reader.pull_reposts import ListRule, RepostFacts, shows_extras_row, shows_pulled_row
 from feed_service.core.rows import Entry
 from feed_service.core.timeline_merge import merge_newest, merge_oldest
 
@@ -49,6 +49,8 @@ class HomeStatics(NamedTuple):
     """Sorted."""
     dropped: bool = False
     """Its inbox is not kept (``inbox_dropped``)."""
+    list_rule: ListRule | None = None
+    """A list's reader: the list's owner and replies policy (docs/lists.md#in-the-engine); None: a user."""
 
 
 class Source(NamedTuple):
@@ -68,6 +70,8 @@ class HomePlan(NamedTuple):
     pull_reposters: tuple[str, ...]
     dropped: bool
     sources: tuple[Source, ...]
+    list_rule: ListRule | None = None
+    """A list's reader: what its rows merged at read are decided by (:func:`shows_row`)."""
 
     @property
     def decides_reposts(self) -> bool:
@@ -91,7 +95,7 @@ def home_plan(reader: str, statics: HomeStatics) -> HomePlan:
     own = Source(DROPPED_INBOX if statics.dropped else INBOX, reader)
     sources = (own, Source(EXTRAS, reader), *(Source(PULL_AUTHOR, a) for a in authors),
                *(Source(PULL_REPOSTER, p) for p in reposters))
-    return HomePlan(reader, authors, reposters, bool(statics.dropped), sources)
+    return HomePlan(reader, authors, reposters, bool(statics.dropped), sources, statics.list_rule)
 
 
 def merge_home(slices: Iterable[Sequence[Entry]], limit: int, *, oldest_first: bool = False) -> list[Entry]:
@@ -116,12 +120,17 @@ def deciding_user(entry: Entry, reader: str) -> str | None:
     return None if shown_in_inbox(entry.author_id, parent, reader) else parent
 
 
-def shows_row(kind: str, entry: Entry, reader: str, sees: Container[str] = ()) -> bool:
+def shows_row(kind: str, entry: Entry, reader: str, sees: Container[str] = (), rule: ListRule | None = None,
+              owner_sees: Container[str] = ()) -> bool:
     """Whether a row of a source decided at read is shown to ``reader``: a pull author's unless it
-    replies to a third user the reader does not see (``sees``: at least the users that decide);
-    a dropped inbox's only if the inbox would hold it (its other replies come from the extras).
-    The stream decided the rows of the other kinds (the pull reposters': :mod:`.per_reader.pull_reposts`)."""
+    replies to a third user the reader does not see (``sees``: at least the users that decide; a
+    list's reader, ``rule``: unless the list's policy leaves it out, ``owner_sees`` what its owner
+    sees of them: :func:`~feed_service.core.rules.list_admits`); a dropped inbox's only if the inbox
+    would hold it (its other replies come from the extras). The stream decided the rows of the
+    other kinds (the pull reposters': :mod:`.per_reader.pull_reposts`)."""
     if kind == PULL_AUTHOR:
+        if rule is not None:
+            return list_admits(entry.author_id, entry.in_reply_to_author_id, rule.owner, rule.policy, sees, owner_sees)
         u = deciding_user(entry, reader)
         return u is None or u in sees
     if kind == DROPPED_INBOX:
@@ -129,7 +138,8 @@ def shows_row(kind: str, entry: Entry, reader: str, sees: Container[str] = ()) -
     return True
 
 
-def shown_repost(sample: Entry, reader: str, facts: RepostFacts) -> tuple[str, int, str] | None:
+def shown_repost(sample: Entry, reader: str, facts: RepostFacts, rule: ListRule | None = None
+                 ) -> tuple[str, int, str] | None:
     """Which repost row of ``sample``'s tweet ``reader`` is shown, from the facts of its lookups:
     ``(EXTRAS, reposted_at, reposter)`` its ``home_extras`` entry, ``(PULL_REPOSTER, reposted_at,
     reposter)`` a pull reposter's row, None neither (the tweet is direct for the reader, hidden, or
@@ -141,6 +151,6 @@ def shown_repost(sample: Entry, reader: str, facts: RepostFacts) -> tuple[str, i
         return (EXTRAS, *pushed)
     shown = None
     for at, p in facts.pulled.get(k, ()):
-        if shows_pulled_row(sample._replace(reposted_at=at, reposted_by=p), reader, facts):
+        if shows_pulled_row(sample._replace(reposted_at=at, reposted_by=p), reader, facts, rule):
             shown = (PULL_REPOSTER, at, p)
     return shown

@@ -98,10 +98,21 @@ def shown_in_list(author_id: str, in_reply_to_author_id: str | None, owner: str,
     >>> shown_in_list("dan", None, "own", "list", members, follows)
     False
     """
+    return author_id in list_sees and list_admits(author_id, in_reply_to_author_id, owner, policy, list_sees,
+                                                  owner_sees)
+
+
+def list_admits(author_id: str, in_reply_to_author_id: str | None, owner: str, policy: str,
+                list_sees: Container[str], owner_sees: Container[str]) -> bool:
+    """The reply half of :func:`shown_in_list`, for a tweet whose author the list sees: no reply, a
+    self-reply, a reply to the owner, or a parent's author the ``policy`` admits (a read of a
+    list's pull author asks it with only the users that decide in ``list_sees`` and ``owner_sees``).
+
+    >>> list_admits("ann", "own", "own", "none", (), ()), list_admits("ann", "cat", "own", "followed", (), {"cat"})
+    (True, True)
+    """
     if policy not in REPLIES_POLICIES:
         raise ValueError(f"unknown replies policy {policy!r}: one of {', '.join(REPLIES_POLICIES)}")
-    if author_id not in list_sees:
-        return False
     if shown_in_inbox(author_id, in_reply_to_author_id, owner):
         return True
     if policy == "followed":
@@ -359,6 +370,6 @@ def profile_rank(profile: Profile) -> tuple[str, tuple[bool, str], tuple[bool, s
 __all__ = [
     "REPLIES_POLICIES", "ListRank", "Repost", "conditional_readers", "direct", "direct_among", "earliest",
     "edge_rank", "follow_edge", "hide_rank", "home_source_kept", "is_earliest", "is_pull_author", "is_pull_reposter",
-    "list_rank", "member_rank", "precedes", "profile_rank", "push_authors", "reply_class", "repost_order",
+    "list_admits", "list_rank", "member_rank", "precedes", "profile_rank", "push_authors", "reply_class", "repost_order",
     "repost_rank", "shown_in_inbox", "shown_in_list", "shows_reposts",
 ]

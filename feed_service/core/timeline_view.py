@@ -27,7 +27,9 @@ from feed_service.core.home_plan import (
 from feed_service.core.rules import push_authors, repost_order
 from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult
 from feed_service.core.per_reader.messages import ExtrasFanout, HiddenDelta, PullReposterDelta, VisibleDelta
-from feed_service.core.per_reader.pull_reposts import RepostFacts, shows_extras_row, shows_pulled_row
+from feed_service.core.list_readers import list_reader
+from feed_service.core.per_reader.list_stage import ListFact
+from feed_service.core.per_reader.pull_reposts import ListRule, RepostFacts, shows_extras_row, shows_pulled_row
 from feed_service.core.rows import AuthorTimelineDelta, Entry, ProfileRow
 from feed_service.core.timeline_merge import merge_newest, timeline_order
 
@@ -124,6 +126,8 @@ class TimelineView:
         self.visible: dict[str, set[str]] = {}
         """reader -> the users it sees (what a read filters a pull author's replies with)."""
         self.hidden: dict[str, set[str]] = {}
+        self.list_rules: dict[str, ListRule] = {}
+        """A live list's reader -> its owner and replies policy (:meth:`apply_list_facts`)."""
         """reader -> the users whose tweets are hidden from it (blocks and mutes in force)."""
         self.pull_reposters: dict[str, set[str]] = {}
         """reader -> the pull reposters whose reposts it merges in at read."""
@@ -254,6 +258,15 @@ class TimelineView:
         """Apply the per-reader stage's changes of the users hidden from each reader."""
         _apply_sets(self.hidden, ((op, reader, user) for op, reader, user, _ in deltas))
 
+    def apply_list_facts(self, facts: Iterable[ListFact]) -> None:
+        """Keep what the reads of a list's reader are decided by: its owner and policy while live."""
+        for f in facts:
+            reader = list_reader(f.list_id)
+            if f.live:
+                self.list_rules[reader] = ListRule(f.owner_id, f.replies_policy)  # type: ignore[arg-type]
+            else:
+                self.list_rules.pop(reader, None)
+
     def apply_pull_reposters(self, deltas: Iterable[PullReposterDelta]) -> None:
         """Apply the per-reader stage's changes of which readers merge in which pull reposters."""
         for op, reader, reposter, _ in deltas:
@@ -353,7 +366,7 @@ class TimelineView:
         as not kept until its rebuild is written: docs/activity.md)."""
         return HomeStatics(tuple(sorted(self.pull_follows.get(user_id, ()))),
                            tuple(sorted(self.pull_reposters.get(user_id, ()))),
-                           user_id in self.dropped or user_id in self.returning)
+                           user_id in self.dropped or user_id in self.returning, self.list_rules.get(user_id))
 
     def plan(self, user_id: str) -> HomePlan:
         """``user_id``'s home plan (:func:`~feed_service.core.home_plan.home_plan`)."""
@@ -367,6 +380,8 @@ class TimelineView:
         together (docs/reposts-and-replies.md, hybrid fan-out)."""
         plan = self.plan(user_id)
         sees = self.visible.get(user_id, set())
+        rule = plan.list_rule
+        owner_sees = self.visible.get(rule.owner, set()) if rule is not None else set()
         slices: list[list[Entry]] = []
         for kind, owner in plan.sources:
             if kind == INBOX:
@@ -377,7 +392,7 @@ class TimelineView:
                 slices.append(_newest_first(self.extras.get(user_id, {})))
             elif kind == PULL_AUTHOR:
                 slices.append([e for e in _newest_first(self.author_timelines.get(owner, {}))
-                               if shows_row(kind, e, user_id, sees)])
+                               if shows_row(kind, e, user_id, sees, rule, owner_sees)])
             else:  # a pull reposter's: decided below with the extras' repost rows
                 slices.append(_newest_first(self.own_reposts.get(owner, {})))
         if plan.decides_reposts:
@@ -385,7 +400,7 @@ class TimelineView:
             extras, reposted = slices[1], slices[first:]
             facts = self._repost_facts(user_id, reposted, extras)
             slices[1] = [e for e in extras if shows_extras_row(e, facts)]
-            slices[first:] = [[e for e in rows if shows_pulled_row(e, user_id, facts)] for rows in reposted]
+            slices[first:] = [[e for e in rows if shows_pulled_row(e, user_id, facts, rule)] for rows in reposted]
         return merge_home(slices, self.inbox_cap)
 
     def _repost_facts(self, reader: str, reposted: list[list[Entry]], extras: list[Entry]) -> RepostFacts:
@@ -395,7 +410,11 @@ class TimelineView:
             for e in rows:
                 pulled.setdefault((e.author_id, e.tweet_id), []).append(repost_order(e.reposted_at, e.reposted_by))
         pushed = {(e.author_id, e.tweet_id): repost_order(e.reposted_at, e.reposted_by) for e in extras if e.reposted_by is not None}
-        return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(reader, set()))
+        rule = self.list_rules.get(reader)
+        if rule is None:
+            return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(reader, set()))
+        return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(rule.owner, set()),
+                           self.visible.get(rule.owner, set()))
 
     def author_entries(self, author_id: str) -> list[Entry]:
         """An author's own timeline: its newest live tweets and its reposts of others' tweets, newest first."""

@@ -230,6 +230,7 @@ class Materializer:
     def per_reader(self, sides: Sequence[SideResult], lists: Sequence[ListFact] = ()) -> None:
         """Run the per-reader stage on one batch of the author keys' messages (and the list stage's
         facts) and apply its rows (docs/reposts-and-replies.md)."""
+        self.view.apply_list_facts(lists)
         done = step_sides(self.stage, sides, lists)
         if done is None:
             return

@@ -1,7 +1,8 @@
 """The lists' engine against the definition (docs/lists.md#in-the-engine): the list stage's edges fed
 back to the members' keys, and the per-reader stage deciding a list reader's replies and reposts by
 the list's policy and its owner's hides, held to ``reference_list_entries`` over random list
-histories (:mod:`tests.support.list_runs`)."""
+histories (:mod:`tests.support.list_runs`), with members and reposters pushed and pulled (merged at
+read by the list's rule)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ def _entries(engine: Materializer, list_id: str) -> list[tuple]:
     return [(e.tweet_id, e.author_id, e.at, e.reposted_by) for e in engine.view.entries(list_reader(list_id))]
 
 
+_MODES = st.sampled_from([(1000, False), (1, False), (2, False), (1, True), (2, True)])
+"""(pull threshold, pull reposters): members and reposters crossing between push and pull as
+readers, lists' readers among them, come and go."""
+
+
 @SETTINGS
-@given(run=list_runs(), encode_states=st.booleans())
-def test_list_timelines_equal_the_reference_below_the_cap(run: Run, encode_states: bool) -> None:
-    engine = Materializer(inbox_cap=100, pull_threshold=1000, encode_states=encode_states)
+@given(run=list_runs(), mode=_MODES, encode_states=st.booleans())
+def test_list_timelines_equal_the_reference_below_the_cap(run: Run, mode: tuple[int, bool], encode_states: bool) -> None:
+    engine = Materializer(inbox_cap=100, pull_threshold=mode[0], pull_reposters=mode[1], encode_states=encode_states)
     for batch in run.batches:
         engine.process_batch(batch)
     want = reference_list_entries(reference_tables(run.history), inbox_cap=100)
@@ -31,9 +37,10 @@ def test_list_timelines_equal_the_reference_below_the_cap(run: Run, encode_state
 
 
 @SETTINGS
-@given(run=list_runs(), encode_states=st.booleans())
-def test_home_timelines_with_exclusive_lists_equal_the_reference_below_the_cap(run: Run, encode_states: bool) -> None:
-    engine = Materializer(inbox_cap=100, pull_threshold=1000, encode_states=encode_states)
+@given(run=list_runs(), mode=_MODES, encode_states=st.booleans())
+def test_home_timelines_with_exclusive_lists_equal_the_reference_below_the_cap(run: Run, mode: tuple[int, bool],
+                                                                                encode_states: bool) -> None:
+    engine = Materializer(inbox_cap=100, pull_threshold=mode[0], pull_reposters=mode[1], encode_states=encode_states)
     for batch in run.batches:
         engine.process_batch(batch)
     home = {reader: rows for reader, rows in engine.view.snapshot().items() if list_of(reader) is None}

@@ -24,7 +24,16 @@ from __future__ import annotations
 from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from feed_service.core.rows import Entry
-from feed_service.core.rules import Repost, direct, is_earliest, precedes, repost_order, shown_in_inbox
+from feed_service.core.rules import Repost, direct, is_earliest, precedes, repost_order, shown_in_inbox, shown_in_list
+
+
+class ListRule(NamedTuple):
+    """What a read of a list's reader decides its rows merged at read by: the list's owner (whose
+    hides and, for ``followed``, whose follows count) and its replies policy (docs/lists.md)."""
+
+    owner: str
+    policy: str
+
 
 TweetKey = tuple[str, str]
 """(author_id, tweet_id): a tweet's identity."""
@@ -40,7 +49,10 @@ class RepostFacts(NamedTuple):
     sees: Collection[str]
     """Of the users asked for, those the reader sees."""
     hidden: Collection[str]
-    """Of the users asked for, those whose tweets are hidden from the reader."""
+    """Of the users asked for, those whose tweets are hidden from the reader (a list's reader: from
+    its owner)."""
+    owner_sees: Collection[str] = ()
+    """A list's reader: of the users asked for, those its owner sees (its ``followed`` policy)."""
 
 
 class Lookups(NamedTuple):
@@ -86,12 +98,18 @@ def shows_extras_row(entry: Entry, facts: RepostFacts) -> bool:
     return all(precedes(mine, other) for other in facts.pulled.get(key(entry), ()))
 
 
-def shows_pulled_row(entry: Entry, reader: str, facts: RepostFacts) -> bool:
-    """Whether ``entry``, a row of a pull reposter's reposts that ``reader`` merges in, shows."""
+def shows_pulled_row(entry: Entry, reader: str, facts: RepostFacts, rule: ListRule | None = None) -> bool:
+    """Whether ``entry``, a row of a pull reposter's reposts that ``reader`` merges in, shows
+    (``rule``: the owner and policy of a list's reader, docs/lists.md#in-the-engine)."""
     author = entry.author_id
     if author in facts.hidden:
         return False
-    if direct(author, entry.in_reply_to_author_id, reader, facts.sees):
+    if rule is None:
+        shown_direct = direct(author, entry.in_reply_to_author_id, reader, facts.sees)
+    else:
+        shown_direct = shown_in_list(author, entry.in_reply_to_author_id, rule.owner, rule.policy, facts.sees,
+                                     facts.owner_sees)
+    if shown_direct:
         return False  # the tweet shows at its own time (inbox, extras or a pull author)
     mine = repost_order(entry.reposted_at, entry.reposted_by)  # type: ignore[arg-type]
     k = key(entry)

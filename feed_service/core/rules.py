@@ -256,7 +256,7 @@ def _on_wins_tie(*types: str) -> bool:
     return winners.pop()
 
 
-_FOLLOW_ON_WINS = _on_wins_tie("follow")
+_FOLLOW_ON_WINS = _on_wins_tie("follow", "list_follow")
 _HIDE_ON_WINS = _on_wins_tie("block", "mute", "exclusion")
 _REPOST_ON_WINS = _on_wins_tie("repost")
 

@@ -167,8 +167,8 @@ def test_lists_and_members_keys_topics_and_join_keys() -> None:
     assert record_key(parse_event(DELETE)) == record_key(created)  # one entity: compaction keeps the last
 
 
-def test_the_engine_skips_lists_and_members_meanwhile() -> None:
-    """Not joined yet: a batch of them changes nothing of the author key's fold."""
+def test_an_author_key_skips_lists_and_members() -> None:
+    """The list stage's, never an author key's: a batch of them changes nothing of the key's fold."""
     from feed_service.core.join.fold import fold
 
     batch = fold("bob", [ListMemberChange("l1", "bob", 7, "add"), FollowChange("ann", "bob", 2, "follow")])
@@ -237,13 +237,18 @@ def test_a_list_follow_needs_every_field(name: str) -> None:
         assert _rejected({k: v for k, v in EXCLUDE.items() if k != name}).code == "missing_field"
 
 
-def test_the_engine_skips_list_edges_meanwhile() -> None:
-    """Read back by the members' keys, not joined there yet: they change nothing of the fold."""
+def test_a_member_key_folds_a_list_follow_as_a_follow_and_an_exclusion_beside_its_hides() -> None:
+    """Read back by the members' keys (docs/lists.md#in-the-engine): the list's reader follows the
+    member; the owner's exclusion is a fourth hide edge of the owner; one's own exclusion is nothing."""
     from feed_service.core.join.fold import fold
+    from feed_service.core.state import EXCLUDES
 
-    edges = [ListFollow(list_reader("l1"), "bob", "ann", "l1", 3, "follow"), Exclusion("ann", "bob", 3, "exclude")]
-    assert fold("bob", edges) == fold("bob", [])
-    assert fold("bob", [*edges, FollowChange("ann", "bob", 2, "follow")]).follows == {"ann": (2, True)}
+    reader = list_reader("l1")
+    edges = [ListFollow(reader, "bob", "ann", "l1", 3, "follow"), ListFollow(reader, "bob", "ann", "l1", 3, "unfollow"),
+             Exclusion("ann", "bob", 3, "exclude"), Exclusion("ann", "bob", 3, "include"), Exclusion("bob", "bob", 4, "exclude")]
+    batch = fold("bob", [*edges, FollowChange("ann", "bob", 2, "follow")])
+    assert batch.follows == {"ann": (2, True), reader: (3, False)}  # an unfollow wins a tie
+    assert batch.hides == {("ann", EXCLUDES): (3, True)}  # an exclude wins a tie
 
 
 def test_producers_cannot_publish_the_stream_s_own_kinds() -> None:

@@ -73,12 +73,12 @@ def _changes(kind_type: str) -> list[dict[str, Any]]:
 
 def _rank(kind_type: str, change: dict[str, Any]) -> tuple:
     on = change["op"] == EDGE_KINDS[kind_type].on_op
-    if kind_type == "follow":
+    if kind_type in ("follow", "list_follow"):
         return rules.edge_rank(change["version"], on)
     if kind_type == "repost":
         return rules.repost_rank(change["version"], on, change["author_id"], change["created_at"],
                                  change["profile_version"])
-    if kind_type in ("block", "mute"):
+    if kind_type in ("block", "mute", "exclusion"):
         return rules.hide_rank(change["version"], on)
     if kind_type == "list_member":
         return rules.member_rank(change["version"], on)

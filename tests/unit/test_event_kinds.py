@@ -23,7 +23,7 @@ from feed_service.core.event_kinds import (
 )
 from feed_service.core.event_types import RejectCode
 from feed_service.core.events import event_to_json, join_keys, parse_event
-from feed_service.core.rules import edge_rank, hide_rank, repost_rank
+from feed_service.core.rules import edge_rank, hide_rank, member_rank, repost_rank
 from feed_service.errors import InvalidEvent
 from feed_service.kafka.keys import ROLE_OF_TYPE, record_key, topic_role
 from feed_service.settings import Settings
@@ -140,16 +140,12 @@ def test_edge_kinds_reject_self_edges_with_their_code(kind) -> None:
     assert info.value.code == kind.edge.self_code
 
 
-#: Edge kinds the engine does not join yet (docs/event-kinds.md, "Meaning"): no rank of theirs to check.
-NOT_JOINED_YET = frozenset({"list_member", "list_follow", "exclusion"})
-
-
-@pytest.mark.parametrize("kind", [k for k in EDGE_KINDS.values() if k.type not in NOT_JOINED_YET],
-                         ids=lambda k: k.key)
+@pytest.mark.parametrize("kind", list(EDGE_KINDS.values()), ids=lambda k: k.key)
 def test_the_engine_ranks_break_ties_as_the_registry_says(kind) -> None:
-    """``edge_rank`` (follows), ``hide_rank`` (blocks, mutes) and ``repost_rank`` hard-code the tie
-    rule on the hot path."""
-    ranks = {"follow": edge_rank, "block": hide_rank, "mute": hide_rank,
+    """``edge_rank`` (follows, a list's follows), ``hide_rank`` (blocks, mutes, exclusions),
+    ``member_rank`` and ``repost_rank`` hard-code the tie rule on the hot path."""
+    ranks = {"follow": edge_rank, "list_follow": edge_rank, "block": hide_rank, "mute": hide_rank,
+             "exclusion": hide_rank, "list_member": member_rank,
              "repost": lambda version, on: repost_rank(version, on, "a", 1 if on else None, 1 if on else None)}
     rank = ranks[kind.type]  # rank(version, whether the op is the on op)
     assert (rank(5, True) > rank(5, False)) == (kind.tie_winner == kind.on_op)

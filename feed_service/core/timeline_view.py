@@ -27,7 +27,7 @@ from feed_service.core.home_plan import (
 from feed_service.core.rules import push_authors, repost_order
 from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult
 from feed_service.core.per_reader.messages import ExtrasFanout, HiddenDelta, PullReposterDelta, VisibleDelta
-from feed_service.core.list_readers import list_reader
+from feed_service.core.list_readers import list_of, list_reader
 from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.pull_reposts import ListRule, RepostFacts, shows_extras_row, shows_pulled_row
 from feed_service.core.rows import AuthorTimelineDelta, Entry, ProfileRow
@@ -426,10 +426,15 @@ class TimelineView:
         return [entry_dict(e, self.display_name(e.author_id, e.profile_version)) for e in self.entries(user_id)]
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
-        """Every non-empty timeline, by user id in sorted order."""
+        """Every non-empty home timeline, by user id in sorted order (lists' readers left out:
+        :meth:`list_snapshot`)."""
         users = sorted({uid for uid, rows in self.timelines.items() if rows} | set(self.pull_follows) | set(self.extras)
                        | set(self.pull_reposters) | self.dropped | self.returning)
-        return {uid: timeline for uid in users if (timeline := self.read(uid))}
+        return {uid: timeline for uid in users if list_of(uid) is None and (timeline := self.read(uid))}
+
+    def list_snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        """Every live list's timeline, empty ones too, by list id in sorted order (docs/lists.md)."""
+        return {list_of(reader): self.read(reader) for reader in sorted(self.list_rules)}  # type: ignore[misc]
 
 
 def _apply_sets(sets: dict[str, set[str]], deltas: Iterable[tuple[str, str, str]]) -> None:

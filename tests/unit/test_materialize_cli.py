@@ -42,6 +42,7 @@ def test_materialize_prints_timelines_and_reports_rejects(tmp_path: Path) -> Non
                 {"tweet_id": "t1", "author_id": "bob", "version": 2, "text": "hi!", "author_display_name": "Bob"},
             ]
         },
+        "lists": {},
         "rejected": 2,
     }
     assert document["timelines"] == reference_timelines(LINES)
@@ -143,3 +144,20 @@ def test_trimmed_timelines_equal_the_reference_exactly_after_removals(tmp_path: 
         proc = run_cli(path, "--inbox-cap", "40", *args)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["timelines"] == expected, args
+
+
+def test_materialize_prints_every_live_list_s_timeline_as_the_reference_does(tmp_path: Path) -> None:
+    from feed_service.core.reference import reference_lists
+
+    lines = [*LINES,
+             '{"type":"list","op":"create","list_id":"l1","owner_id":"cat","version":1,"name":"bobs"}',
+             '{"type":"list_member","op":"add","list_id":"l1","member_id":"bob","version":1}',
+             '{"type":"list","op":"create","list_id":"l2","owner_id":"cat","version":1,"name":"empty"}',
+             '{"type":"list","op":"create","list_id":"l3","owner_id":"cat","version":1,"name":"gone"}',
+             '{"type":"list","op":"delete","list_id":"l3","owner_id":"cat","version":2}']
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    document = json.loads(run_cli(path, "--batch-size", "3").stdout)
+    assert document["lists"] == reference_lists(lines)
+    assert [e["tweet_id"] for e in document["lists"]["l1"]] == ["t2", "t1"] and document["lists"]["l2"] == []
+    assert "l3" not in document["lists"] and document["timelines"] == reference_timelines(lines)

@@ -1,7 +1,8 @@
 """``feedctl materialize EVENTS.jsonl``: run a replay file through the engine and print the timelines.
 
 The outside check of the engine (docs/join-engine.md): one JSON document on stdout,
-``{"timelines": {user_id: [entry, ...]}, "rejected": n}``, users with an empty timeline omitted,
+``{"timelines": {user_id: [entry, ...]}, "lists": {list_id: [entry, ...]}, "rejected": n}``, users
+with an empty home timeline omitted, every live list present (docs/lists.md; a deleted one absent),
 one line per rejected record on stderr, exit 0 once the file was processed even with rejects.
 Blank lines are not records: they are skipped and not counted.
 """
@@ -68,7 +69,7 @@ def materialize(
         if errors is not None:
             for rej in report.rejections:
                 errors.write(f"line {records[rej.position][0]}: {rej.code}: {rej.reason}\n")
-    return {"timelines": engine.view.snapshot(), "rejected": engine.rejected}
+    return {"timelines": engine.view.snapshot(), "lists": engine.view.list_snapshot(), "rejected": engine.rejected}
 
 
 def run(args: argparse.Namespace) -> int:

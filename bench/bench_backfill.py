@@ -56,8 +56,8 @@ def timeline_rows(events: list[dict], inbox_cap: int, ts: int) -> list[TimelineW
         tweets.sort(reverse=True)
         del tweets[inbox_cap:]
     rows = []
-    for (follower, followee), (_, active) in tables.follows.items():
-        if active:
+    for (follower, followee), edge in tables.follows.items():
+        if edge[1]:
             for created_at, tid, c in by_author.get(followee, ()):
                 rows.append(TimelineWrite("insert", follower, Entry(tid, followee, created_at, c[0], c[2], c[3]), ts))
     return rows

@@ -507,4 +507,4 @@ def test_backfill_skips_tombstones_and_keeps_each_entitys_winner(
     assert got["blocks"] == _blocks_in_force(events)
     assert summary["entities"]["mutes_in_force"] == sum(1 for _, on in tables.mutes.values() if on)
     assert summary["entities"]["tweets_deleted"] == len(tables.deleted)
-    assert summary["entities"]["follow_edges_active"] == sum(1 for _, a in tables.follows.values() if a)
+    assert summary["entities"]["follow_edges_active"] == sum(1 for edge in tables.follows.values() if edge[1])

@@ -176,7 +176,7 @@ def _live_changes(world: World, readers: list[str]) -> list[dict]:
     version = max(e["version"] for e in world.events if "version" in e) + 1
     out: list[dict] = []
     for n, reader in enumerate(readers):
-        followees = sorted(a for (f, a), (_, active) in tables.follows.items() if f == reader and active)
+        followees = sorted(a for (f, a), edge in tables.follows.items() if f == reader and edge[1])
         author = followees[0] if followees else reader
         out.append({"type": "tweet", "op": "upsert", "tweet_id": f"w-live{n}", "author_id": author,
                     "version": version + n, "created_at": now + n, "text": f"live {n}", "profile_version": 1})

@@ -134,8 +134,8 @@ def test_stream_keeps_every_inbox_within_cap_plus_slack(world_phase2: World) -> 
         pipeline, "SELECT author_id, in_reply_to_author_id FROM author_timeline"))  # retention per class
     assert max(per_class.values()) <= CAP and per_class[(f"{PREFIX}prolific1", None)] == CAP
     followers: dict[str, set[str]] = {}
-    for (follower, followee), (_, active) in tables.follows.items():
-        if active:
+    for (follower, followee), edge in tables.follows.items():
+        if edge[1]:
             followers.setdefault(followee, set()).add(follower)
     hidden = tables.hidden()  # the workload's blocks and mutes: a hidden pair merges nothing
     want = sorted((f, a) for a, fs in followers.items() if len(fs) >= THRESHOLD for f in fs if (f, a) not in hidden)

@@ -56,7 +56,8 @@ def winners(events: list[Event]) -> list[Event]:
     t = reference_tables(events)
     out = [TweetUpsert(tid, a, c[0], c[1], c[2], c[3], *c[4:]) for (a, tid), c in t.tweets.items()]
     out += [TweetDelete(tid, a, 0) for a, tid in t.deleted]
-    out += [FollowChange(f, e, v, "follow" if active else "unfollow") for (f, e), (v, active) in t.follows.items()]
+    out += [FollowChange(f, e, edge[0], "follow" if edge[1] else "unfollow", len(edge) < 3 or edge[2])
+            for (f, e), edge in t.follows.items()]
     out += [ProfileVersion(u, v, *p) for (u, v), p in t.profiles.items()]
     out += [RepostChange(p, tid, a, v, "unrepost" if off else "repost", None if off else at, None if off else pv)
             for (p, tid), (v, off, a, at, pv) in t.reposts.items()]

@@ -38,7 +38,7 @@ def check_state_invariants(engine: Materializer) -> None:
         assert state is not None and state.key == key
         order = [(c[1], tid) for tid, c in state.tweets.items()]
         assert order == sorted(order) and len(order) <= engine.inbox_cap
-        assert state.active == tuple(sorted(f for f, (_, active) in state.followers.items() if active))
+        assert state.active == tuple(sorted(f for f, edge in state.followers.items() if edge[1]))
         if state.edges_loaded:  # the cached audience is what the edges say
             assert visible_followers(state) == visible_of(state.active, state.hides, state.followers)
             assert state.seen is None or len(state.seen) < len(state.active)

@@ -99,7 +99,7 @@ class FieldSpec:
     """The registry revision that added the field's column: the stream's event columns are ordered
     by it first (:data:`ENVELOPE_COLUMNS`), so a field added to an old kind still comes after every
     older column (a stream checkpoint holds their order). 0: the first five tables; 1: replies and
-    reposts; 2: refill requests; 3: a follow's show_reposts."""
+    reposts; 2: refill requests; 3: a follow's show_reposts, lists, list members and the stream's list edges."""
     choices: tuple[str, ...] = ()
     """The values a ``choice`` or ``optional_choice`` field may take (none for the other rules)."""
     default: Any = None

@@ -171,13 +171,14 @@ def conditional_readers(audience_author: Collection[str], third: str,
     return out
 
 
-def push_authors(visible: Iterable[str], pull: Collection[str]) -> list[str]:
-    """The push authors a reader sees, sorted: the users it sees less the pull authors it merges in.
+def push_authors(visible: Iterable[str], pull: Collection[str], excluded: Collection[str] = ()) -> list[str]:
+    """The push authors that write a reader's inbox, sorted: the users it sees less the pull authors
+    it merges in and the sources it sets aside (its exclusive lists' members, docs/lists.md).
 
-    >>> push_authors(["cat", "ann", "star"], {"star"})
+    >>> push_authors(["cat", "ann", "star", "bob"], {"star"}, {"bob"})
     ['ann', 'cat']
     """
-    return sorted(a for a in set(visible) if a not in pull)
+    return sorted(a for a in set(visible) if a not in pull and a not in excluded)
 
 
 # -- the earliest reposter ---------------------------------------------------------------------------

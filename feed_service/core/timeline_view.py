@@ -26,7 +26,7 @@ from feed_service.core.home_plan import (
 )
 from feed_service.core.rules import push_authors, repost_order
 from feed_service.core.join import DEFAULT_INBOX_CAP, StepResult
-from feed_service.core.per_reader.messages import ExtrasFanout, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasFanout, HiddenDelta, PullReposterDelta, VisibleDelta
 from feed_service.core.list_readers import list_of, list_reader
 from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.pull_reposts import ListRule, RepostFacts, shows_extras_row, shows_pulled_row
@@ -126,6 +126,8 @@ class TimelineView:
         self.visible: dict[str, set[str]] = {}
         """reader -> the users it sees (what a read filters a pull author's replies with)."""
         self.hidden: dict[str, set[str]] = {}
+        self.excluded: dict[str, set[str]] = {}
+        """reader -> the users it sees and sets aside as sources of its home (its exclusive lists' members)."""
         self.list_rules: dict[str, ListRule] = {}
         """A live list's reader -> its owner and replies policy (:meth:`apply_list_facts`)."""
         """reader -> the users whose tweets are hidden from it (blocks and mutes in force)."""
@@ -258,6 +260,10 @@ class TimelineView:
         """Apply the per-reader stage's changes of the users hidden from each reader."""
         _apply_sets(self.hidden, ((op, reader, user) for op, reader, user, _ in deltas))
 
+    def apply_excluded(self, deltas: Iterable[ExcludedDelta]) -> None:
+        """Apply the per-reader stage's changes of the readers' excluded sources."""
+        _apply_sets(self.excluded, ((op, reader, user) for op, reader, user, _ in deltas))
+
     def apply_list_facts(self, facts: Iterable[ListFact]) -> None:
         """Keep what the reads of a list's reader are decided by: its owner and policy while live."""
         for f in facts:
@@ -293,7 +299,7 @@ class TimelineView:
     def inbox_authors(self, uid: str) -> list[str]:
         """The push authors ``uid`` sees: every author it sees but those it merges in at read, each
         of which writes ``uid``'s inbox rows of its tweets (docs/trimming.md#refill)."""
-        return push_authors(self.visible.get(uid, ()), self.pull_follows.get(uid, set()))
+        return push_authors(self.visible.get(uid, ()), self.pull_follows.get(uid, set()), self.excluded.get(uid, ()))
 
     def set_active(self, uid: str, active: bool) -> None:
         """Keep ``uid``'s inbox or not (docs/activity.md). Going inactive drops the stored rows and
@@ -412,7 +418,8 @@ class TimelineView:
         pushed = {(e.author_id, e.tweet_id): repost_order(e.reposted_at, e.reposted_by) for e in extras if e.reposted_by is not None}
         rule = self.list_rules.get(reader)
         if rule is None:
-            return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(reader, set()))
+            return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(reader, set()),
+                               excluded=self.excluded.get(reader, set()))
         return RepostFacts(pulled, pushed, self.visible.get(reader, set()), self.hidden.get(rule.owner, set()),
                            self.visible.get(rule.owner, set()))
 

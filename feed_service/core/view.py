@@ -240,3 +240,4 @@ class Materializer:
         self.view.apply_pull_reposters(done.pull_readers)
         self.view.apply_visible(done.visible)
         self.view.apply_hidden(done.hidden)
+        self.view.apply_excluded(done.excluded)

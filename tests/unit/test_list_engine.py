@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from feed_service.core.list_readers import list_of, list_reader
-from feed_service.core.reference import reference_list_entries, reference_tables, reference_timelines
+from feed_service.core.reference import reference_list_entries, reference_lists, reference_tables, reference_timelines
 from feed_service.core.view import Materializer
+from feed_service.workload.generator import generate
 from tests.support.list_runs import list_runs
 from tests.support.repost_runs import SETTINGS, Run
 
@@ -46,3 +47,18 @@ def test_home_timelines_with_exclusive_lists_equal_the_reference_below_the_cap(r
     home = {reader: rows for reader, rows in engine.view.snapshot().items() if list_of(reader) is None}
     assert home == reference_timelines(run.history, inbox_cap=100)
     assert engine.rejected == run.garbage
+
+
+def test_a_workload_with_lists_exclusive_lists_and_pull_reposters_equals_the_reference() -> None:
+    """The generator's lists (owners, members by popularity, exclusive flips, deletes) over a follow
+    graph with pull authors and pull reposters: a reposter's repost of an exclusive member's tweet is
+    decided at read with the reader's excluded sources (``ExcludedDelta``)."""
+    events = list(generate(users=300, events=8000, seed=3, repost_share=0.1, reply_share=0.2, list_share=0.05,
+                           follow_option_share=0.03))
+    engine = Materializer(inbox_cap=800, pull_threshold=15, pull_reposters=True)
+    for i in range(0, len(events), 500):
+        engine.process_batch(events[i:i + 500])
+    lists = reference_lists(events)
+    assert sum(map(len, lists.values())) > 1000 and any(e.get("exclusive") for e in events)
+    assert engine.view.list_snapshot() == lists
+    assert engine.view.snapshot() == reference_timelines(events)

@@ -49,6 +49,7 @@ from feed_service.core.rules import (conditional_readers, direct, direct_among, 
 from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.messages import (
     ConditionalTweet,
+    ExcludedDelta,
     ExtrasFanout,
     HiddenDelta,
     PullReposterDelta,
@@ -87,6 +88,7 @@ class StageResult:
     inputs: tuple[tuple[Identity, Any, Any], ...] = ()
     """Every input the batch assigned: (identity, value after the batch, value before it); what a
     store of the stage keeps (:meth:`AudienceStage.restore` rebuilds the stage from the values)."""
+    excluded: tuple[ExcludedDelta, ...] = ()
 
 
 @dataclass(slots=True)
@@ -221,21 +223,24 @@ class AudienceStage:
                 self._replace(t, self._decide(t, readers), extras, ts, readers)
         visible: list[VisibleDelta] = []
         hidden: list[HiddenDelta] = []
+        excluded: list[ExcludedDelta] = []
         rel = self.rel
         for p in sorted(changed_pairs):
-            was_seen, was_hidden = changed_pairs[p][:2]
-            seen, hides = rel[p][1], rel[p][2]
+            was_seen, was_hidden, _, was_excluded = changed_pairs[p]
+            seen, hides, excludes = rel[p][1], rel[p][2], _excluded(rel[p])
             if was_seen != seen:
                 visible.append(VisibleDelta("insert" if seen else "delete", p[0], p[1], ts))
             if was_hidden != hides:
                 hidden.append(HiddenDelta("insert" if hides else "delete", p[0], p[1], ts))
-        if extras or own or visible or hidden or pull_readers:
+            if was_excluded != excludes:
+                excluded.append(ExcludedDelta("insert" if excludes else "delete", p[0], p[1], ts))
+        if extras or own or visible or hidden or pull_readers or excluded:
             self._note(("clock",), ts, self.clock if self.clock_saved else None)
             self.clock, self.clock_saved = ts, True
         inputs = tuple([(identity, *pair) for identity, pair in self.written.items()])
         self.written = {}
         return StageResult(tuple(extras), tuple(own), tuple(visible), tuple(hidden), tuple(pull_readers), ts,
-                           inputs)
+                           inputs, tuple(excluded))
 
     # -- inputs ------------------------------------------------------------------------------------
 

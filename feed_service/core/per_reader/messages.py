@@ -111,6 +111,18 @@ class HiddenDelta(NamedTuple):
     ts: int
 
 
+class ExcludedDelta(NamedTuple):
+    """``reader`` starts (``insert``) or stops (``delete``) setting ``user`` aside as a source of its
+    home timeline (``user`` is in one of its exclusive lists and it sees ``user``): what a read needs
+    to decide a pull reposter's repost of ``user``'s tweet and the sources of a dropped inbox
+    (docs/lists.md#exclusive-lists)."""
+
+    op: str
+    reader: str
+    user: str
+    ts: int
+
+
 class PullReposterDelta(NamedTuple):
     """``reader`` starts (``insert``) or stops (``delete``) merging in ``reposter``'s reposts at read:
     ``reposter`` is a pull reposter and ``reader`` sees it (docs/reposts-and-replies.md, hybrid fan-out)."""

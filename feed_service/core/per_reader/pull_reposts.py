@@ -53,6 +53,8 @@ class RepostFacts(NamedTuple):
     its owner)."""
     owner_sees: Collection[str] = ()
     """A list's reader: of the users asked for, those its owner sees (its ``followed`` policy)."""
+    excluded: Collection[str] = ()
+    """Of the users asked for, those the reader sets aside as sources (its exclusive lists' members)."""
 
 
 class Lookups(NamedTuple):
@@ -105,7 +107,7 @@ def shows_pulled_row(entry: Entry, reader: str, facts: RepostFacts, rule: ListRu
     if author in facts.hidden:
         return False
     if rule is None:
-        shown_direct = direct(author, entry.in_reply_to_author_id, reader, facts.sees)
+        shown_direct = author not in facts.excluded and direct(author, entry.in_reply_to_author_id, reader, facts.sees)
     else:
         shown_direct = shown_in_list(author, entry.in_reply_to_author_id, rule.owner, rule.policy, facts.sees,
                                      facts.owner_sees)

@@ -17,18 +17,16 @@ from feed_service.core.event_kinds import KIND_OF_CLASS
 from feed_service.core.events import (
     Event,
     InvalidEvent,
-    ListChange,
-    ListMemberChange,
     RawEvent,
     join_keys,
     parse_event,
 )
 from feed_service.core.join import DEFAULT_INBOX_CAP, DEFAULT_PULL_THRESHOLD, StepResult
 from feed_service.core.per_reader.author_side import SideResult
-from feed_service.core.per_reader.routing import step_sides
+from feed_service.core.per_reader.routing import sides_messages, step_batch
 from feed_service.core.per_reader.author_step import step_with_side
 from feed_service.core.per_reader.audience_stage import AudienceStage
-from feed_service.core.per_reader.list_stage import ListFact, ListStage
+from feed_service.core.per_reader.list_stage import ListStage
 from feed_service.core.retention import BEYOND_HORIZON, Retention, beyond_horizon_reason
 from feed_service.core.state import AuthorState, decode_parts
 from feed_service.core.stored_step import step_stored
@@ -92,8 +90,6 @@ class Materializer:
         self.states: dict[str, AuthorState] = {}
         self.stage = AudienceStage(pull_threshold=self.reposter_threshold)
         self.lists = ListStage()
-        self._hides: list[tuple[str, str]] = []
-        """The (reader, user) pairs whose "hidden" the stage changed since the list stage last ran."""
         self.stored: dict[str, tuple[bytes, bytes | None]] = {}
         """key -> (core part, edges part) when ``encode_states``."""
         self.rejected = 0
@@ -117,7 +113,6 @@ class Materializer:
         report = BatchReport()
         groups: dict[str, list[Event]] = {}
         positions: dict[str, list[int]] = {}
-        list_changes: list[ListChange | ListMemberChange] = []
         for i, raw in enumerate(raw_events):
             if isinstance(raw, _EVENT_TYPES):
                 event: Event = raw
@@ -127,13 +122,10 @@ class Materializer:
                 except InvalidEvent as exc:
                     report.rejections.append(Rejection(first_position + i, exc.code, exc.reason))
                     continue
-            report.accepted += 1
-            if isinstance(event, (ListChange, ListMemberChange)):  # joined by the list stage
-                list_changes.append(event)
-                continue
             for key in join_keys(event):
                 groups.setdefault(key, []).append(event)
                 positions.setdefault(key, []).append(i)
+            report.accepted += 1
         late: set[int] = set()
         sides: list[SideResult] = []
         for key in sorted(groups):
@@ -148,7 +140,6 @@ class Materializer:
                 report.rejections.append(Rejection(first_position + i, BEYOND_HORIZON, beyond_horizon_reason(
                     key_times[j], result.state.watermark, self.retention)))  # type: ignore[index]
         self.per_reader(sides)
-        self.list_edges(list_changes)
         self.refill()
         report.accepted -= len(late)
         report.rejections.sort(key=lambda r: r.position)
@@ -209,35 +200,26 @@ class Materializer:
         self.per_reader(sides)
         self.view.rebuilt(returning)
 
-    def list_edges(self, changes: Sequence[ListChange | ListMemberChange]) -> None:
-        """Run the list stage on the batch's list and membership changes and the owners' hides the
-        per-reader stage changed, and give the members' keys the edges it derived, as the stream does
-        at its next micro-batch (docs/lists.md#in-the-engine)."""
-        while changes or self._hides:
-            hides, self._hides = self._hides, []
-            rel = self.stage.rel
-            done = self.lists.step(changes, hides, lambda owner, member: bool(
-                (r := rel.get((owner, member))) is not None and r[2]))
-            changes = ()
+    def per_reader(self, sides: Sequence[SideResult]) -> None:
+        """Run the driver's stages on one batch of the author keys' messages and apply their rows
+        (docs/reposts-and-replies.md); the list edges they derive go to the members' keys at once,
+        as the stream gives them at its next micro-batch (docs/lists.md#in-the-engine)."""
+        messages = sides_messages(sides)
+        while messages:
+            done = step_batch(self.stage, self.lists, messages)
+            if done.lists is not None:
+                self.view.apply_list_facts(done.lists.facts)
+            for result in done.results:
+                self.view.apply_extras(result.extras)
+                self.view.apply_own_reposts(result.own_reposts)
+                self.view.apply_pull_reposters(result.pull_readers)
+                self.view.apply_visible(result.visible)
+                self.view.apply_hidden(result.hidden)
+                self.view.apply_excluded(result.excluded)
             groups: dict[str, list[Event]] = {}
-            for edge in (*done.follows, *done.exclusions):
+            for edge in done.edges:
                 groups.setdefault(edge.member_id, []).append(edge)
-            sides: list[SideResult] = []
+            edge_sides: list[SideResult] = []
             for key in sorted(groups):
-                self.step_key(key, groups[key], sides=sides)
-            self.per_reader(sides, done.facts)
-
-    def per_reader(self, sides: Sequence[SideResult], lists: Sequence[ListFact] = ()) -> None:
-        """Run the per-reader stage on one batch of the author keys' messages (and the list stage's
-        facts) and apply its rows (docs/reposts-and-replies.md)."""
-        self.view.apply_list_facts(lists)
-        done = step_sides(self.stage, sides, lists)
-        if done is None:
-            return
-        self._hides.extend((d.reader, d.user) for d in done.hidden)
-        self.view.apply_extras(done.extras)
-        self.view.apply_own_reposts(done.own_reposts)
-        self.view.apply_pull_reposters(done.pull_readers)
-        self.view.apply_visible(done.visible)
-        self.view.apply_hidden(done.hidden)
-        self.view.apply_excluded(done.excluded)
+                self.step_key(key, groups[key], sides=edge_sides)
+            messages = sides_messages(edge_sides)

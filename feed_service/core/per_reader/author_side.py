@@ -29,6 +29,8 @@ from typing import Mapping, Sequence
 
 from feed_service.core.events import (
     Event,
+    ListChange,
+    ListMemberChange,
     RepostChange,
     TweetContent,
     content_entry,
@@ -37,7 +39,7 @@ from feed_service.core.events import (
 )
 from feed_service.core.rules import reply_class, repost_rank
 from feed_service.core.join.key_step import StepResult
-from feed_service.core.per_reader.messages import ConditionalTweet, Relation, RepostEdge, RepostedTweet
+from feed_service.core.per_reader.messages import ConditionalTweet, ListInput, Relation, RepostEdge, RepostedTweet
 from feed_service.core.state import AuthorState
 
 RepostRank = tuple[int, bool, str, int, int]
@@ -68,6 +70,8 @@ class SideResult:
     replies: tuple[ConditionalTweet, ...] = ()
     edges: tuple[RepostEdge, ...] = ()
     tweets: tuple[RepostedTweet, ...] = ()
+    lists: tuple[ListInput, ...] = ()
+    """The batch's list and membership changes of this key, passed on to the list stage."""
 
 
 def author_side(key: str, before: AuthorState | None, result: StepResult, changes: Sequence[Event],
@@ -95,10 +99,11 @@ def author_side(key: str, before: AuthorState | None, result: StepResult, change
         for reposter in sorted(reposters.get(tid, ())):
             if old != new or reposter in new_names.get(tid, ()):
                 tweets.append(RepostedTweet(reposter, key, tid, entry, ts))
+    lists = tuple(ListInput(key, ev, ts) for ev in timely if type(ev) is ListChange or type(ev) is ListMemberChange)
     emitted = bool(replies or relations or edge_messages or tweets)
     new_side = RepostSide(edges, reposters, archive, ts if emitted else side.clock)
     return SideResult(new_side, tuple(relations), tuple(replies),
-                      tuple(edge_messages), tuple(tweets))
+                      tuple(edge_messages), tuple(tweets), lists)
 
 
 def side_of(state: AuthorState | None) -> RepostSide | None:

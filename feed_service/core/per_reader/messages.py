@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from feed_service.core.events import ListChange, ListMemberChange
 from feed_service.core.rows import Entry
 
 STAGE = "stage"
@@ -65,6 +66,16 @@ class RepostedTweet(NamedTuple):
     author_id: str
     tweet_id: str
     entry: Entry | None
+    ts: int
+
+
+class ListInput(NamedTuple):
+    """To the list stage (:mod:`~feed_service.core.per_reader.list_stage`), from the author key
+    ``key`` a list or membership change was routed to: the change as it came (the list stage ranks
+    it by its own version; docs/lists.md#in-the-engine)."""
+
+    key: str
+    change: ListChange | ListMemberChange
     ts: int
 
 

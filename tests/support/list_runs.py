@@ -11,14 +11,13 @@ duplicates and garbage and cuts it into micro-batches, as :func:`~tests.support.
 
 from __future__ import annotations
 
-import json
 import random
 
 from hypothesis import strategies as st
 
-from feed_service.core.events import Event, ListChange, ListMemberChange, event_to_json
+from feed_service.core.events import Event, ListChange, ListMemberChange
 from feed_service.core.rules import REPLIES_POLICIES
-from .repost_runs import GARBAGE, SETTINGS, USERS, Run, random_event
+from .repost_runs import GARBAGE, SETTINGS, USERS, Run, batched, random_event
 
 __all__ = ["LIST_GARBAGE", "LIST_IDS", "OWNERS", "SETTINGS", "list_history", "list_runs", "random_list_event"]
 
@@ -67,15 +66,4 @@ def list_runs(draw: st.DrawFn) -> Run:
     with duplicates and up to 3 garbage lines (:data:`LIST_GARBAGE` and the reposts' ``GARBAGE``), in
     batches of 1-15 lines."""
     rnd = draw(st.randoms(use_true_random=False))
-    history = list_history(rnd, draw(st.integers(0, 90)))
-    lines = [json.dumps(event_to_json(e)) for e in history]
-    lines += [rnd.choice(lines) for _ in range(rnd.randint(0, len(lines) // 3))] if lines else []
-    garbage = [rnd.choice(LIST_GARBAGE + GARBAGE) for _ in range(rnd.randint(0, 3))]
-    lines += garbage
-    rnd.shuffle(lines)
-    batches, i = [], 0
-    while i < len(lines):
-        n = rnd.randint(1, 15)
-        batches.append(lines[i:i + n])
-        i += n
-    return Run(history, batches, len(garbage))
+    return batched(rnd, list_history(rnd, draw(st.integers(0, 90))), LIST_GARBAGE + GARBAGE)

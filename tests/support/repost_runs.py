@@ -119,9 +119,15 @@ def runs(draw: st.DrawFn, *, growing: bool = False) -> Run:
     1-15 lines."""
     rnd = draw(st.randoms(use_true_random=False))
     history = [(growing_event if growing else random_event)(rnd) for _ in range(draw(st.integers(0, 90)))]
+    return batched(rnd, history, GARBAGE)
+
+
+def batched(rnd: random.Random, history: list[Event], garbage_lines: list[str]) -> Run:
+    """``history`` as a :class:`Run`: its lines padded with duplicates and up to 3 of
+    ``garbage_lines``, shuffled and cut into batches of 1-15 lines."""
     lines = [json.dumps(event_to_json(e)) for e in history]
     lines += [rnd.choice(lines) for _ in range(rnd.randint(0, len(lines) // 3))] if lines else []
-    garbage = [rnd.choice(GARBAGE) for _ in range(rnd.randint(0, 3))]
+    garbage = [rnd.choice(garbage_lines) for _ in range(rnd.randint(0, 3))]
     lines += garbage
     rnd.shuffle(lines)
     batches, i = [], 0

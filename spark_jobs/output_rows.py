@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 from feed_service.core.change_sources import StepSources
 from feed_service.core.join import StepResult
 from feed_service.core.per_reader.author_side import SideResult
-from feed_service.core.per_reader.messages import STAGE, ConditionalTweet, Relation, RepostedTweet, RepostEdge
+from feed_service.core.per_reader.messages import STAGE, ConditionalTweet, ListInput, Relation, RepostedTweet, RepostEdge
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -144,6 +144,7 @@ _MESSAGE_ROUTES = {
     RepostedTweet: ("tweet", "author_id"),
     Relation: ("relation", "reader"),
     ConditionalTweet: ("reply", "author_id"),
+    ListInput: ("list", "key"),
 }
 
 
@@ -154,7 +155,7 @@ def message_rows(side: SideResult | None, source_ms: int | None) -> list[tuple[A
     if side is None:
         return []
     rows: list[tuple[Any, ...]] = []
-    for part in (side.relations, side.replies, side.edges, side.tweets):
+    for part in (side.relations, side.replies, side.edges, side.tweets, side.lists):
         for m in part:
             op, field = _MESSAGE_ROUTES[type(m)]
             rows.append(("per_reader", op, None, None, None, None, None, None, None, getattr(m, field), None, None,

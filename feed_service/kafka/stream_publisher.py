@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator, Sequence
 
-from feed_service.core.events import RefillRequest, event_to_json
+from feed_service.core.events import Event, RefillRequest, event_to_json
 from feed_service.core.view_changes import ViewChange, encode, message_key, split
 from feed_service.errors import DeliveryFailed
 from feed_service.kafka.client_config import client_config
@@ -70,6 +70,15 @@ def publish_refill_requests(settings: Settings, requests: Iterable[RefillRequest
     return _publish(settings, "refills", "refill requests",
                     ((record_key(r).encode(), json.dumps(event_to_json(r), separators=(",", ":")).encode())
                      for r in requests), timeout)
+
+
+def publish_list_edges(settings: Settings, edges: Iterable[Event], *, timeout: float = 60.0) -> int:
+    """Publish the list stage's derived edges (list follows and exclusions, docs/lists.md#in-the-engine)
+    to the stream's own compacted ``list_edges`` topic, keyed and encoded as any event envelope;
+    returns their number, every one acknowledged, else :class:`DeliveryFailed`."""
+    return _publish(settings, "list_edges", "list edges",
+                    ((record_key(e).encode(), json.dumps(event_to_json(e), separators=(",", ":")).encode())
+                     for e in edges), timeout)
 
 
 def _view_change_messages(changes: Iterable[ViewChange]) -> Iterator[tuple[bytes, bytes]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from feed_service.core.event_kinds import EDGE_KINDS
-from feed_service.core.per_reader.messages import STAGE, ConditionalTweet, Relation, RepostedTweet, RepostEdge
+from feed_service.core.per_reader.messages import STAGE, ConditionalTweet, ListInput, Relation, RepostedTweet, RepostEdge
 from spark_jobs.backfill.join import TIMELINE_COLUMNS
 from spark_jobs.backfill.winners import Winners
 from spark_jobs.envelope import EVENT_COLUMNS
@@ -39,6 +39,7 @@ MESSAGE_ROUTES: dict[type, tuple[str, str]] = {
     RepostedTweet: (STAGE, "author_id"),
     Relation: (STAGE, "reader"),
     ConditionalTweet: (STAGE, "author_id"),
+    ListInput: (STAGE, "key"),
 }
 
 
@@ -95,7 +96,7 @@ def side_messages(side: "SideResult") -> tuple[tuple[str, str, bytes], ...]:
     """The messages of an author key's side as (step, destination key, pickled message): what the
     stream's operator emits as ``per_reader`` rows (spark_jobs/output_rows.py), here as columns."""
     out = []
-    for part in (side.relations, side.replies, side.edges, side.tweets):
+    for part in (side.relations, side.replies, side.edges, side.tweets, side.lists):
         for m in part:
             step, field = MESSAGE_ROUTES[type(m)]
             out.append((step, getattr(m, field), pickle.dumps(m, protocol=5)))

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult, TweetKey
-from feed_service.core.per_reader.messages import Relation, RepostEdge
-from feed_service.core.per_reader.routing import step_messages
+from feed_service.core.per_reader.list_stage import ListFact, ListStage
+from feed_service.core.per_reader.messages import ListInput, Relation, RepostEdge
+from feed_service.core.per_reader.routing import step_batch
 from feed_service.core.rows import AuthorTimelineWrite
 from feed_service.core.view_changes import (
     ExtrasChange,
@@ -35,7 +36,7 @@ from feed_service.core.view_changes import (
     ViewChange,
     VisibleChange,
 )
-from feed_service.kafka.stream_publisher import publish_view_changes
+from feed_service.kafka.stream_publisher import publish_list_edges, publish_view_changes
 from feed_service.security.roles import STREAM
 from feed_service.settings import Settings
 from feed_service.store.ports import ViewWriter, WriteCounts
@@ -56,6 +57,7 @@ class PerReaderOutputs:
     writer_for: Callable[[Settings], ViewWriter] = writer_for
     inputs_for: Callable[[Settings], "StageInputs"] = inputs_for
     publish_view_changes: Callable[[Settings, Sequence[ViewChange]], int] = publish_view_changes
+    publish_list_edges: Callable[[Settings, Sequence[Any]], int] = publish_list_edges
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,31 +86,58 @@ def state_stage(clock_start: int) -> str:
     return f"stage@{clock_start}"
 
 
+def list_stage_name(clock_start: int) -> str:
+    """The ``stage`` under which a checkpoint keeps its list stage's inputs (docs/lists.md#in-the-engine)."""
+    return f"lists@{clock_start}"
+
+
+def restored_stages(values: Sequence[tuple[Any, Any]], list_values: Sequence[tuple[Any, Any]], *,
+                    pull_threshold: int | None, clock: int) -> tuple[AudienceStage, ListStage]:
+    """Both stages of the driver from their stored inputs: the list stage first (which follows it
+    emitted read the owners' relations among the per-reader stage's inputs), then the per-reader
+    stage with the lists' facts."""
+    hidden = {identity[1:]: value[2] for identity, value in values if identity[0] == "rel" and value is not None}
+    lists = ListStage.restore(list_values, clock=clock, hidden=lambda owner, member: hidden.get((owner, member), False))
+    facts = [ListFact(lid, *fact, 0) for lid, fact in lists.facts.items()]
+    return AudienceStage.restore(values, pull_threshold=pull_threshold, clock=clock, lists=facts), lists
+
+
 class StreamStage:
     """The per-reader stage of one running stream (module docstring); one per driver process."""
 
     def __init__(self, outputs: PerReaderOutputs = PerReaderOutputs()) -> None:
         self.outputs = outputs
         self.stage: AudienceStage | None = None
+        self.lists: ListStage | None = None
         self.completed: int | None = None
         """The last batch this process stepped and saved completely (None: none, or a failure since)."""
 
     def run(self, settings: Settings, batch_id: int, clock_start: int, messages: Sequence[Message]) -> PerReaderReport:
         """Step the stage on one micro-batch's messages and write what it decided."""
         settings = settings.as_role(STREAM)
-        name = state_stage(clock_start)
+        name, lists_name = state_stage(clock_start), list_stage_name(clock_start)
         store = self.outputs.inputs_for(settings)
         started = time.perf_counter()
         restored = 0
-        if self.stage is None or self.completed is None or batch_id <= self.completed:
-            values = store.load(name, batch_id)
-            restored = len(values)
-            self.stage = AudienceStage.restore(values, pull_threshold=settings.reposter_threshold, clock=clock_start)
+        if self.stage is None or self.lists is None or self.completed is None or batch_id <= self.completed:
+            values, list_values = store.load(name, batch_id), store.load(lists_name, batch_id)
+            restored = len(values) + len(list_values)
+            self.stage, self.lists = restored_stages(values, list_values, pull_threshold=settings.reposter_threshold,
+                                                     clock=clock_start)
         self.completed = None  # until this batch is written and saved
-        done = step_messages(self.stage, (message for message, _ in messages))
+        done = step_batch(self.stage, self.lists, [message for message, _ in messages])
         stepped = time.perf_counter()
-        counts, published, extras_rows = self._write(settings, done, _sources(messages))
-        saved = store.save(name, done.inputs, batch_id)
+        sources = _sources(messages)
+        counts, published, extras_rows = WriteCounts(), 0, 0
+        for result in done.results:
+            c, p, e = self._write(settings, result, sources)
+            counts, published, extras_rows = counts + c, published + p, extras_rows + e
+        if done.edges:  # the members' keys fold them at a later batch (docs/lists.md#in-the-engine)
+            self.outputs.publish_list_edges(settings, done.edges)
+        saved = store.save(name, _merged_inputs(done.results), batch_id)
+        if done.lists is not None and done.lists.inputs:
+            saved_lists = store.save(lists_name, done.lists.inputs, batch_id)
+            saved = type(saved)(saved.rows + saved_lists.rows, saved.bytes + saved_lists.bytes)
         self.completed = batch_id
         return PerReaderReport(len(messages), extras_rows, saved.rows, saved.bytes, restored, counts, published,
                                stepped - started, time.perf_counter() - stepped)
@@ -138,6 +167,17 @@ class StreamStage:
         return counts, published, len(extras)
 
 
+def _merged_inputs(results: Sequence[StageResult]) -> tuple[tuple[Any, Any, Any], ...]:
+    """The inputs several steps of one batch assigned, as one step's: per identity the value after the
+    last step and the value before the first."""
+    merged: dict[Any, tuple[Any, Any]] = {}
+    for result in results:
+        for identity, after, before in result.inputs:
+            had = merged.get(identity)
+            merged[identity] = (after, before if had is None else had[1])
+    return tuple((identity, after, before) for identity, (after, before) in merged.items())
+
+
 @dataclass(slots=True)
 class _Sources:
     """The Kafka timestamps of the changes behind a batch's messages, by what they name."""
@@ -162,7 +202,7 @@ def _sources(messages: Sequence[Message]) -> _Sources:
         if type(m) is Relation:
             k: Any = (m.reader, m.user)
             out.pairs[k] = max(source, out.pairs.get(k, source))
-        elif type(m) is RepostEdge:
+        elif type(m) is RepostEdge or type(m) is ListInput:
             continue  # an edge names its tweet's author in its rank; the content message names the tweet
         else:
             k = (m.author_id, m.tweet_id)

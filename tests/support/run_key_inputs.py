@@ -5,22 +5,12 @@ paths of :mod:`tests.support.per_reader_stream` and :mod:`tests.support.backfill
 
 from __future__ import annotations
 
-from feed_service.core.events import (
-    BlockChange,
-    Event,
-    FollowChange,
-    MuteChange,
-    ProfileVersion,
-    RepostChange,
-    TweetDelete,
-    TweetUpsert,
-    join_keys,
-)
+from feed_service.core.event_kinds import KIND_OF_CLASS
+from feed_service.core.events import Event, TweetDelete, join_keys
 from spark_jobs.envelope import EVENT_COLUMNS
 
-#: The envelope ``type`` of each event class.
-TYPES = {TweetUpsert: "tweet", TweetDelete: "tweet", FollowChange: "follow", BlockChange: "block",
-         MuteChange: "mute", RepostChange: "repost", ProfileVersion: "profile"}
+#: The envelope ``type`` of each event class (the registry's).
+TYPES = {cls: kind.type for cls, kind in KIND_OF_CLASS.items()}
 
 
 class Routed:

@@ -22,6 +22,7 @@ from feed_service.core.events import FollowChange, TweetUpsert, event_to_json
 from feed_service.core.view import Materializer
 from spark_jobs.stream.per_reader import state_stage
 from tests.support.per_reader_stream import Fakes, nonempty_rows, own_ids, reset_fakes, run_stream
+from tests.support.list_runs import list_runs
 from tests.support.repost_runs import SETTINGS, Run, runs
 
 
@@ -56,3 +57,20 @@ def test_a_reply_to_an_unseen_parent_is_written_once_the_parent_is_followed() ->
 
 def test_states_are_kept_per_checkpoint() -> None:
     assert state_stage(1000) != state_stage(2000)
+
+
+@SETTINGS
+@given(run=list_runs(), pull_threshold=st.sampled_from([1, 2, 1000]), replay=st.randoms(use_true_random=False))
+def test_the_streams_per_reader_rows_with_lists_are_the_materializers(run: Run, pull_threshold: int,
+                                                                      replay: random.Random) -> None:
+    """The list stage beside the per-reader stage in the driver: its edges published and read back by
+    the next batch (docs/lists.md#in-the-engine), replayed and restored as the stage is."""
+    reset_fakes()
+    run = own_ids(run)
+    run_stream(run, inbox_cap=100, pull_threshold=pull_threshold, replay=replay)
+    engine = Materializer(inbox_cap=100, pull_threshold=pull_threshold)
+    for batch in run.batches:
+        engine.process_batch(batch)
+    assert nonempty_rows(Fakes.store.extras) == nonempty_rows(engine.view.extras)
+    assert nonempty_rows(Fakes.store.user_reposts) == nonempty_rows(engine.view.own_reposts)
+    assert {k: v for k, v in Fakes.store.visible.items() if v} == {k: v for k, v in engine.view.visible.items() if v}

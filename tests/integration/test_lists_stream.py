@@ -1,0 +1,39 @@
+"""Lists end to end on the real stack's stream (docs/lists.md#in-the-engine): list and membership
+changes through Kafka to their author keys, on to the stream's driver as messages; the list stage's
+derived edges produced to ``feed.list-edges.v1`` and read back by the members' keys at the next
+micro-batch; a list's timeline in Cassandra (its reader's inbox and extras) and every home
+timeline with exclusive lists compared entry for entry with the batch reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from feed_service.core.list_readers import list_of
+from feed_service.core.reference import reference_entries, reference_list_entries, reference_tables
+from feed_service.settings import Settings
+from feed_service.workload.generator import generate
+
+from tests.support.isolation import isolated
+from tests.support.pipeline import StreamProcess, publish, running
+from tests.support.views import read_views
+
+
+def test_streamed_list_timelines_and_exclusive_homes_equal_the_reference(settings: Settings, unique: str,
+                                                                         tmp_path: Path) -> None:
+    pipeline = isolated(settings, unique)
+    events = list(generate(users=40, events=800, seed=5, mean_following=6, prefix=f"{unique}-", repost_share=0.1,
+                           reply_share=0.2, list_share=0.1, follow_option_share=0.03))
+    assert any(e.get("exclusive") for e in events if e["type"] == "list")
+    publish(pipeline, events)
+    with running(StreamProcess(pipeline, tmp_path / "ckpt", log_file=tmp_path / "stream.log")) as stream:
+        stream.wait_caught_up()
+        stream.wait_caught_up()  # the edges the last batch derived, read back by the next
+        got, _ = read_views(pipeline)
+    tables = reference_tables(events)
+    lists = reference_list_entries(tables, inbox_cap=pipeline.inbox_cap)
+    inclusive = [dict(e, exclusive=False) if e["type"] == "list" and e["op"] == "create" else e for e in events]
+    home = reference_entries(tables, inbox_cap=pipeline.inbox_cap)
+    assert home != reference_entries(reference_tables(inclusive), inbox_cap=pipeline.inbox_cap)  # exclusivity bites
+    assert sum(map(len, lists.values())) > 50
+    assert {list_of(r): v for r, v in got.items() if list_of(r) is not None} == {k: v for k, v in lists.items() if v}
+    assert {r: v for r, v in got.items() if list_of(r) is None} == home

@@ -5,7 +5,9 @@ indexed sets instead of one message per reader:
 
 - ``aud[U]``: the readers who see U (actively follow U, nothing hides); ``hid[U]``: the readers
   from whom U's tweets are hidden; ``quiet[U]``: the readers of ``aud[U]`` who turned U's reposts
-  off (docs/lists.md#per-follow-options). All from the author keys' :class:`Relation` messages.
+  off (docs/lists.md#per-follow-options); ``excl[U]``: the readers of ``aud[U]`` with U in one of
+  their exclusive lists (docs/lists.md#exclusive-lists). All from the author keys' :class:`Relation`
+  messages. A list's reader (docs/lists.md#in-the-engine) is a reader like any other in them.
 - per tweet T by A: its conditional content (a push author's retained reply to a third user X,
   :class:`ConditionalTweet`), its content for reposts (:class:`RepostedTweet`) and its live
   reposts (a :class:`RepostEdge` whose winning change names A, joined with a live content).
@@ -13,10 +15,15 @@ indexed sets instead of one message per reader:
 For a tweet T by A replying to X (X None for no reply) and its pushed reposts ordered by
 ``(repost time, reposter)``, the rows of ``home_extras`` are, as the batch reference defines them:
 
-    conditional(T) = aud[A] ∩ aud[X] − {X}               (X's own row is in X's inbox)
-    direct(T)      = aud[A] if X in (None, A) else aud[A] ∩ (aud[X] ∪ {X})
-    rep(P)         = aud[P] − quiet[P]                   (the readers P's reposts reach)
+    src(A)         = aud[A] − excl[A]                    (the readers A may bring a direct entry)
+    conditional(T) = src(A) ∩ aud[X] − {X}               (X's own row is in X's inbox)
+    direct(T)      = src(A) if X in (None, A) else src(A) ∩ (aud[X] ∪ {X})
+    rep(P)         = aud[P] − quiet[P] − excl[P]         (the readers P's reposts reach)
     repost by P_i  = rep(P_i) − direct(T) − hid[A] − ⋃_{j<i} rep(P_j)
+
+with a list's reader decided by its list's replies policy instead of the reply rule
+(:func:`~feed_service.core.rules.shown_in_list`) and hidden from A when its owner is
+(``owner ∈ hid[A]``).
 
 each a set operation in C, and the changes leave as compact :class:`ExtrasFanout` (one entry, many
 readers). A tweet whose inputs changed is decided whole (:meth:`AudienceStage._decide`); a

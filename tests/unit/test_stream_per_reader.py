@@ -30,6 +30,10 @@ from tests.support.repost_runs import SETTINGS, Run, runs
 @given(run=runs(), pull_threshold=st.sampled_from([1, 2, 1000]), replay=st.randoms(use_true_random=False))
 def test_the_streams_per_reader_rows_are_the_materializers(run: Run, pull_threshold: int,
                                                            replay: random.Random) -> None:
+    _the_streams_rows_are_the_materializers(run, pull_threshold, replay)
+
+
+def _the_streams_rows_are_the_materializers(run: Run, pull_threshold: int, replay: random.Random) -> None:
     reset_fakes()
     run = own_ids(run)
     run_stream(run, inbox_cap=100, pull_threshold=pull_threshold, replay=replay)
@@ -65,12 +69,4 @@ def test_the_streams_per_reader_rows_with_lists_are_the_materializers(run: Run, 
                                                                       replay: random.Random) -> None:
     """The list stage beside the per-reader stage in the driver: its edges published and read back by
     the next batch (docs/lists.md#in-the-engine), replayed and restored as the stage is."""
-    reset_fakes()
-    run = own_ids(run)
-    run_stream(run, inbox_cap=100, pull_threshold=pull_threshold, replay=replay)
-    engine = Materializer(inbox_cap=100, pull_threshold=pull_threshold)
-    for batch in run.batches:
-        engine.process_batch(batch)
-    assert nonempty_rows(Fakes.store.extras) == nonempty_rows(engine.view.extras)
-    assert nonempty_rows(Fakes.store.user_reposts) == nonempty_rows(engine.view.own_reposts)
-    assert {k: v for k, v in Fakes.store.visible.items() if v} == {k: v for k, v in engine.view.visible.items() if v}
+    _the_streams_rows_are_the_materializers(run, pull_threshold, replay)

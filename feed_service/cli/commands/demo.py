@@ -10,7 +10,10 @@ then that user mutes the author most present in it and unmutes again: the author
 the timeline and come back exactly (docs/blocks-and-mutes.md), and a watch of that timeline is
 pushed both changes through the view's change topic (docs/api.md#watch); then it keeps following
 the followee whose reposts bring most of its entries but turns that followee's reposts off and on
-again (docs/lists.md#per-follow-options); last, the server's freshness and read cache figures.
+again (docs/lists.md#per-follow-options); then it lists its three most present followees and reads
+the list's timeline (GetListTimeline, which another user is refused), makes the list exclusive (the
+members' entries leave its home timeline) and non-exclusive again (they come back exactly:
+docs/lists.md); last, the server's freshness and read cache figures.
 
 The stack is left running (``feedctl stack down`` stops it); the stream and the server are stopped
 at the end unless ``--keep-running``.
@@ -335,6 +338,9 @@ def run(args: argparse.Namespace) -> int:
             same = _mute_and_unmute(settings, stream, address, token, user_id, full, published, pull, say)
         if same:
             same = _reposts_off_and_on(settings, stream, address, token, user_id, full, published, say)
+        if same:
+            same = _a_list(settings, stream, address, secret, token, user_id, full, published, args.page_size, pull,
+                           say)
         if same and user_id in exact:
             same = _filtered_reply(settings, stream, address, token, user_id, published, say)
         if same and settings.inactive_after_s:
@@ -525,6 +531,102 @@ def _reposts_off_and_on(settings: Settings, stream: Any, address: str, token: st
             good = _again(now, full, f"{user_id} turns {reposter}'s reposts back on", say)
         ok = ok and good
     return ok
+
+
+def _read_list(address: str, token: str, user_id: str, list_id: str, page_size: int) -> tuple[list[Any], list[Any]]:
+    """(first page, every entry over all pages) of ``list_id`` read by ``user_id`` through GetListTimeline."""
+    from feed_service.api import timeline_pb2, timeline_pb2_grpc
+    from feed_service.server.client_channel import open_channel
+
+    metadata = [("authorization", f"Bearer {token}")]
+    with open_channel(address) as channel:
+        stub = timeline_pb2_grpc.TimelineServiceStub(channel)
+        request = timeline_pb2.GetListTimelineRequest(user_id=user_id, list_id=list_id, page_size=page_size)
+        reply = stub.GetListTimeline(request, metadata=metadata, timeout=10)
+        first, entries = list(reply.entries), list(reply.entries)
+        while reply.next_page_token:
+            request = timeline_pb2.GetListTimelineRequest(user_id=user_id, list_id=list_id, page_size=200,
+                                                          page_token=reply.next_page_token)
+            reply = stub.GetListTimeline(request, metadata=metadata, timeout=10)
+            entries.extend(reply.entries)
+        return first, entries
+
+
+def _list_refused(address: str, secret: str, other: str, list_id: str) -> str:
+    """The status code another user's read of ``list_id`` gets (PERMISSION_DENIED: only its owner reads it)."""
+    import grpc
+
+    from feed_service.server import auth
+
+    token = auth.mint(secret.encode(), subject=other, role="user")
+    try:
+        _read_list(address, token, other, list_id, 1)
+    except grpc.RpcError as exc:
+        return exc.code().name
+    return "OK"
+
+
+def _until(read: Any, want: list[tuple], timeout: float = 30.0) -> list[Any]:
+    """``read()`` again until its entries are ``want`` or ``timeout`` s passed (the read cache applies the
+    change topic's rows shortly after the stream wrote them); the last read."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = read()
+        if _served(now) == want or time.monotonic() > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def _a_list(settings: Settings, stream: Any, address: str, secret: str, token: str, user_id: str, full: list[Any],
+            published: list[dict[str, Any]], page_size: int, pull: set[str], say: Any) -> bool:
+    """``user_id`` makes a list of the three followees with the most own entries in its home timeline
+    and reads its timeline (GetListTimeline, owner only); then makes the list exclusive, so the
+    members' entries leave its home timeline, and non-exclusive again, so they come back exactly
+    (docs/lists.md)."""
+    from feed_service.core.events import event_to_json
+    from feed_service.core.reference import reference_list_entries, reference_tables, reference_timelines
+    from feed_service.kafka.producer import EventProducer
+
+    counts: dict[str, int] = {}
+    for e in full:
+        if not e.reposted_by and e.author_id != user_id:
+            counts[e.author_id] = counts.get(e.author_id, 0) + 1
+    members = sorted(counts, key=lambda a: (-counts[a], a))[:3]
+    if not members:
+        return True
+    list_id, name = f"{user_id}-close", "close friends"
+
+    def publish(make: Any) -> None:
+        with EventProducer(settings) as producer:
+            for event in make(producer):
+                published.append(event_to_json(event))
+        stream.wait_caught_up(timeout=300)
+        stream.wait_caught_up(timeout=300)  # the list's edges, derived by one batch, folded by the next
+
+    publish(lambda p: [p.list_create(list_id, user_id, name, replies_policy="list"),
+                       *(p.list_add(list_id, m) for m in members)])
+    want = _wanted(reference_list_entries(reference_tables(published), inbox_cap=settings.inbox_cap).get(list_id, []))
+    now = _until(lambda: _read_list(address, token, user_id, list_id, 200)[1], want)
+    first = now[:page_size]
+    say(f"    {user_id} lists {', '.join(members)} as {name!r} (replies: to list members): its list timeline through"
+        f" gRPC GetListTimeline ({len(now)} entries, the members' older tweets included):")
+    _print_entries(first, pull)
+    refused = _list_refused(address, secret, members[0], list_id)
+    good = _served(now) == want and refused == "PERMISSION_DENIED"
+    say(f"    it equals the batch reference's list timeline, and {members[0]} reading it gets {refused}:"
+        f" {'yes' if good else 'NO'}")
+    theirs = sum(1 for e in full if e.author_id in members and not e.reposted_by)
+    publish(lambda p: [p.list_create(list_id, user_id, name, replies_policy="list", exclusive=True)])
+    want = _wanted(reference_timelines(published).get(user_id, []))
+    now = _until(lambda: _read_timeline(address, token, user_id, 200)[1], want)
+    left = sum(1 for e in now if e.author_id in members and not e.reposted_by)
+    exclusive = _served(now) == want and left == 0
+    say(f"    the list made exclusive: the members' {theirs} entries leave {user_id}'s home timeline (read in"
+        f" the list instead), the rest is the reference's: {'yes' if exclusive else 'NO'}")
+    publish(lambda p: [p.list_create(list_id, user_id, name, replies_policy="list", exclusive=False)])
+    back = _again(_until(lambda: _read_timeline(address, token, user_id, 200)[1], _served(full)), full,
+                  "the list made non-exclusive again", say)
+    return good and exclusive and back
 
 
 def _reader_comes_back(settings: Settings, stream: Any, address: str, secret: str, shown: str,

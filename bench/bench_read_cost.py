@@ -10,6 +10,8 @@
         --only hit,hit-rr,uncached,uncached-rr                                   # reposts and replies vs plain
     flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 2 \
         --only hit,hit-pr,uncached,uncached-pr                                   # a pull reposter merged in vs plain
+    flock /tmp/team/bench.lock .venv/bin/python bench/bench_read_cost.py --rounds 3 \
+        --only hit,hit-list,uncached,uncached-list                               # a list's page vs a home page
     .venv/bin/python bench/bench_read_cost.py --populate-only [--repopulate]         # only the data set
 
 Runs against the developer stack (``feedctl stack up``; settings from the environment) in a keyspace
@@ -26,7 +28,10 @@ replies, half each; no user_reposts or reader_visible rows: a home page of their
 ``--pr-users`` users with an empty inbox who merge in the pull reposter ``prstar`` (``p*``: its
 ``PullReposterDelta`` in ``home_timeline.pull_reposters``, and the ``reader_visible`` row of
 ``prstar``; nothing in ``home_extras``, no ``reader_visible`` or ``reader_hidden`` row of any author),
-``prstar`` with ``--entries`` rows in ``user_reposts`` (reposts of push tweets of distinct push
+``--list-users`` owners (``l*``, default ``--users``) of one list each, ``L<i>`` of ``l<i>``, whose
+reader's inbox partition (docs/lists.md#in-the-engine) holds ``--entries`` entries as a ``u*`` user's inbox
+does, with the list's rule in its statics and its row in ``lists`` (the list's facts, written by the
+writer as the stream writes them), ``prstar`` with ``--entries`` rows in ``user_reposts`` (reposts of push tweets of distinct push
 authors, after every push tweet and reply; ``reposts_by_tweet`` written by the writer from them):
 no p* reader sees the reposted tweets' authors, so every row is shown and every page of theirs is 20
 of ``prstar``'s rows, each decided at read with the lookups (docs/reposts-and-replies.md, "Pull
@@ -76,6 +81,10 @@ Rows of the table:
   authors (``reader_visible``) in the filled head, so that its ``cache hit`` is ~100 % too.
   ``miss-pr``'s ``cache hit`` is ~50 %: each call misses its reader's head and hits ``prstar``'s
   reposts, one head shared by every ``p*`` reader (cached from its second read on).
+- ``hit-list``, ``uncached-list``: ``hit`` and ``uncached`` through ``GetListTimeline``, each ``l*`` owner
+  reading its own list: a list's first page (the home read of the list's reader behind the owner
+  check) against a home page, whose target is a server CPU per call of at most ``1.2x`` the plain
+  row's (:data:`LIST_TARGET`); a line per round gives both ratios, as for rr.
 
 Also printed: client CPU, Cassandra CPU (the local stack's JVM) per call, QPS, p50/p99 latency,
 calls counted, errors and ``/proc/loadavg``'s 1-minute figure before and after each run.
@@ -165,20 +174,25 @@ RR_PATHS = ("hit-rr", "miss-rr", "uncached-rr")
 #: ``hit``, ``miss``, ``uncached`` on ``p*`` users, who merge the pull reposter ``prstar`` in: every
 #: row of their first pages is one of its reposts, decided at read with the lookups
 PR_PATHS = ("hit-pr", "miss-pr", "uncached-pr")
-PATHS = DEFAULT_PATHS + VARIANT_PATHS + RR_PATHS + PR_PATHS
+#: ``hit`` and ``uncached`` through GetListTimeline on the ``l*`` owners' lists (docs/lists.md)
+LIST_PATHS = ("hit-list", "uncached-list")
+PATHS = DEFAULT_PATHS + VARIANT_PATHS + RR_PATHS + PR_PATHS + LIST_PATHS
+#: the server CPU per call a list's page may cost against a home page's
+LIST_TARGET = 1.2
 #: the QPS ratio the rr rows must reach against their plain rows
 RR_TARGET = 0.8
 PAGE_SIZE = 20
 #: the change topic of this bench's servers (appended to every topic name: docs/api.md#read-cache)
 TOPIC_SUFFIX = ".bench.readcost"
 #: bumped when the layout of the data set changes (the marker row then no longer matches)
-DATA_LAYOUT = 3
+DATA_LAYOUT = 4
 BASE_MS = 1_700_000_000_000
 PULL_TWEETS = 60
 STAR = "star"
 PULL_PREFIX = "pa"
 RR_PREFIX = "r"
 PR_PREFIX = "p"
+LIST_PREFIX = "l"
 #: the pull reposter the p* users merge in
 PR_STAR = "prstar"
 #: replies per push author in the pool the r* users' replies are drawn from
@@ -223,7 +237,7 @@ def data_params(args: argparse.Namespace) -> dict:
 
     schema = hashlib.sha256("\n".join(schema_statements(args.keyspace)).encode()).hexdigest()[:16]
     return {"layout": DATA_LAYOUT, "users": args.users, "pull_users": args.pull_users,
-            "rr_users": args.rr_users, "pr_users": args.pr_users, "pull_follows": args.pull_follows,
+            "rr_users": args.rr_users, "pr_users": args.pr_users, "list_users": args.list_users, "pull_follows": args.pull_follows,
             "pull_authors": args.pull_authors,
             "watch_users": max(args.watch_users, *args.watchers), "entries": args.entries, "authors": args.authors,
             "tweets_per_author": args.tweets_per_author, "schema": schema}
@@ -245,6 +259,8 @@ def read_meta(settings: Settings) -> dict | None:
 def populate(settings: Settings, params: dict) -> dict:
     """A fresh keyspace with the project's schema and the data set of ``params``, written through
     ``CassandraWriter`` (the rows the stream would write), then the marker row."""
+    from feed_service.core.list_readers import list_reader
+    from feed_service.core.per_reader.list_stage import ListFact
     from feed_service.core.per_reader.messages import ExtrasDelta, PullReposterDelta, VisibleDelta
     from feed_service.core.rows import (AuthorTimelineWrite, Entry, ProfileRow, ProfileWrite, PullFollowWrite,
                                         TimelineWrite, TweetWrite)
@@ -287,7 +303,8 @@ def populate(settings: Settings, params: dict) -> dict:
                     for i in range(params["pull_users"])]
                  + [(f"w{i}", (STAR,)) for i in range(params["watch_users"])]
                  + [(f"{RR_PREFIX}{i}", None) for i in range(params["rr_users"])]
-                 + [(f"{PR_PREFIX}{i}", PR_STAR) for i in range(params["pr_users"])])
+                 + [(f"{PR_PREFIX}{i}", PR_STAR) for i in range(params["pr_users"])]
+                 + [(list_reader(f"L{i}"), ()) for i in range(params.get("list_users", 0))])
         chunk: list[TimelineWrite] = []
         follows: list[PullFollowWrite] = []
         extras: list[ExtrasDelta] = []
@@ -308,6 +325,10 @@ def populate(settings: Settings, params: dict) -> dict:
                 chunk, follows, extras, merged, visible = [], [], [], [], []
             if n % 10_000 == 0:
                 print(f"  {n:,} of {len(users):,} users written ({time.monotonic() - started:.0f}s)", flush=True)
+        owners = [ListFact(f"L{i}", f"{LIST_PREFIX}{i}", "bench", "list", False, 1)
+                  for i in range(params.get("list_users", 0))]
+        for at in range(0, len(owners), 5_000):
+            write(lists=owners[at:at + 5_000])
         meta = {**params, "populate_s": round(time.monotonic() - started, 1)}
         session.execute(f"CREATE TABLE IF NOT EXISTS {settings.keyspace}.bench_meta (k text PRIMARY KEY, v text)")
         session.execute(f"INSERT INTO {settings.keyspace}.bench_meta (k, v) VALUES ('meta', %s)", (json.dumps(meta),))
@@ -379,7 +400,8 @@ def dataset(settings: Settings, args: argparse.Namespace) -> dict:
     if meta is None or stale:
         why = "--repopulate" if args.repopulate else ("options or schema changed" if stale else "none yet")
         print(f"populating {settings.keyspace} ({why}): {params['users']:,} + {params['pull_users']:,} +"
-              f" {params['watch_users']:,} + {params['rr_users']:,} + {params['pr_users']:,} users x"
+              f" {params['watch_users']:,} + {params['rr_users']:,} + {params['pr_users']:,} users + {params['list_users']:,}"
+              f" lists x"
               f" {params['entries']} entries", flush=True)
         meta = populate(settings, params)
         print(f"populated in {meta['populate_s']}s", flush=True)
@@ -644,7 +666,17 @@ def load_client(conn: Any, spec: dict) -> None:
         async with channel_for(target, tls, aio=True) as channel:
             stub = pb_grpc.TimelineServiceStub(channel)
 
+            lists = spec.get("lists", False)  # an l* owner reads its own list L<i> (docs/lists.md)
+
+            def request_of(user: str) -> Any:
+                if lists:
+                    return pb.GetListTimelineRequest(user_id=user, list_id=f"L{user[len(LIST_PREFIX):]}",
+                                                     page_size=PAGE_SIZE)
+                return pb.GetHomeTimelineRequest(user_id=user, page_size=PAGE_SIZE)
+
             async def get(request: Any) -> Any:
+                if lists:
+                    return await stub.GetListTimeline(request, metadata=md)
                 if not spec.get("connect"):
                     return await stub.GetHomeTimeline(request, metadata=md)
                 async with fresh_channel() as own:
@@ -660,7 +692,7 @@ def load_client(conn: Any, spec: dict) -> None:
                     while time.perf_counter() < stop_at and (user := pick()) is not None:
                         t = time.perf_counter()
                         try:
-                            r = await get(pb.GetHomeTimelineRequest(user_id=user, page_size=PAGE_SIZE))
+                            r = await get(request_of(user))
                         except grpc.aio.AioRpcError as exc:
                             if measured and time.perf_counter() <= stop_at:
                                 errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
@@ -781,6 +813,7 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
     # on the p* users (a first page all prstar's reposts, merged in and decided at read)
     u = ([f"{RR_PREFIX}{i}" for i in range(meta["rr_users"])] if variant == "rr"
          else [f"{PR_PREFIX}{i}" for i in range(meta["pr_users"])] if variant == "pr"
+         else [f"{LIST_PREFIX}{i}" for i in range(meta["list_users"])] if variant == "list"
          else [f"u{i}" for i in range(meta["users"])])
     feed_on = {"FEED_CHANGE_FEED": "1"}
     tls = transport(workdir, variant)
@@ -807,7 +840,7 @@ def read_run(path: str, rnd: int, settings: Settings, meta: dict, args: argparse
         spec = {"port": server.port, "token": token, "users": users, "mode": mode, "prefill": passes,
                 "settle_s": args.settle, "warmup_s": args.warmup, "seconds": args.seconds,
                 "concurrency": args.concurrency, "seed": rnd, "tls": tls.client_files if tls else None,
-                "connect": base == "connect"}
+                "connect": base == "connect", "lists": variant == "list"}
         result = measure_reads(server, spec)
     finally:
         server.stop()
@@ -1129,7 +1162,7 @@ def print_variants(rows: list[dict]) -> None:
     """Each variant's row (``hit-tls`` ...) against its path's plaintext row of the same round."""
     plain = {(r["round"], r["path"]): r for r in rows if "-" not in r["path"]}
     pairs = [(r, plain.get((r["round"], r["path"].partition("-")[0]))) for r in rows
-             if "-" in r["path"] and r["path"] not in RR_PATHS + PR_PATHS]  # the rr and pr rows: print_rr
+             if "-" in r["path"] and r["path"] not in RR_PATHS + PR_PATHS + LIST_PATHS]  # those: print_rr
     pairs = [(r, p) for r, p in pairs if p and p["server_us"] and p["qps"]]
     if not pairs:
         return
@@ -1146,11 +1179,14 @@ def print_variants(rows: list[dict]) -> None:
 def print_rr(rows: list[dict]) -> None:
     """Per round, each rr row against its plain row (QPS and server CPU per call, rr over plain):
     the issue's target is a QPS ratio of at least :data:`RR_TARGET`; then each pr row against its
-    plain row the same way (no target). Only pairs run in the same round compare: the load moves
-    between rounds."""
+    plain row the same way (no target), and each list row (target: server CPU per call at most
+    :data:`LIST_TARGET` times the plain row's). Only pairs run in the same round compare: the load
+    moves between rounds."""
     by = {(r["round"], r["path"]): r for r in rows}
     for paths, title in ((RR_PATHS, f"reposts and replies vs plain #{{}} (target QPS >= {RR_TARGET}x)"),
-                         (PR_PATHS, f"a pull reposter merged in ({PR_STAR}) vs plain #{{}}")):
+                         (PR_PATHS, f"a pull reposter merged in ({PR_STAR}) vs plain #{{}}"),
+                         (LIST_PATHS, f"a list's first page vs a home page #{{}} (target server us/call"
+                                      f" <= {LIST_TARGET}x)")):
         for rnd in sorted({r["round"] for r in rows}):
             parts = []
             for path in paths:
@@ -1228,6 +1264,8 @@ def main(argv: list[str] | None = None) -> int:
                    " users as its plain row")
     g.add_argument("--pr-users", type=int, help="users with an empty inbox who merge in the pull reposter"
                    f" {PR_STAR} (p*), all of whose first pages are its reposts; default: as many as --users")
+    g.add_argument("--list-users", type=int, help="owners of one list each (l*), whose list's inbox holds"
+                   " --entries entries; default: as many as --users")
     g.add_argument("--watch-users", type=int, default=5_000, help="users following the pull author star (w*),"
                    " at least max(--watchers)")
     g.add_argument("--entries", type=int, default=45, help="inbox entries per user")
@@ -1254,6 +1292,8 @@ def main(argv: list[str] | None = None) -> int:
         args.rr_users = args.users
     if args.pr_users is None:
         args.pr_users = args.users
+    if args.list_users is None:
+        args.list_users = args.users
     args.server_env = dict(kv.split("=", 1) for kv in args.server_env)
     if args.hit_users * 2 + 1 > 20_000:
         print("note: --hit-users x 2 cache keys exceed the default read cache (20,000 keys)", flush=True)

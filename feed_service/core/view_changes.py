@@ -374,7 +374,8 @@ def decode(value: bytes | str) -> ViewChange:
             policy = _optional(obj, "replies_policy", str)
             if op == "upsert" and policy is None:  # a live list has a policy (its reader's static)
                 raise ChangeDecodeError("a list upsert must carry its replies_policy")
-            return ListChange(op, _str(obj, "list_id"), _str(obj, "owner_id"), policy, ts, source)  # type: ignore[arg-type]
+            return ListChange(op, _str(obj, "list_id"), _str(obj, "owner_id"), policy,  # type: ignore[arg-type]
+                              ts, source)
     except ChangeDecodeError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:

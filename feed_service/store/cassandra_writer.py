@@ -46,7 +46,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple
 
 from feed_service.core.list_readers import list_reader
 from feed_service.core.per_reader.list_stage import ListFact
-from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.messages import (
+    ExcludedDelta,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    VisibleDelta,
+)
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,

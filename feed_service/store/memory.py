@@ -15,7 +15,13 @@ from typing import Collection, Hashable, Iterable
 
 from feed_service.core.list_readers import list_reader
 from feed_service.core.per_reader.list_stage import ListFact
-from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.messages import (
+    ExcludedDelta,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    VisibleDelta,
+)
 from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import (
     AuthorTimelineWrite,

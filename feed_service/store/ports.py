@@ -20,7 +20,13 @@ from dataclasses import astuple, dataclass
 from typing import Collection, Iterable, Mapping, NamedTuple, Protocol
 
 from feed_service.core.per_reader.list_stage import ListFact
-from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.messages import (
+    ExcludedDelta,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    VisibleDelta,
+)
 from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import (
     AuthorTimelineWrite,

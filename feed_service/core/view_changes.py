@@ -142,10 +142,41 @@ class HiddenChange(NamedTuple):
     source_ms: int | None
 
 
+class ExcludedChange(NamedTuple):
+    """``reader_id`` starts (``insert``) or stops (``delete``) setting ``user_id`` aside as a source of
+    its home timeline (``reader_excluded``: ``user_id`` is in one of its live exclusive lists and it
+    sees ``user_id``, docs/lists.md#exclusive-lists), written by the per-reader stage."""
+
+    op: FollowOp
+    reader_id: str
+    user_id: str
+    ts: int
+    source_ms: int | None
+
+
+ListOp: TypeAlias = Literal["upsert", "delete"]
+
+
+class ListChange(NamedTuple):
+    """The list ``list_id`` is live with owner ``owner_id`` and reply policy ``replies_policy``
+    (``upsert``: its ``lists`` row and its reader's statics ``list_owner``, ``list_policy``), or no
+    longer has ``owner_id`` for owner (``delete``: deleted, or moved to another owner; the row under
+    ``owner_id`` goes, and with a deleted list its reader's statics; ``replies_policy`` None).
+    Written by the stream's driver from the list stage's facts (docs/lists.md#in-the-engine)."""
+
+    op: ListOp
+    list_id: str
+    owner_id: str
+    replies_policy: str | None
+    ts: int
+    source_ms: int | None
+
+
 ViewChange: TypeAlias = (TimelineChange | AuthorChange | PullFollowChange | ProfileChange | BlockRowChange
-                         | ExtrasChange | UserRepostChange | VisibleChange | PullReposterChange | HiddenChange)
+                         | ExtrasChange | UserRepostChange | VisibleChange | PullReposterChange | HiddenChange
+                         | ExcludedChange | ListChange)
 ChangeKind: TypeAlias = Literal["timeline", "author", "pull_follow", "profile", "block", "extras", "user_repost",
-                                "visible", "pull_reposter", "hidden"]
+                                "visible", "pull_reposter", "hidden", "excluded", "list"]
 
 
 def message_key(change: ViewChange) -> str:
@@ -160,8 +191,10 @@ def message_key(change: ViewChange) -> str:
         return change.timeline_id
     if isinstance(change, UserRepostChange):
         return change.entry.reposted_by  # type: ignore[return-value] - decode requires it
-    if isinstance(change, (VisibleChange, HiddenChange)):
+    if isinstance(change, (VisibleChange, HiddenChange, ExcludedChange)):
         return change.reader_id
+    if isinstance(change, ListChange):
+        return change.list_id
     if isinstance(change, PullReposterChange):
         return change.reposter_id
     return change.blocker_id
@@ -228,6 +261,11 @@ def to_json(change: ViewChange) -> dict:
                 "reposter_id": change.reposter_id}
     elif isinstance(change, HiddenChange):
         base = {"kind": "hidden", "op": change.op, "reader_id": change.reader_id, "user_id": change.user_id}
+    elif isinstance(change, ExcludedChange):
+        base = {"kind": "excluded", "op": change.op, "reader_id": change.reader_id, "user_id": change.user_id}
+    elif isinstance(change, ListChange):
+        base = {"kind": "list", "op": change.op, "list_id": change.list_id, "owner_id": change.owner_id,
+                "replies_policy": change.replies_policy}
     else:
         raise TypeError(f"not a view change: {change!r}")
     base["ts"] = change.ts
@@ -242,6 +280,7 @@ def encode(change: ViewChange) -> bytes:
 
 _DELTA_OPS = ("insert", "update", "delete")
 _FOLLOW_OPS = ("insert", "delete")
+_LIST_OPS = ("upsert", "delete")
 
 
 def _int(obj: dict, name: str) -> int:
@@ -328,6 +367,15 @@ def decode(value: bytes | str) -> ViewChange:
                                       source)
         if kind == "hidden":
             return HiddenChange(_op(obj, _FOLLOW_OPS), _str(obj, "reader_id"), _str(obj, "user_id"), ts, source)
+        if kind == "excluded":
+            return ExcludedChange(_op(obj, _FOLLOW_OPS), _str(obj, "reader_id"), _str(obj, "user_id"), ts, source)
+        if kind == "list":
+            op = _op(obj, _LIST_OPS)
+            policy = _optional(obj, "replies_policy", str)
+            if op == "upsert" and policy is None:  # a live list has a policy (its reader's static)
+                raise ChangeDecodeError("a list upsert must carry its replies_policy")
+            return ListChange(op, _str(obj, "list_id"), _str(obj, "owner_id"), policy,  # type: ignore[arg-type]
+                              ts, source)
     except ChangeDecodeError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:

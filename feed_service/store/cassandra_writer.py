@@ -1,6 +1,6 @@
 """Idempotent, order-safe writes of the join's outputs to Cassandra.
 
-Long (about 470 lines) on purpose: one writer holding the prepared statement of every table of the
+Long (about 510 lines) on purpose: one writer holding the prepared statement of every table of the
 view, each with the same ``USING TIMESTAMP`` rule, which is the point of keeping them together.
 
 Every statement carries ``USING TIMESTAMP ts`` where ``ts`` is the owning author key's logical
@@ -18,8 +18,11 @@ per-reader stage (:class:`~feed_service.core.per_reader.messages.ExtrasDelta` fo
 ``AuthorTimelineWrite`` of repost entries for ``user_reposts``,
 :class:`~feed_service.core.per_reader.messages.VisibleDelta` for ``reader_visible``,
 :class:`~feed_service.core.per_reader.messages.HiddenDelta` for ``reader_hidden``,
+:class:`~feed_service.core.per_reader.messages.ExcludedDelta` for ``reader_excluded``,
 :class:`~feed_service.core.per_reader.messages.PullReposterDelta` for an element of
-``home_timeline.pull_reposters``, each at its step's clock), one Cassandra row each, and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
+``home_timeline.pull_reposters``, each at its step's clock), one Cassandra row each, the list stage's
+:class:`~feed_service.core.per_reader.list_stage.ListFact` for a ``lists`` row and the statics
+``list_owner``, ``list_policy`` of the list's reader's inbox partition (:meth:`CassandraWriter._lists`), and ``TimelineFanout``, one home-timeline row in many timelines: written as one ``UPDATE``
 (or ``DELETE``) ``WHERE timeline_id IN ?`` per chunk of timelines, which sets every regular column
 at one timestamp exactly as the one-row ``INSERT`` does (docs/idempotent-writes.md, fan-out
 writes). :class:`CassandraWriter` implements :class:`~feed_service.store.ports.ViewWriter`.
@@ -41,7 +44,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple
 
-from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.list_readers import list_reader
+from feed_service.core.per_reader.list_stage import ListFact
+from feed_service.core.per_reader.messages import (
+    ExcludedDelta,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    VisibleDelta,
+)
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -82,7 +93,7 @@ def _timeline_of(row: TimelineWrite) -> str:
     return row.timeline_id
 
 
-def _reader_of(row: ExtrasDelta | VisibleDelta | HiddenDelta | PullReposterDelta) -> str:
+def _reader_of(row: ExtrasDelta | VisibleDelta | HiddenDelta | ExcludedDelta | PullReposterDelta) -> str:
     return row.reader
 
 
@@ -258,6 +269,26 @@ class CassandraWriter:
         self._hidden_delete = session.prepare(
             f"DELETE FROM {ks}.reader_hidden USING TIMESTAMP ? WHERE reader_id = ? AND user_id = ?"
         )
+        self._excluded_insert = session.prepare(
+            f"INSERT INTO {ks}.reader_excluded (reader_id, user_id) VALUES (?, ?) USING TIMESTAMP ?"
+        )
+        self._excluded_delete = session.prepare(
+            f"DELETE FROM {ks}.reader_excluded USING TIMESTAMP ? WHERE reader_id = ? AND user_id = ?"
+        )
+        self._list_upsert = session.prepare(
+            f"INSERT INTO {ks}.lists (owner_id, list_id, name, replies_policy, exclusive) VALUES (?, ?, ?, ?, ?)"
+            " USING TIMESTAMP ?"
+        )
+        self._list_delete = session.prepare(
+            f"DELETE FROM {ks}.lists USING TIMESTAMP ? WHERE owner_id = ? AND list_id = ?"
+        )
+        # a list's rule on its reader's inbox partition, read with the inbox slice
+        self._list_rule_set = session.prepare(
+            f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET list_owner = ?, list_policy = ? WHERE timeline_id = ?"
+        )
+        self._list_rule_delete = session.prepare(
+            f"DELETE list_owner, list_policy FROM {ks}.home_timeline USING TIMESTAMP ? WHERE timeline_id = ?"
+        )
         # the pull reposters a reader merges in: the inbox partition's static set, as pull_authors
         self._pull_reposter_add = session.prepare(
             f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET pull_reposters = pull_reposters + ?"
@@ -387,6 +418,25 @@ class CassandraWriter:
             else:
                 yield self._hidden_insert, (reader, user, ts)
 
+    def _excluded(self, rows: Iterable[ExcludedDelta]) -> Iterator[tuple]:
+        for op, reader, user, ts in rows:
+            if op == "delete":
+                yield self._excluded_delete, (ts, reader, user)
+            else:
+                yield self._excluded_insert, (reader, user, ts)
+
+    def _lists(self, facts: Iterable[ListFact]) -> Iterator[tuple]:
+        """A live fact upserts its ``lists`` row and sets its reader's statics; one that is not
+        deletes the statics; either deletes the row under the owner the list had before, if another."""
+        for f in facts:
+            if f.previous_owner is not None and f.previous_owner != f.owner_id:
+                yield self._list_delete, (f.ts, f.previous_owner, f.list_id)
+            if f.owner_id is None:
+                yield self._list_rule_delete, (f.ts, list_reader(f.list_id))
+            else:
+                yield self._list_upsert, (f.owner_id, f.list_id, f.name, f.replies_policy, f.exclusive, f.ts)
+                yield self._list_rule_set, (f.ts, f.owner_id, f.replies_policy, list_reader(f.list_id))
+
     def _pull_reposters(self, rows: Iterable[PullReposterDelta]) -> Iterator[tuple]:
         for op, reader, reposter, ts in rows:  # an element's own timestamp orders it, as pull_authors'
             statement = self._pull_reposter_remove if op == "delete" else self._pull_reposter_add
@@ -421,6 +471,8 @@ class CassandraWriter:
         visible: Iterable[VisibleDelta] = (),
         pull_reposters: Iterable[PullReposterDelta] = (),
         hidden: Iterable[HiddenDelta] = (),
+        excluded: Iterable[ExcludedDelta] = (),
+        lists: Iterable[ListFact] = (),
     ) -> WriteCounts:
         """Write rows (any order: timestamps decide) and the indexes by tweet of ``extras`` and
         ``user_reposts`` (:func:`index_changes`); raises :class:`WriteFailed` if any write failed, or
@@ -443,12 +495,14 @@ class CassandraWriter:
         extras, visible = sorted(extras, key=_reader_of), sorted(visible, key=_reader_of)
         user_reposts = sorted(user_reposts, key=_reposter_of)
         pull_reposters, hidden = sorted(pull_reposters, key=_reader_of), sorted(hidden, key=_reader_of)
+        excluded, lists = sorted(excluded, key=_reader_of), list(lists)
         extras_rows = sorted(extras_index(extras), key=_index_partition)
         reposts_rows = sorted(reposts_index(user_reposts), key=_index_partition)
         statements = [*self._timeline(timeline), *self._tweets(tweets), *self._profiles(profiles),
                       *self._author_timeline(author_timeline), *self._pull_follows(pull_follows),
                       *self._blocks(blocks), *self._extras(extras), *self._user_reposts(user_reposts),
-                      *self._visible(visible), *self._hidden(hidden), *self._pull_reposters(pull_reposters),
+                      *self._visible(visible), *self._hidden(hidden), *self._excluded(excluded),
+                      *self._lists(lists), *self._pull_reposters(pull_reposters),
                       *self._extras_index(extras_rows), *self._reposts_index(reposts_rows)]
         if self.batch_rows > 1:
             statements = self._batched(statements)
@@ -470,4 +524,5 @@ class CassandraWriter:
         extras_deletes = sum(1 for r in extras if r.op == "delete")
         return WriteCounts(rows - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
                            len(pull_follows), len(blocks), len(extras) - extras_deletes, extras_deletes,
-                           len(user_reposts), len(visible), len(pull_reposters), len(hidden))
+                           len(user_reposts), len(visible), len(pull_reposters), len(hidden), len(excluded),
+                           len(lists))

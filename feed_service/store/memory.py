@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Collection, Hashable, Iterable
 
-from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.list_readers import list_reader
+from feed_service.core.per_reader.list_stage import ListFact
+from feed_service.core.per_reader.messages import (
+    ExcludedDelta,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    VisibleDelta,
+)
 from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import (
     AuthorTimelineWrite,
@@ -54,6 +62,12 @@ class MemoryStore:
         """reader_id -> the users it sees: the rows of ``reader_visible``."""
         self.hidden: dict[str, set[str]] = {}
         """reader_id -> the users hidden from it: the rows of ``reader_hidden``."""
+        self.excluded: dict[str, set[str]] = {}
+        """reader_id -> the users it sets aside as sources: the rows of ``reader_excluded``."""
+        self.list_rows: dict[str, dict[str, tuple[str | None, str | None, bool]]] = {}
+        """owner_id -> list_id -> (name, replies_policy, exclusive): the rows of ``lists``."""
+        self.list_rules: dict[str, tuple[str, str | None]] = {}
+        """a list's reader -> (list_owner, list_policy): the statics of its inbox partition, where set."""
         self.reposters_pull: dict[str, set[str]] = {}
         """user_id -> the pull reposters it merges in: ``home_timeline.pull_reposters``."""
         self.dropped: set[str] = set()
@@ -132,6 +146,8 @@ class MemoryStore:
         visible: Iterable[VisibleDelta] = (),
         pull_reposters: Iterable[PullReposterDelta] = (),
         hidden: Iterable[HiddenDelta] = (),
+        excluded: Iterable[ExcludedDelta] = (),
+        lists: Iterable[ListFact] = (),
     ) -> WriteCounts:
         """:meth:`ViewWriter.write`: rows in any order, any number of times; the counts are what
         :class:`~feed_service.store.cassandra_writer.CassandraWriter` returns for the same call."""
@@ -142,6 +158,7 @@ class MemoryStore:
         pull_follows, blocks = list(pull_follows), list(blocks)
         extras, user_reposts, visible = list(extras), list(user_reposts), list(visible)
         pull_reposters, hidden = list(pull_reposters), list(hidden)
+        excluded, lists = list(excluded), list(lists)
         # every row as it reads back, before anything is applied: a row Cassandra would refuse
         # raises here, with nothing written, as CassandraWriter raises before it sends anything
         stored_extras = [(op, reader, _stored(e), ts) for op, reader, e, ts in extras]
@@ -176,11 +193,33 @@ class MemoryStore:
             self._pair(self.reposters_pull, "pull_reposters", reader, reposter, op, ts)
         for op, reader, user, ts in hidden:
             self._pair(self.hidden, "reader_hidden", reader, user, op, ts)
+        for op, reader, user, ts in excluded:
+            self._pair(self.excluded, "reader_excluded", reader, user, op, ts)
+        for f in lists:
+            self._list_fact(f)
         deletes = sum(1 for w in rows if w.op == "delete")
         extras_deletes = sum(1 for w in extras if w.op == "delete")
         return WriteCounts(len(rows) - deletes, deletes, len(tweets), len(profiles), len(author_timeline),
                            len(pull_follows), len(blocks), len(extras) - extras_deletes, extras_deletes,
-                           len(user_reposts), len(visible), len(pull_reposters), len(hidden))
+                           len(user_reposts), len(visible), len(pull_reposters), len(hidden), len(excluded),
+                           len(lists))
+
+    def _list_fact(self, f: ListFact) -> None:
+        """A list's fact as :class:`~feed_service.store.cassandra_writer.CassandraWriter` writes it:
+        the ``lists`` row under the previous owner deleted, the row and the statics set or deleted."""
+        if f.previous_owner is not None and f.previous_owner != f.owner_id:
+            if self._wins(("lists", f.previous_owner, f.list_id), f.ts, None):
+                _drop(self.list_rows, f.previous_owner, f.list_id)
+        reader = list_reader(f.list_id)
+        if f.owner_id is None:
+            if self._wins(("list_rule", reader), f.ts, None):
+                self.list_rules.pop(reader, None)
+            return
+        row = (f.name, f.replies_policy, f.exclusive)
+        if self._wins(("lists", f.owner_id, f.list_id), f.ts, row):
+            self.list_rows.setdefault(f.owner_id, {})[f.list_id] = row
+        if self._wins(("list_rule", reader), f.ts, (f.owner_id, f.replies_policy)):
+            self.list_rules[reader] = (f.owner_id, f.replies_policy)
 
     def _check(self, method: str = "") -> None:
         self.calls[method] += 1
@@ -307,6 +346,14 @@ class MemoryStore:
 
     def close(self) -> None:
         self.fail = StoreUnavailable("store closed")
+
+
+def _drop(rows: dict[str, dict], partition: str, key: str) -> None:
+    """Delete ``rows[partition][key]``, and the partition once empty (as Cassandra: no row, no partition)."""
+    held = rows.get(partition, {})
+    held.pop(key, None)
+    if not held:
+        rows.pop(partition, None)
 
 
 def _stored(e: Entry) -> Entry:

@@ -19,7 +19,14 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Collection, Iterable, Mapping, NamedTuple, Protocol
 
-from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.list_stage import ListFact
+from feed_service.core.per_reader.messages import (
+    ExcludedDelta,
+    ExtrasDelta,
+    HiddenDelta,
+    PullReposterDelta,
+    VisibleDelta,
+)
 from feed_service.core.per_reader.pull_reposts import Repost, TweetKey
 from feed_service.core.rows import (
     AuthorTimelineWrite,
@@ -160,6 +167,10 @@ class WriteCounts:
     """Elements of ``home_timeline.pull_reposters`` written (inserts and deletes)."""
     hidden: int = 0
     """``reader_hidden`` rows written (inserts and deletes)."""
+    excluded: int = 0
+    """``reader_excluded`` rows written (inserts and deletes)."""
+    lists: int = 0
+    """Lists' facts written: each its ``lists`` row(s) and its reader's statics ``list_owner``, ``list_policy``."""
 
     def __add__(self, other: "WriteCounts") -> "WriteCounts":
         return WriteCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
@@ -185,12 +196,19 @@ class ViewWriter(Protocol):
         visible: Iterable[VisibleDelta] = (),
         pull_reposters: Iterable[PullReposterDelta] = (),
         hidden: Iterable[HiddenDelta] = (),
+        excluded: Iterable[ExcludedDelta] = (),
+        lists: Iterable[ListFact] = (),
     ) -> WriteCounts:
         """Home-timeline rows come one per row (``timeline``) or one per row and many timelines
         (``timeline_fanout``, counted per timeline); both land as the same rows. ``extras`` are rows
         of the reader's ``home_extras`` (at ``entry.at``), ``user_reposts`` rows of the partition
         ``entry.reposted_by``, ``visible`` rows of ``reader_visible``, ``pull_reposters`` elements of
-        the reader's ``home_timeline.pull_reposters``, ``hidden`` rows of ``reader_hidden``.
+        the reader's ``home_timeline.pull_reposters``, ``hidden`` rows of ``reader_hidden``,
+        ``excluded`` rows of ``reader_excluded``. A fact of ``lists`` at its ``ts``: a live one
+        upserts the ``lists`` row (owner, list, name, policy, exclusive) and sets the statics
+        ``list_owner``, ``list_policy`` of the partition ``list_reader(list_id)``; one that is not
+        deletes both statics; either deletes the ``lists`` row under ``previous_owner``, if any
+        (docs/lists.md#in-the-engine).
 
         The indexes by tweet are written from the same rows, at the same timestamps: each repost
         entry of ``extras`` is also a row of ``home_extras_reposts`` (reader, tweet) and each row of

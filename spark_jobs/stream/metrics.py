@@ -12,7 +12,8 @@ feed_service/server/metrics.py).
                                                          author_timeline, pull_follows, blocks, home_extras,
                                                          user_reposts, reader_visible, pull_reposters
                                                          (elements of home_timeline.pull_reposters),
-                                                         reader_hidden
+                                                         reader_hidden, reader_excluded, lists (a list's
+                                                         fact: its lists row and its reader's statics)
 ``feed_stream_dead_letters_total``            counter    dead letters published, by ``reason`` (reason code)
 ``feed_stream_view_changes_published_total``  counter    view-change messages published
 ``feed_stream_trimmed_rows_total``            counter    home-timeline rows deleted by trimming (docs/trimming.md)
@@ -79,7 +80,7 @@ whose Prometheus scrapes the pod sets ``--metrics-host 0.0.0.0`` (k8s/stream-spa
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
 #: The ``table`` label values of ``feed_stream_rows_written_total`` (all exported from the start, at 0).
 TABLES = ("home_timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks", "home_extras",
-          "user_reposts", "reader_visible", "pull_reposters", "reader_hidden")
+          "user_reposts", "reader_visible", "pull_reposters", "reader_hidden", "reader_excluded", "lists")
 #: How often the consumer lag is refreshed, and how long one watermark request may take.
 LAG_INTERVAL_SECONDS = 5.0
 LAG_TIMEOUT_SECONDS = 5.0
@@ -185,7 +186,8 @@ class StreamMetrics:
                          ("author_timeline", counts.author_timeline), ("pull_follows", counts.pull_follows),
                          ("blocks", counts.blocks), ("home_extras", counts.extras_upserts + counts.extras_deletes),
                          ("user_reposts", counts.user_reposts), ("reader_visible", counts.visible),
-                         ("pull_reposters", counts.pull_reposters), ("reader_hidden", counts.hidden)):
+                         ("pull_reposters", counts.pull_reposters), ("reader_hidden", counts.hidden),
+                         ("reader_excluded", counts.excluded), ("lists", counts.lists)):
             if n:
                 self._tables[table].inc(n)
         for reason, n in report.dead_letters.items():

@@ -5,8 +5,9 @@ The author keys' operator emits, next to its rows, the messages it owes the per-
 reposted tweets' contents, a few per changed key, never one per reader. Once the batch's rows are
 written, the driver steps the stage (:class:`~feed_service.core.per_reader.audience_stage.AudienceStage`,
 a join over audiences decided with set operations) and writes what it decided: ``home_extras``,
-reposters' own reposts, the readers' visible and hidden sets, the readers who merge a pull reposter
-in, their view changes, and then the inputs the batch changed (``per_reader_inputs``).
+reposters' own reposts, the readers' visible, hidden and excluded sets, the readers who merge a pull
+reposter in, the list stage's facts (``lists`` and the lists' readers' statics), their view changes,
+and then the inputs the batch changed (``per_reader_inputs``).
 
 The stage stays in the driver's memory from one batch to the next. It is restored from the stored
 inputs when the driver starts, and again whenever the batch it is asked to run is not the next one
@@ -26,11 +27,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult, TweetKey
 from feed_service.core.per_reader.list_stage import ListFact, ListStage
 from feed_service.core.per_reader.messages import ListInput, Relation, RepostEdge
-from feed_service.core.per_reader.routing import step_batch
+from feed_service.core.per_reader.routing import DriverStep, step_batch
 from feed_service.core.rows import AuthorTimelineWrite
 from feed_service.core.view_changes import (
+    ExcludedChange,
     ExtrasChange,
     HiddenChange,
+    ListChange,
     PullReposterChange,
     UserRepostChange,
     ViewChange,
@@ -132,6 +135,8 @@ class StreamStage:
         for result in done.results:
             c, p, e = self._write(settings, result, sources)
             counts, published, extras_rows = counts + c, published + p, extras_rows + e
+        c, p = self._write_lists(settings, done, sources)
+        counts, published = counts + c, published + p
         if done.edges:  # the members' keys fold them at a later batch (docs/lists.md#in-the-engine)
             self.outputs.publish_list_edges(settings, done.edges)
         saved = store.save(name, _merged_inputs(done.results), batch_id)
@@ -146,10 +151,10 @@ class StreamStage:
         ts = done.ts
         extras = [row for fanout in done.extras for row in fanout.rows()]
         own = [AuthorTimelineWrite(d.op, d.entry, ts) for d in done.own_reposts]
-        if not (extras or own or done.visible or done.hidden or done.pull_readers):
+        if not (extras or own or done.visible or done.hidden or done.excluded or done.pull_readers):
             return WriteCounts(), 0, 0
         counts = self.outputs.writer_for(settings).write(
-            extras=extras, visible=done.visible, hidden=done.hidden, user_reposts=own,
+            extras=extras, visible=done.visible, hidden=done.hidden, excluded=done.excluded, user_reposts=own,
             pull_reposters=done.pull_readers)
         published = 0
         if settings.view_changes:
@@ -160,11 +165,31 @@ class StreamStage:
                            for v in done.visible)
             changes.extend(HiddenChange(h.op, h.reader, h.user, h.ts, sources.pair(h.reader, h.user))
                            for h in done.hidden)
+            changes.extend(ExcludedChange(x.op, x.reader, x.user, x.ts, sources.pair(x.reader, x.user))
+                           for x in done.excluded)
             changes.extend(PullReposterChange(d.op, d.reader, d.reposter, d.ts, sources.latest)
                            for d in done.pull_readers)
             if changes:
                 published = self.outputs.publish_view_changes(settings, changes)
         return counts, published, len(extras)
+
+    def _write_lists(self, settings: Settings, done: DriverStep, sources: "_Sources") -> tuple[WriteCounts, int]:
+        """The list stage's facts of the batch (each at the stage's clock): the ``lists`` rows and the
+        lists' readers' statics, and a :class:`ListChange` per row an owner gains or loses."""
+        facts = () if done.lists is None else done.lists.facts
+        if not facts:
+            return WriteCounts(), 0
+        counts = self.outputs.writer_for(settings).write(lists=facts)
+        if not settings.view_changes:
+            return counts, 0
+        changes: list[ViewChange] = []
+        for f in facts:
+            source = sources.lists.get(f.list_id, sources.latest)
+            if f.previous_owner is not None and f.previous_owner != f.owner_id:
+                changes.append(ListChange("delete", f.list_id, f.previous_owner, None, f.ts, source))
+            if f.owner_id is not None:
+                changes.append(ListChange("upsert", f.list_id, f.owner_id, f.replies_policy, f.ts, source))
+        return counts, self.outputs.publish_view_changes(settings, changes) if changes else 0
 
 
 def _merged_inputs(results: Sequence[StageResult]) -> tuple[tuple[Any, Any, Any], ...]:
@@ -184,6 +209,8 @@ class _Sources:
 
     tweets: dict[TweetKey, int] = field(default_factory=dict)
     pairs: dict[tuple[str, str], int] = field(default_factory=dict)
+    lists: dict[str, int] = field(default_factory=dict)
+    """list_id -> the latest of its list and membership changes."""
     latest: int | None = None
 
     def tweet(self, entry: Any) -> int | None:
@@ -202,7 +229,10 @@ def _sources(messages: Sequence[Message]) -> _Sources:
         if type(m) is Relation:
             k: Any = (m.reader, m.user)
             out.pairs[k] = max(source, out.pairs.get(k, source))
-        elif type(m) is RepostEdge or type(m) is ListInput:
+        elif type(m) is ListInput:
+            lid = m.change.list_id
+            out.lists[lid] = max(source, out.lists.get(lid, source))
+        elif type(m) is RepostEdge:
             continue  # an edge names its tweet's author in its rank; the content message names the tweet
         else:
             k = (m.author_id, m.tweet_id)

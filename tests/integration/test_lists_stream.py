@@ -2,20 +2,22 @@
 changes through Kafka to their author keys, on to the stream's driver as messages; the list stage's
 derived edges produced to ``feed.list-edges.v1`` and read back by the members' keys at the next
 micro-batch; a list's timeline in Cassandra (its reader's inbox and extras) and every home
-timeline with exclusive lists compared entry for entry with the batch reference."""
+timeline with exclusive lists compared entry for entry with the batch reference, and the lists'
+stores (``reader_excluded``, ``lists``, the statics ``list_owner``, ``list_policy`` of each list's
+reader) with the reference's excluded sources and live lists."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from feed_service.core.list_readers import list_of
-from feed_service.core.reference import reference_entries, reference_list_entries, reference_tables
+from feed_service.core.list_readers import list_of, list_reader
+from feed_service.core.reference import reference_entries, reference_excluded, reference_list_entries, reference_tables
 from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 
 from tests.support.isolation import isolated
 from tests.support.pipeline import StreamProcess, publish, running
-from tests.support.views import read_views
+from tests.support.views import read_list_stores, read_views
 
 
 def test_streamed_list_timelines_and_exclusive_homes_equal_the_reference(settings: Settings, unique: str,
@@ -29,6 +31,7 @@ def test_streamed_list_timelines_and_exclusive_homes_equal_the_reference(setting
         stream.wait_caught_up()
         stream.wait_caught_up()  # the edges the last batch derived, read back by the next
         got, _ = read_views(pipeline)
+        excluded, stored_lists, rules = read_list_stores(pipeline)
     tables = reference_tables(events)
     lists = reference_list_entries(tables, inbox_cap=pipeline.inbox_cap)
     inclusive = [dict(e, exclusive=False) if e["type"] == "list" and e["op"] == "create" else e for e in events]
@@ -37,3 +40,13 @@ def test_streamed_list_timelines_and_exclusive_homes_equal_the_reference(setting
     assert sum(map(len, lists.values())) > 50
     assert {list_of(r): v for r, v in got.items() if list_of(r) is not None} == {k: v for k, v in lists.items() if v}
     assert {r: v for r, v in got.items() if list_of(r) is None} == home
+    # the lists' stores: the readers' excluded sources, the live lists and their readers' rules
+    assert excluded == reference_excluded(tables) and excluded
+    live = tables.live_lists()
+    assert len(live) > 1
+    rows: dict[str, dict[str, tuple]] = {}
+    for lid, c in live.items():
+        rows.setdefault(c.owner_id, {})[lid] = (c.name, c.replies_policy, c.exclusive)
+    assert stored_lists == rows
+    assert rules == {list_reader(lid): (c.owner_id, c.replies_policy) for lid, c in live.items()}
+    assert len(live) < len({e["list_id"] for e in events if e["type"] == "list"})  # some deleted: no row, no rule

@@ -1,6 +1,8 @@
 """The per-reader tables on the real Cassandra (docs/reposts-and-replies.md, docs/idempotent-writes.md):
-``home_extras``, ``user_reposts`` and ``reader_visible`` rows written in any order, batching and
-duplication end as the newest write of each row, equal to MemoryStore's outcome of the same writes;
+``home_extras``, ``user_reposts``, ``reader_visible`` and the lists' stores (``reader_excluded``,
+``lists``, the statics ``list_owner``, ``list_policy``; docs/lists.md#in-the-engine) written in any
+order, batching and duplication end as the newest write of each row, equal to MemoryStore's outcome
+of the same writes;
 absent fields are stored as '' and 0; the per-reader stage's inputs load by the batch rule, a
 replayed batch from what it started from; and a keyspace made before the tables gains them. With pull reposters on at a small threshold, the
 stream's per-reader path writes the tables a read of pull reposters needs (``reader_hidden``,
@@ -13,14 +15,15 @@ import random
 
 import pytest
 
-from feed_service.core.per_reader.messages import ExtrasDelta, VisibleDelta
+from feed_service.core.per_reader.list_stage import ListFact
+from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasDelta, VisibleDelta
 from feed_service.core.rows import AuthorTimelineWrite, Entry
 from feed_service.settings import Settings
 
 from tests.support.isolation import isolated
 
 NEW_TABLES = ("home_extras", "user_reposts", "reader_visible", "per_reader_inputs", "reader_hidden", "reposts_by_tweet",
-              "home_extras_reposts")
+              "home_extras_reposts", "reader_excluded", "lists")
 ENTRY_COLUMNS = ("tweet_id, author_id, created_at, version, text, profile_version, in_reply_to_tweet_id,"
                  " in_reply_to_author_id, reposted_by, reposted_at, reposter_profile_version")
 
@@ -55,6 +58,29 @@ def _history(rnd: random.Random) -> tuple[list[ExtrasDelta], list[AuthorTimeline
     return extras, reposts, visible
 
 
+def _list_history(rnd: random.Random) -> tuple[list[ListFact], list[ExcludedDelta]]:
+    """Facts of two lists moving between owners, deleted and created again, and the owners' excluded
+    sources set and taken back, ties of an insert and a delete among them."""
+    facts: list[ListFact] = []
+    excluded: list[ExcludedDelta] = []
+    owners: dict[str, str | None] = {"L1": None, "L2": None}
+    for ts in range(1, 13):
+        lid = rnd.choice(("L1", "L2"))
+        was, owner = owners[lid], rnd.choice(("ann", "bob", None, None))
+        if owner is None and was is None:
+            owner = "cat"
+        moved = was if was is not None and was != owner else None
+        policy = rnd.choice(("followed", "list", "none"))
+        facts.append(ListFact(lid, owner, None if owner is None else rnd.choice((None, f"n{ts}")),
+                              None if owner is None else policy, owner is not None and ts % 2 == 0, ts, moved))
+        owners[lid] = owner
+        excluded.append(ExcludedDelta(rnd.choice(("insert", "delete")), rnd.choice(("ann", "bob")),
+                                      f"user{rnd.randrange(3)}", ts))
+        if rnd.random() < 0.3:
+            excluded.append(excluded[-1]._replace(op="delete"))
+    return facts, excluded
+
+
 def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Settings, unique: str) -> None:
     from feed_service.store.cassandra_writer import CassandraWriter
     from feed_service.store.memory import MemoryStore
@@ -64,8 +90,9 @@ def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Setti
     ks = pipeline.keyspace
     rnd = random.Random(11)
     extras, reposts, visible = _history(rnd)
+    facts, excluded = _list_history(rnd)
     model = MemoryStore()
-    model.write(extras=extras, user_reposts=reposts, visible=visible)
+    model.write(extras=extras, user_reposts=reposts, visible=visible, lists=facts, excluded=excluded)
     cluster, session = connect(pipeline)
     try:
         for batch_rows in (16, 1):  # batched and one request per row: the same rows
@@ -77,9 +104,11 @@ def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Setti
                     return rows[:cut], rows[cut:]
 
                 (e1, e2), (r1, r2), (v1, v2) = mixed(extras), mixed(reposts), mixed(visible)
-                first = writer.write(extras=e1, user_reposts=r1, visible=v1)
-                second = writer.write(extras=e2, user_reposts=r2, visible=v2)
+                (f1, f2), (x1, x2) = mixed(facts), mixed(excluded)
+                first = writer.write(extras=e1, user_reposts=r1, visible=v1, lists=f1, excluded=x1)
+                second = writer.write(extras=e2, user_reposts=r2, visible=v2, lists=f2, excluded=x2)
                 total = first + second
+                assert (total.lists, total.excluded) == (len(f1) + len(f2), len(x1) + len(x2))
                 assert total.extras_upserts + total.extras_deletes == len(e1) + len(e2)
                 assert total.extras_deletes == sum(1 for r in e1 + e2 if r.op == "delete")
                 assert (total.user_reposts, total.visible) == (len(r1) + len(r2), len(v1) + len(v2))
@@ -104,6 +133,19 @@ def test_writes_in_any_order_converge_to_the_newest_as_in_memory(settings: Setti
         for reader, user in session.execute(f"SELECT reader_id, user_id FROM {ks}.reader_visible"):
             stored_visible.setdefault(reader, set()).add(user)
         assert stored_visible == model.visible and stored_visible
+        stored_excluded: dict[str, set[str]] = {}
+        for reader, user in session.execute(f"SELECT reader_id, user_id FROM {ks}.reader_excluded"):
+            stored_excluded.setdefault(reader, set()).add(user)
+        assert stored_excluded == model.excluded and stored_excluded
+        stored_lists: dict[str, dict[str, tuple]] = {}  # type: ignore[type-arg]
+        for owner, lid, *row in session.execute(
+                f"SELECT owner_id, list_id, name, replies_policy, exclusive FROM {ks}.lists"):
+            stored_lists.setdefault(owner, {})[lid] = tuple(row)
+        assert stored_lists == model.list_rows
+        rules = {r[0]: (r[1], r[2]) for r in session.execute(
+            f"SELECT DISTINCT timeline_id, list_owner, list_policy FROM {ks}.home_timeline") if r[1] or r[2]}
+        assert rules == model.list_rules
+        assert rules and any(not f.live for f in facts) and any(f.previous_owner and f.live for f in facts)
 
         # '' and 0, never null, for what an entry lacks; the repost fields of a repost entry as given
         writer = CassandraWriter(session, ks)

@@ -53,3 +53,25 @@ def read_views(settings: Settings) -> tuple[dict[str, list[Entry]], dict[str, li
         return home, users
     finally:
         cluster.shutdown()
+
+
+def read_list_stores(settings: Settings) -> tuple[dict[str, set[str]], dict[str, dict[str, tuple]], dict[str, tuple]]:
+    """(``reader_excluded`` by reader, ``lists`` rows by owner and list as (name, replies_policy,
+    exclusive), the statics (list_owner, list_policy) of every partition that has them) as Cassandra
+    holds them, read with the read service's role (docs/lists.md#in-the-engine)."""
+    from feed_service.store.session import connect
+
+    cluster, session = connect(settings.as_role("server"), keyspace=settings.keyspace)
+    try:
+        excluded: dict[str, set[str]] = {}
+        for r in session.execute("SELECT reader_id, user_id FROM reader_excluded"):
+            excluded.setdefault(r.reader_id, set()).add(r.user_id)
+        lists: dict[str, dict[str, tuple]] = {}
+        for r in session.execute("SELECT owner_id, list_id, name, replies_policy, exclusive FROM lists"):
+            lists.setdefault(r.owner_id, {})[r.list_id] = (r.name, r.replies_policy, r.exclusive)
+        rules = {r.timeline_id: (r.list_owner, r.list_policy) for r in session.execute(
+            "SELECT DISTINCT timeline_id, list_owner, list_policy FROM home_timeline")
+            if r.list_owner is not None or r.list_policy is not None}
+        return excluded, lists, rules
+    finally:
+        cluster.shutdown()

@@ -75,7 +75,7 @@ def test_a_deleted_list_unfollows_its_members_and_a_later_create_follows_them_ag
     stage.step([create(), add("bob")])
     gone = stage.step([delete(2)])
     assert gone.follows == (ListFollow(L1, "bob", "ann", "L1", 2, "unfollow"),)
-    assert gone.facts == (ListFact("L1", None, None, None, False, 2),) and not gone.facts[0].live
+    assert gone.facts == (ListFact("L1", None, None, None, False, 2, "ann"),) and not gone.facts[0].live
     back = stage.step([create(version=3, name="again")])
     assert back.follows == (ListFollow(L1, "bob", "ann", "L1", 3, "follow"),)
     assert back.facts == (ListFact("L1", "ann", "again", "list", False, 3),)
@@ -87,7 +87,7 @@ def test_a_new_owner_is_told_to_every_member_in_force() -> None:
     moved = stage.step([create("eve", 2)])
     assert moved.follows == (ListFollow(L1, "bob", "eve", "L1", 2, "follow"),
                              ListFollow(L1, "cat", "eve", "L1", 2, "follow"))
-    assert moved.facts == (ListFact("L1", "eve", "n", "list", False, 2),)
+    assert moved.facts == (ListFact("L1", "eve", "n", "list", False, 2, "ann"),)  # ann's row goes
 
 
 def test_only_a_change_of_what_is_derived_is_emitted() -> None:
@@ -106,7 +106,8 @@ def test_ties_are_the_registrys_a_remove_and_a_delete_win() -> None:
     stage.step([create(version=4), add("bob", 4)])
     tied = stage.step([remove("bob", 4), add("bob", 4)])
     assert tied.follows == (ListFollow(L1, "bob", "ann", "L1", 2, "unfollow"),)
-    assert stage.step([create(version=4, name="zzz"), delete(4)]).facts == (ListFact("L1", None, None, None, False, 3),)
+    assert stage.step([create(version=4, name="zzz"), delete(4)]).facts == (
+        ListFact("L1", None, None, None, False, 3, "ann"),)
 
 
 def test_within_a_batch_the_winner_counts_not_the_order() -> None:

@@ -63,6 +63,9 @@ class ListFact:
     replies_policy: str | None
     exclusive: bool
     ts: int
+    previous_owner: str | None = None
+    """The owner the list had before this fact, when it had one and it differs from ``owner_id``
+    (the list deleted, or moved to another owner): whose ``lists`` row the writer deletes."""
 
     @property
     def live(self) -> bool:
@@ -180,13 +183,14 @@ class ListStage:
                 continue
             if old is not None:
                 _discard(self.owned, old[0], lid)
+            previous = None if old is None or (new is not None and new[0] == old[0]) else old[0]
             if new is None:
                 del self.facts[lid]
-                facts.append(ListFact(lid, None, None, None, False, ts))
+                facts.append(ListFact(lid, None, None, None, False, ts, previous))
             else:
                 self.facts[lid] = new
                 self.owned.setdefault(new[0], set()).add(lid)
-                facts.append(ListFact(lid, *new, ts))
+                facts.append(ListFact(lid, *new, ts, previous))
         if follows or exclusions or facts:
             self._note(("clock",), ts, self.clock if self.clock_saved else None)
             self.clock, self.clock_saved = ts, True

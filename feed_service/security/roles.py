@@ -44,7 +44,7 @@ READ_ACTIVITY_TOPICS = ("reads",)
 #: here (a unit test holds every table of the schema here or in :data:`STATE_TABLES`).
 SERVER_TABLES = ("home_timeline", "home_extras", "tweets", "profiles", "author_timeline", "user_reposts",
                  "pull_follows", "reader_visible", "blocks", "reader_hidden", "reposts_by_tweet",
-                 "home_extras_reposts")
+                 "home_extras_reposts", "reader_excluded", "lists")
 #: Tables only the writers use: the per-reader stage' state, nothing the read service needs, and
 #: the follow graph and hidden relations of every user in one place; the driver's record of each
 #: reader's last read (docs/activity.md), which the server reports through Kafka, never reads.

@@ -53,6 +53,7 @@ from feed_service.core.per_reader.pull_reposts import ListRule
 from feed_service.server.calls import CallPlumbing, RpcFailure, authorize_timeline, check_id, check_user_id, rpc
 from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.hydration import EntryHydrator, ProfileCache, hydrate_profiles
+from feed_service.server.list_access import owned_rule
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_AUTHOR_PAGE, KIND_PAGE, PageTokenCodec
 from feed_service.server.paging import MAX_PAGE_SIZE, Pager, page_size
@@ -147,12 +148,7 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         """The rule of list ``list_id`` for its owner ``user_id``, from its reader's statics (one
         single-partition read): NOT_FOUND while the list does not exist (``list_owner`` null),
         PERMISSION_DENIED when another user owns it (docs/api.md#lists)."""
-        rule = list_rule_of(await store.statics(list_reader(list_id), timeout=budget))
-        if rule is None:
-            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"list {list_id!r} not found")
-        if rule.owner != user_id:
-            raise RpcFailure(grpc.StatusCode.PERMISSION_DENIED, f"list {list_id!r} is not {user_id!r}'s")
-        return rule
+        return owned_rule(list_rule_of(await store.statics(list_reader(list_id), timeout=budget)), list_id, user_id)
 
     def _read_by(self, reader: str) -> None:
         """Report a read of ``reader``'s timeline (a user's home, a list's reader) to the stream's driver."""

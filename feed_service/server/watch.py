@@ -38,11 +38,11 @@ import grpc
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.home_plan import home_plan
 from feed_service.core.list_readers import list_of
-from feed_service.core.per_reader.pull_reposts import ListRule
 from feed_service.core.rows import Cursor, Entry
 from feed_service.errors import PageTokenError
 from feed_service.server.calls import CallPlumbing, RpcFailure, deadline_capped
 from feed_service.server.hydration import EntryHydrator
+from feed_service.server.list_access import owned_rule
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageCursor, PageTokenCodec
 from feed_service.server.timeline_reads import TimelineReads, list_rule_of, statics_of
@@ -159,7 +159,7 @@ class HomeWatch:
             store = calls.store()
             budget = calls.budget(context)  # every read within the call's deadline
             if list_owner is not None:
-                _still_owned(list_rule_of(await store.statics(user_id, timeout=budget)), user_id, list_owner)
+                owned_rule(list_rule_of(await store.statics(user_id, timeout=budget)), list_of(user_id) or user_id, list_owner)
             rows = await self.reads.home_newer(store, user_id, position, WATCH_BATCH, budget)
             if rows:
                 position = rows[-1].cursor
@@ -206,7 +206,7 @@ class HomeWatch:
             # read after subscribing: the changes since then apply on top (one read of the statics)
             plan = home_plan(user_id, statics_of(await store.statics(user_id, timeout=budget)))
             if list_owner is not None:  # a list's reader: its rows merged at read are decided by its rule
-                state.rule = _still_owned(plan.list_rule, user_id, list_owner)
+                state.rule = owned_rule(plan.list_rule, list_of(user_id) or user_id, list_owner)
             authors, reposters = list(plan.pull_authors), list(plan.pull_reposters)
             if plan.dropped:  # its push authors are merged in like pull authors
                 state.dropped = True
@@ -245,12 +245,3 @@ class HomeWatch:
             if timer is not None:
                 timer.cancel()
 
-
-def _still_owned(rule: ListRule | None, reader: str, owner: str) -> ListRule:
-    """``rule``, the rule of list reader ``reader`` read again, if the list still exists and is
-    ``owner``'s; else the stream ends: NOT_FOUND, or PERMISSION_DENIED (docs/api.md#lists)."""
-    if rule is None:
-        raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"list {list_of(reader)!r} not found")
-    if rule.owner != owner:
-        raise RpcFailure(grpc.StatusCode.PERMISSION_DENIED, f"list {list_of(reader)!r} has another owner")
-    return rule

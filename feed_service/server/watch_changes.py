@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-import grpc
-
 from feed_service.core.home_plan import EXTRAS, shown_repost
 from feed_service.core.list_readers import list_of
 from feed_service.core.per_reader.pull_reposts import Lookups, TweetKey, key
@@ -34,7 +32,7 @@ from feed_service.core.view_changes import (
     UserRepostChange,
     VisibleChange,
 )
-from feed_service.server.calls import RpcFailure
+from feed_service.server.list_access import owned_rule
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageTokenCodec
 from feed_service.server.timeline_reads import TimelineReads, list_rule_of
@@ -417,11 +415,9 @@ class WatchChanges:
         the list's own change kind is routed to it; then from :meth:`_list_change` only
         (docs/api.md#lists)."""
         state = m.state
-        rule = list_rule_of(await m.store.statics(m.user_id, timeout=m.budget))
-        if rule is None:
-            raise RpcFailure(grpc.StatusCode.NOT_FOUND, f"list {list_of(m.user_id)!r} not found")
-        if state.rule is not None and rule.owner != state.rule.owner:
-            raise RpcFailure(grpc.StatusCode.PERMISSION_DENIED, f"list {list_of(m.user_id)!r} has another owner")
+        owner = state.rule.owner  # type: ignore[union-attr]  # a list's watch has its rule
+        rule = owned_rule(list_rule_of(await m.store.statics(m.user_id, timeout=m.budget)),
+                          list_of(m.user_id) or m.user_id, owner)
         if rule == state.rule:
             return
         state.rule = rule

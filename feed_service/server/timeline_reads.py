@@ -201,6 +201,10 @@ class TimelineReads:
         if inbox.pull_authors is None or inbox.pull_reposters is None or inbox.inbox_dropped is None:
             # nothing below the cursor came back, so neither did the static columns: one read of them
             inbox = (await store.statics(user_id, timeout=budget))._replace(entries=inbox.entries)
+        if rule is None and inbox.list_owner is None and list_of(user_id) is not None:
+            # a list's reader whose rule the caller did not give (a watch's head) and the cache's
+            # slice does not carry: one read of its statics
+            rule = list_rule_of(await store.statics(user_id, timeout=budget))
         plan = home_plan(user_id, statics_of(inbox, rule))
         authors = plan.pull_authors
         if plan.dropped:

@@ -5,6 +5,7 @@ tests/integration/test_list_reads.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -12,6 +13,8 @@ import grpc
 import pytest
 
 from feed_service.api import timeline_pb2 as pb
+from feed_service.api import timeline_pb2_grpc as pb_grpc
+from feed_service.client.watch import ReconnectingWatch
 from feed_service.core.list_readers import list_reader
 from feed_service.core.rows import Entry
 from feed_service.server.testing import ServerThread
@@ -215,3 +218,24 @@ def test_a_list_watch_sends_new_entries_and_ends_when_the_list_is_deleted() -> N
             while time.monotonic() < deadline:
                 next(watch)
         assert ended.value.code() == Code.NOT_FOUND
+
+
+def test_the_clients_reconnecting_watch_watches_a_list() -> None:
+    store = list_store()
+    with ServerThread(loopback_config(), store=store) as server:
+        async def body() -> list[str]:
+            channel = server.channel(aio=True)
+            try:
+                watch = ReconnectingWatch(pb_grpc.TimelineServiceStub(channel), "own", list_id="L",
+                                          metadata=server.auth("own"), timeout=10)
+                messages = watch.messages()
+                first = asyncio.ensure_future(messages.__anext__())
+                await asyncio.wait_for(watch.started.wait(), 10)
+                store.add_entry(L, tweet("b3", "bob", 200))
+                message = await asyncio.wait_for(first, 10)
+                watch.close()
+                return [e.tweet_id for e in message.entries]
+            finally:
+                await channel.close()
+
+        assert asyncio.run(body()) == ["b3"]

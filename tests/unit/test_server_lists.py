@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import threading
 import time
 
 import grpc
@@ -17,7 +19,10 @@ from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.client.watch import ReconnectingWatch
 from feed_service.core.list_readers import list_reader
 from feed_service.core.rows import Entry
+from feed_service.core.view_changes import AuthorChange, TimelineChange
+from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.testing import ServerThread
+from feed_service.server.watch_hub import WatchHub
 from feed_service.settings import Settings
 from feed_service.store.memory import MemoryStore
 from tests.support.loopback import loopback_config
@@ -239,3 +244,55 @@ def test_the_clients_reconnecting_watch_watches_a_list() -> None:
                 await channel.close()
 
         assert asyncio.run(body()) == ["b3"]
+
+
+class StubFeed:
+    """Stands in for the change topic: live, at a fixed position (no read cache)."""
+
+    live = True
+    position: dict[int, int] = {0: 0}
+
+
+def test_a_pushed_list_watch_decides_pull_authors_rows_by_the_lists_rule_and_reads_it_again() -> None:
+    """A "followed" list: star's reply to dan (whom own follows) is sent, its reply to cat (a member
+    own does not follow) is not; the policy turned to "list" (the statics, then any change of the
+    list's reader), star's replies are decided again; the list deleted, the watch ends NOT_FOUND."""
+    store = list_store("followed")
+    config = loopback_config(shutdown_grace_s=1.0)
+    with ServerThread(config, store=store) as server:
+        hub = WatchHub()
+        server.server.servicer.attach_changes(StubFeed(), None, hub)
+
+        def publish(*changes: object) -> None:
+            server.loop.call_soon_threadsafe(hub.route, [Consumed(0, i, c) for i, c in enumerate(changes)])
+
+        got: queue.Queue = queue.Queue()
+        call = server.stub().WatchListTimeline(pb.WatchListTimelineRequest(user_id="own", list_id="L"),
+                                               metadata=server.auth("own"), timeout=30)
+
+        def read() -> None:
+            try:
+                for message in call:
+                    got.put(message)
+            except grpc.RpcError as exc:
+                got.put(exc)
+        threading.Thread(target=read, daemon=True).start()
+        dict(call.initial_metadata())  # subscribed, at the head
+        s5, s6 = tweet("s5", "star", 101, "dan"), tweet("s6", "star", 102, "cat")
+        for e in (s5, s6):
+            store.add_author_entry(e)
+        publish(AuthorChange("insert", s5, 10, None), AuthorChange("insert", s6, 11, None))
+        assert [e.tweet_id for e in got.get(timeout=5).entries] == ["s5"]
+        store.list_statics[L] = ("own", "list")
+        b2 = tweet("b2", "bob", 103)
+        store.add_entry(L, b2)
+        publish(TimelineChange("insert", b2, (L,), 12, None))
+        message = got.get(timeout=5)
+        # replies to a member, now shown: s6 above the watch's position (new), s2 below it
+        assert [e.tweet_id for e in message.entries] == ["s6", "b2"]
+        assert [e.tweet_id for e in message.changed] == ["s2"]
+        assert sorted(message.removed_tweet_ids) == ["s3", "s5"]  # replies to dan, no member
+        del store.list_statics[L]
+        publish(TimelineChange("delete", b2, (L,), 13, None))
+        ended = got.get(timeout=5)
+        assert isinstance(ended, grpc.RpcError) and ended.code() == Code.NOT_FOUND

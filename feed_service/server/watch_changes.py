@@ -185,8 +185,8 @@ class WatchChanges:
         state, sub, user_id = m.state, m.sub, m.user_id
         u = change.user_id
         state.sees[u] = change.op == "insert"
-        if state.dropped:  # the reader's push authors are its visible set less its pull authors
-            if change.op == "insert" and u not in sub.authors:
+        if state.dropped:  # the reader's push authors: its visible set less its pull authors and excluded
+            if change.op == "insert" and u not in sub.authors and not await self._excluded(m, u):
                 await self._join_push(m, u)
             elif change.op == "delete" and u in state.push:
                 await self._leave_push(m, u)
@@ -294,6 +294,14 @@ class WatchChanges:
             if (row is not None and row.author_id == author and tid not in ids
                     and (oldest is None or row.cursor > oldest)):
                 m.note(AUTHOR_ROW, "delete", row)
+
+    async def _excluded(self, m: _Message, user: str) -> bool:
+        """Whether a home reader sets ``user`` aside as a source (``reader_excluded``; a list's reader
+        sets none aside): one read. Until the excluded sources' own changes reach the watch, a change
+        of them meanwhile is seen at its next gap (:meth:`resync_push`)."""
+        if m.state.rule is not None or list_of(m.user_id) is not None:
+            return False
+        return bool(await m.store.excluded_among(m.user_id, (user,), timeout=m.budget))
 
     async def _leave_push(self, m: _Message, author: str) -> None:
         """A reader whose inbox is not kept no longer sees push author ``author``: its rows leave

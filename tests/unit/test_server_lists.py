@@ -19,7 +19,7 @@ from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.client.watch import ReconnectingWatch
 from feed_service.core.list_readers import list_reader
 from feed_service.core.rows import Entry
-from feed_service.core.view_changes import AuthorChange, TimelineChange
+from feed_service.core.view_changes import AuthorChange, TimelineChange, VisibleChange
 from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.testing import ServerThread
 from feed_service.server.watch_hub import WatchHub
@@ -253,46 +253,72 @@ class StubFeed:
     position: dict[int, int] = {0: 0}
 
 
+class PushedWatch:
+    """A pushed watch (``rpc``: WatchHomeTimeline or WatchListTimeline) on a server whose change feed
+    is a :class:`WatchHub` the test routes changes to; messages (or the error that ended it) in ``got``."""
+
+    def __init__(self, server: ServerThread, rpc: str, request: object, user: str) -> None:
+        self.server, self.hub, self.got = server, WatchHub(), queue.Queue()
+        server.server.servicer.attach_changes(StubFeed(), None, self.hub)
+        self.call = getattr(server.stub(), rpc)(request, metadata=server.auth(user), timeout=30)
+        threading.Thread(target=self._read, daemon=True).start()
+        dict(self.call.initial_metadata())  # subscribed, at the head
+        deadline = time.monotonic() + 10
+        while not self.hub._by_user or any(sub.early_follows is not None
+                                           for subs in self.hub._by_user.values() for sub in subs):
+            assert time.monotonic() < deadline, "the watch did not start"  # its plan read, its sources followed
+            time.sleep(0.01)
+
+    def _read(self) -> None:
+        try:
+            for message in self.call:
+                self.got.put(message)
+        except grpc.RpcError as exc:
+            self.got.put(exc)
+
+    def publish(self, *changes: object) -> None:
+        self.server.loop.call_soon_threadsafe(self.hub.route, [Consumed(0, i, c) for i, c in enumerate(changes)])
+
+    def next(self):  # type: ignore[no-untyped-def]
+        return self.got.get(timeout=5)
+
+
 def test_a_pushed_list_watch_decides_pull_authors_rows_by_the_lists_rule_and_reads_it_again() -> None:
     """A "followed" list: star's reply to dan (whom own follows) is sent, its reply to cat (a member
     own does not follow) is not; the policy turned to "list" (the statics, then any change of the
     list's reader), star's replies are decided again; the list deleted, the watch ends NOT_FOUND."""
     store = list_store("followed")
-    config = loopback_config(shutdown_grace_s=1.0)
-    with ServerThread(config, store=store) as server:
-        hub = WatchHub()
-        server.server.servicer.attach_changes(StubFeed(), None, hub)
-
-        def publish(*changes: object) -> None:
-            server.loop.call_soon_threadsafe(hub.route, [Consumed(0, i, c) for i, c in enumerate(changes)])
-
-        got: queue.Queue = queue.Queue()
-        call = server.stub().WatchListTimeline(pb.WatchListTimelineRequest(user_id="own", list_id="L"),
-                                               metadata=server.auth("own"), timeout=30)
-
-        def read() -> None:
-            try:
-                for message in call:
-                    got.put(message)
-            except grpc.RpcError as exc:
-                got.put(exc)
-        threading.Thread(target=read, daemon=True).start()
-        dict(call.initial_metadata())  # subscribed, at the head
+    with ServerThread(loopback_config(), store=store) as server:
+        watch = PushedWatch(server, "WatchListTimeline", pb.WatchListTimelineRequest(user_id="own", list_id="L"), "own")
         s5, s6 = tweet("s5", "star", 101, "dan"), tweet("s6", "star", 102, "cat")
         for e in (s5, s6):
             store.add_author_entry(e)
-        publish(AuthorChange("insert", s5, 10, None), AuthorChange("insert", s6, 11, None))
-        assert [e.tweet_id for e in got.get(timeout=5).entries] == ["s5"]
+        watch.publish(AuthorChange("insert", s5, 10, None), AuthorChange("insert", s6, 11, None))
+        assert [e.tweet_id for e in watch.next().entries] == ["s5"]
         store.list_statics[L] = ("own", "list")
         b2 = tweet("b2", "bob", 103)
         store.add_entry(L, b2)
-        publish(TimelineChange("insert", b2, (L,), 12, None))
-        message = got.get(timeout=5)
+        watch.publish(TimelineChange("insert", b2, (L,), 12, None))
+        message = watch.next()
         # replies to a member, now shown: s6 above the watch's position (new), s2 below it
         assert [e.tweet_id for e in message.entries] == ["s6", "b2"]
         assert [e.tweet_id for e in message.changed] == ["s2"]
         assert sorted(message.removed_tweet_ids) == ["s3", "s5"]  # replies to dan, no member
         del store.list_statics[L]
-        publish(TimelineChange("delete", b2, (L,), 13, None))
-        ended = got.get(timeout=5)
+        watch.publish(TimelineChange("delete", b2, (L,), 13, None))
+        ended = watch.next()
         assert isinstance(ended, grpc.RpcError) and ended.code() == Code.NOT_FOUND
+
+
+def test_a_pushed_watch_of_a_dropped_inbox_takes_no_excluded_push_author_in() -> None:
+    store = MemoryStore()
+    store.dropped.add("ann")
+    store.visible["ann"] = {"bob"}
+    store.excluded["ann"] = {"ex"}
+    for e in (tweet("b1", "bob", 1), tweet("e1", "ex", 2), tweet("n1", "new", 3)):
+        store.add_author_entry(e)
+    with ServerThread(loopback_config(), store=store) as server:
+        watch = PushedWatch(server, "WatchHomeTimeline", pb.WatchHomeTimelineRequest(user_id="ann"), "ann")
+        store.visible["ann"] |= {"ex", "new"}
+        watch.publish(VisibleChange("insert", "ann", "ex", 10, None), VisibleChange("insert", "ann", "new", 11, None))
+        assert [e.tweet_id for e in watch.next().entries] == ["n1"]  # new's rows, not ex's

@@ -92,7 +92,8 @@ class _Attempts:
 
 
 class ReconnectingWatch:
-    """One user's home-timeline watch, opened again after each unasked end (module docstring).
+    """One user's home-timeline watch, opened again after each unasked end (module docstring); with
+    ``list_id``, the watch of that list of the user's (``WatchListTimeline``, docs/api.md#lists).
 
     ``metadata``: the call metadata, or a function returning it for each open (a fresh token).
     ``resume_token``: where the first stream starts (empty: at the timeline's head). ``timeout``: each
@@ -104,9 +105,10 @@ class ReconnectingWatch:
 
     def __init__(self, stub: pb_grpc.TimelineServiceStub, user_id: str, *,
                  metadata: Metadata | Callable[[], Metadata] = (), resume_token: str = "",
-                 backoff: Backoff = Backoff(), timeout: float | None = None) -> None:
+                 backoff: Backoff = Backoff(), timeout: float | None = None, list_id: str | None = None) -> None:
         self.stub = stub
         self.user_id = user_id
+        self.list_id = list_id
         self.resume_token = resume_token
         self.backoff = backoff
         self.timeout = timeout
@@ -165,9 +167,14 @@ class ReconnectingWatch:
 
     async def _open(self) -> None:
         metadata = self._metadata() if callable(self._metadata) else self._metadata
-        call = self.stub.WatchHomeTimeline(
-            pb.WatchHomeTimelineRequest(user_id=self.user_id, resume_token=self.resume_token),
-            metadata=tuple(metadata), timeout=self.timeout)
+        if self.list_id is None:
+            call = self.stub.WatchHomeTimeline(
+                pb.WatchHomeTimelineRequest(user_id=self.user_id, resume_token=self.resume_token),
+                metadata=tuple(metadata), timeout=self.timeout)
+        else:  # its messages have the home watch's fields
+            call = self.stub.WatchListTimeline(
+                pb.WatchListTimelineRequest(user_id=self.user_id, list_id=self.list_id, resume_token=self.resume_token),
+                metadata=tuple(metadata), timeout=self.timeout)
         self._call = call
         try:
             headers = await call.initial_metadata()

@@ -9,6 +9,7 @@ Small modules, one job each:
 - :mod:`.calls`      the ``rpc`` decorator every RPC wears: metrics, access log, authentication,
                      the store and the read budget, errors -> status codes
 - :mod:`.paging`     page sizes, where a page starts, the next page's token
+- :mod:`.list_access` who may read a list's timeline: its owner (NOT_FOUND, PERMISSION_DENIED)
 - :mod:`.timeline_reads` the hybrid fan-out's read: inbox + pull authors merged, via the read cache
 - :mod:`.pull_sources` pull authors' heads and lists, cached per process for a TTL
 - :mod:`.hydration`  display names of entries, through the profile cache
@@ -25,6 +26,8 @@ Error mapping at the gRPC boundary (every other error is INTERNAL and logged)::
 
     missing / bad / expired bearer token     UNAUTHENTICATED
     user token reading another's timeline    PERMISSION_DENIED
+    a list read by a user not its owner      PERMISSION_DENIED (a list that does not exist: NOT_FOUND)
+    a home read of a reserved id (U+001F..)  INVALID_ARGUMENT
     bad id, page_size, page or resume token  INVALID_ARGUMENT
     unknown tweet or profile version         NOT_FOUND
     user token, author blocks that user      NOT_FOUND (GetTweet, GetUserTimeline; as if missing)

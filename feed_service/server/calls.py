@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 
 import grpc
 
+from feed_service.core.event_kinds import RESERVED_ID_PREFIX
 from feed_service.errors import AuthError, FeedError, StoreError, StorePermissionDenied, StoreTimeout
 from feed_service.server import auth
 from feed_service.server.metrics import ServerMetrics
@@ -249,6 +250,15 @@ def check_id(value: str, name: str) -> str:
         raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{name} is required")
     if len(value) > MAX_ID_LEN:
         raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{name} is longer than {MAX_ID_LEN} characters")
+    return value
+
+
+def check_user_id(value: str, name: str) -> str:
+    """:func:`check_id`, and INVALID_ARGUMENT for an id in the stream's reserved namespace (starting
+    with U+001F: a list's reader, docs/lists.md#in-the-engine), which no user has."""
+    check_id(value, name)
+    if value.startswith(RESERVED_ID_PREFIX):
+        raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"{name} must not start with U+001F (a reserved id)")
     return value
 
 

@@ -13,7 +13,8 @@ import asyncio
 from typing import Awaitable, Callable, Collection, Sequence
 
 from feed_service.core.home_plan import deciding_user
-from feed_service.core.rules import shown_in_inbox
+from feed_service.core.per_reader.pull_reposts import ListRule
+from feed_service.core.rules import list_admits, shown_in_inbox
 from feed_service.core.rows import Cursor, Entry
 
 #: Rows read at most per further read of one pull author whose replies were hidden (the reads
@@ -86,6 +87,33 @@ async def shown_slices(reader: str, slices: Sequence[list[Entry]], limit: int, s
         def shows(_: int, e: Entry) -> bool:
             u = deciding_user(e, reader)
             return u is None or known[u]
+        return shows
+
+    return await read_past(slices, limit, decide, further)
+
+
+async def list_shown_slices(rule: ListRule, slices: Sequence[list[Entry]], limit: int, sees: Sees,
+                            owner_sees: Sees, further: Further) -> list[list[Entry]]:
+    """Each pull author's slice of a list's reader cut to the first ``limit`` rows the list's ``rule``
+    admits (:func:`~feed_service.core.rules.list_admits`: a reply to a third user by the list's
+    policy, ``sees`` the users the list's reader sees, ``owner_sees`` those its owner sees), reading
+    on past the others (:func:`read_past`). Each round asks both, concurrently, for the replies'
+    parents not decided yet (docs/lists.md#in-the-engine)."""
+    seen: set[str] = set()
+    owner_seen: set[str] = set()
+    asked: set[str] = set()
+
+    async def decide(rounds: Sequence[list[Entry]]) -> Callable[[int, Entry], bool]:
+        undecided = {u for rows in rounds for e in rows
+                     if (u := deciding_user(e, rule.owner)) is not None and u not in asked}
+        if undecided:
+            got, owner_got = await asyncio.gather(sees(undecided), owner_sees(undecided))
+            seen.update(got & undecided)
+            owner_seen.update(owner_got & undecided)
+            asked.update(undecided)
+
+        def shows(_: int, e: Entry) -> bool:
+            return list_admits(e.author_id, e.in_reply_to_author_id, rule.owner, rule.policy, seen, owner_seen)
         return shows
 
     return await read_past(slices, limit, decide, further)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Awaitable, Callable, Sequence
 
 from feed_service.core.per_reader.pull_reposts import (
+    ListRule,
     Lookups,
     RepostFacts,
     lookups,
@@ -34,15 +35,17 @@ NO_FACTS = RepostFacts({}, {}, frozenset(), frozenset())
 
 
 async def decided_slices(reader: str, extras: list[Entry], reposters: Sequence[str], reposted: Sequence[list[Entry]],
-                         limit: int, facts: Facts, further: Further) -> tuple[list[Entry], list[list[Entry]]]:
+                         limit: int, facts: Facts, further: Further,
+                         rule: ListRule | None = None) -> tuple[list[Entry], list[list[Entry]]]:
     """The extras slice and each pull reposter's slice (``reposted``, of ``reposters`` in order;
     newest first for a page, oldest first for a watch's catch-up) cut to the first ``limit`` rows
     ``reader`` is shown, reading on past the rows it is not
-    (:func:`~feed_service.server.pull_replies.read_past`)."""
+    (:func:`~feed_service.server.pull_replies.read_past`); ``rule``: a list's reader's
+    (docs/lists.md#in-the-engine)."""
     async def decide(rounds: Sequence[list[Entry]]) -> Callable[[int, Entry], bool]:
         need = lookups(reader, rounds[0], [e for rows in rounds[1:] for e in rows], reposters)
         known = await facts(need) if need.pulled or need.pushed or need.users else NO_FACTS
-        return lambda i, e: shows_extras_row(e, known) if i == 0 else shows_pulled_row(e, reader, known)
+        return lambda i, e: shows_extras_row(e, known) if i == 0 else shows_pulled_row(e, reader, known, rule)
 
     out = await read_past([extras, *reposted], limit, decide, further)
     return out[0], out[1:]

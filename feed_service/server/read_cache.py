@@ -240,11 +240,13 @@ class ReadCache:
         return await read()
 
     # -- the hit path: no await, no task ----------------------------------------------------
-    def home_rows(self, user_id: str, n: int,
-                  before: Cursor | None) -> tuple[list[list[Entry]], Sources, int] | None:
+    def home_rows(self, user_id: str, n: int, before: Cursor | None, *,
+                  pull_authors: bool = True) -> tuple[list[list[Entry]], Sources, int] | None:
         """The ``n`` newest rows older than ``before`` of every source of ``user_id``'s home
         timeline (its inbox first, then each pull author's), newest first, the pull authors' heads
-        with their stamps, and the inbox head's stamp; None unless every source is cached and can say."""
+        with their stamps, and the inbox head's stamp; None unless every source is cached and can say.
+        ``pull_authors`` False: None too when the reader merges a pull author in (a list's reader,
+        whose pull authors' replies its list's rule decides, docs/lists.md)."""
         if not self.usable:
             return None
         data = self._data
@@ -252,7 +254,7 @@ class ReadCache:
         if head is None or not self._kept(head):
             return None
         plan = head.home_plan(user_id)
-        if plan is None or not plan.cacheable:
+        if plan is None or not plan.cacheable or (plan.pull_authors and not pull_authors):
             return None  # a reader merging pull reposters in: its repost rows are decided with lookups
         inbox = head.first(n, before)
         if inbox is None:

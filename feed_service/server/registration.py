@@ -63,6 +63,9 @@ def add_timeline_service(servicer: Any, server: grpc.aio.Server) -> None:
         "GetProfile": unary(servicer.GetProfile, parser(pb.GetProfileRequest), serialize),
         "WatchHomeTimeline": stream(servicer.WatchHomeTimeline, parser(pb.WatchHomeTimelineRequest), serialize),
         "GetUserTimeline": unary(servicer.GetUserTimeline, parser(pb.GetUserTimelineRequest), serialize),
+        "GetListTimeline": unary(servicer.GetListTimeline, parser(pb.GetListTimelineRequest), serialize),
+        "WatchListTimeline": stream(servicer.WatchListTimeline, parser(pb.WatchListTimelineRequest), serialize),
+        "ListLists": unary(servicer.ListLists, parser(pb.ListListsRequest), serialize),
     }
     missing = set(pb.DESCRIPTOR.services_by_name["TimelineService"].methods_by_name) - set(handlers)
     if missing:  # a method added to the proto must be registered here too

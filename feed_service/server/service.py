@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import grpc
 
@@ -48,16 +48,19 @@ from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.core.join import DEFAULT_INBOX_CAP
 from feed_service.server import auth
 from feed_service.server.activity import ReadReporter
-from feed_service.server.calls import CallPlumbing, RpcFailure, authorize_timeline, check_id, rpc
+from feed_service.core.list_readers import list_reader
+from feed_service.core.per_reader.pull_reposts import ListRule
+from feed_service.server.calls import CallPlumbing, RpcFailure, authorize_timeline, check_id, check_user_id, rpc
 from feed_service.server.change_feed import ChangeFeed
 from feed_service.server.hydration import EntryHydrator, ProfileCache, hydrate_profiles
+from feed_service.server.list_access import owned_rule
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_AUTHOR_PAGE, KIND_PAGE, PageTokenCodec
 from feed_service.server.paging import MAX_PAGE_SIZE, Pager, page_size
 from feed_service.server.pull_sources import PullSources
 from feed_service.server.rate_limit import RateLimiter
 from feed_service.server.read_cache import ReadCache
-from feed_service.server.timeline_reads import TimelineReads
+from feed_service.server.timeline_reads import TimelineReads, list_rule_of
 from feed_service.server.watch import HomeWatch, Messages
 from feed_service.server.watch_hub import WatchHub
 from feed_service.settings import check_inbox_cap
@@ -141,30 +144,60 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         return await store.blocks(author_id, reader, timeout=timeout)
 
     # -- RPCs ------------------------------------------------------------------------------
+    async def _list_rule(self, store: TimelineStore, user_id: str, list_id: str, budget: float) -> ListRule:
+        """The rule of list ``list_id`` for its owner ``user_id``, from its reader's statics (one
+        single-partition read): NOT_FOUND while the list does not exist (``list_owner`` null),
+        PERMISSION_DENIED when another user owns it (docs/api.md#lists)."""
+        return owned_rule(list_rule_of(await store.statics(list_reader(list_id), timeout=budget)), list_id, user_id)
+
+    def _read_by(self, reader: str) -> None:
+        """Report a read of ``reader``'s timeline (a user's home, a list's reader) to the stream's driver."""
+        if self.read_activity is not None:
+            self.read_activity.read(reader)
+
+    # -- RPCs ------------------------------------------------------------------------------
     @rpc("GetHomeTimeline")
     async def GetHomeTimeline(self, request: pb.GetHomeTimelineRequest, context: grpc.aio.ServicerContext,
                               claims: auth.Claims) -> pb.GetHomeTimelineResponse:
-        user_id = check_id(request.user_id, "user_id")
+        user_id = check_user_id(request.user_id, "user_id")
         size = page_size(request.page_size)
         authorize_timeline(claims, user_id)
-        if self.read_activity is not None:
-            self.read_activity.read(user_id)
+        self._read_by(user_id)
+        return await self._home_page(user_id, request.page_token, size, context, pb.GetHomeTimelineResponse)
+
+    @rpc("GetListTimeline")
+    async def GetListTimeline(self, request: pb.GetListTimelineRequest, context: grpc.aio.ServicerContext,
+                              claims: auth.Claims) -> pb.GetListTimelineResponse:
+        user_id = check_user_id(request.user_id, "user_id")
+        list_id = check_id(request.list_id, "list_id")
+        size = page_size(request.page_size)
+        authorize_timeline(claims, user_id)
+        rule = await self._list_rule(self.calls.store(), user_id, list_id, self.calls.budget(context))
+        reader = list_reader(list_id)
+        self._read_by(reader)
+        return await self._home_page(reader, request.page_token, size, context, pb.GetListTimelineResponse, rule)
+
+    async def _home_page(self, user_id: str, page_token: str, size: int, context: grpc.aio.ServicerContext,
+                         response_type: type, rule: ListRule | None = None) -> Any:
+        """One page of ``user_id``'s home timeline (a list's reader: with its list's ``rule``), as
+        ``response_type`` (its fields those of GetHomeTimelineResponse), or its encoding."""
         cache = self.reads.live_cache()
         # an encoded page is kept under the token it answered: that token was verified for this user
-        page_key = (request.page_token, size)
+        page_key = (page_token, size)
         if cache is not None:
             encoded = cache.page_memo(user_id, page_key)
             if encoded is not None:
                 return encoded
-        before, served, limit = self.pages.start(request.page_token, user_id, KIND_PAGE, size)
+        before, served, limit = self.pages.start(page_token, user_id, KIND_PAGE, size)
         if limit <= 0:
-            return pb.GetHomeTimelineResponse()
+            return response_type()
         store = self.calls.store()
         budget = self.calls.budget(context)
-        cached = self.reads.cached_home_page(user_id, before, limit + 1)
-        rows = cached[0] if cached is not None else await self.reads.home_page(store, user_id, before, limit + 1, budget)
+        cached = self.reads.cached_home_page(user_id, before, limit + 1, rule)
+        rows = (cached[0] if cached is not None
+                else await self.reads.home_page(store, user_id, before, limit + 1, budget, rule))
         entries, next_token = await self.pages.page(store, user_id, KIND_PAGE, rows, limit, served, budget)
-        response = pb.GetHomeTimelineResponse(entries=entries, next_page_token=next_token)
+        response = response_type(entries=entries, next_page_token=next_token)
         if cache is None or cached is None or not self.pages.hydrated(rows[:limit]):
             return response
         encoded = response.SerializeToString()
@@ -230,8 +263,31 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
     @rpc("WatchHomeTimeline", streaming=True)
     def WatchHomeTimeline(self, request: pb.WatchHomeTimelineRequest, context: grpc.aio.ServicerContext,
                           claims: auth.Claims) -> Messages:
-        user_id = check_id(request.user_id, "user_id")
+        user_id = check_user_id(request.user_id, "user_id")
         authorize_timeline(claims, user_id)
-        if self.read_activity is not None:
-            self.read_activity.read(user_id)
+        self._read_by(user_id)
         return self.watch.stream(self.calls.store(), user_id, request.resume_token, context)
+
+    @rpc("WatchListTimeline", streaming=True)
+    async def WatchListTimeline(self, request: pb.WatchListTimelineRequest, context: grpc.aio.ServicerContext,
+                                claims: auth.Claims) -> Messages:
+        # WatchHomeTimeline of the list's reader, behind the owner check: its messages have the same
+        # fields and numbers, so they are sent as they are (docs/api.md#lists)
+        user_id = check_user_id(request.user_id, "user_id")
+        list_id = check_id(request.list_id, "list_id")
+        authorize_timeline(claims, user_id)
+        store = self.calls.store()
+        await self._list_rule(store, user_id, list_id, self.calls.budget(context))
+        reader = list_reader(list_id)
+        self._read_by(reader)
+        async for message in self.watch.stream(store, reader, request.resume_token, context, list_owner=user_id):
+            yield message
+
+    @rpc("ListLists")
+    async def ListLists(self, request: pb.ListListsRequest, context: grpc.aio.ServicerContext,
+                        claims: auth.Claims) -> pb.ListListsResponse:
+        owner_id = check_user_id(request.owner_id, "owner_id")
+        authorize_timeline(claims, owner_id)  # a user's lists are its own, as its timelines
+        rows = await self.calls.store().lists_of(owner_id, timeout=self.calls.budget(context))
+        return pb.ListListsResponse(lists=[pb.ListInfo(list_id=r.list_id, name=r.name, replies_policy=r.replies_policy,
+                                                       exclusive=r.exclusive) for r in rows])

@@ -26,12 +26,13 @@ import functools
 from typing import Awaitable, Callable, Collection
 
 from feed_service.core.home_plan import HomePlan, HomeStatics, home_plan, merge_home
+from feed_service.core.list_readers import list_of
 from feed_service.core.rules import push_authors
-from feed_service.core.per_reader.pull_reposts import Lookups, RepostFacts
+from feed_service.core.per_reader.pull_reposts import ListRule, Lookups, RepostFacts
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import merge_newest
 from feed_service.server.change_feed import ChangeFeed
-from feed_service.server.pull_replies import has_replies, inbox_slices, shown_slices
+from feed_service.server.pull_replies import has_replies, inbox_slices, list_shown_slices, shown_slices
 from feed_service.server.pull_sources import PullSources
 from feed_service.server.pulled_reposts import decided_slices
 from feed_service.server.read_cache import HomeSlice, ReadCache, Sources
@@ -70,21 +71,33 @@ class TimelineReads:
         return store.user_reposts_page(user_id, before=before, limit=limit, timeout=budget)
 
     async def repost_facts(self, store: TimelineStore, reader: str, reposters: list[str], need: Lookups,
-                           budget: float, *, exact: bool = False) -> RepostFacts:
+                           budget: float, *, exact: bool = False, rule: ListRule | None = None) -> RepostFacts:
         """The facts that decide a reader's repost rows (:mod:`.pulled_reposts`), looked up together;
-        ``exact``: the visible set from the store, not the read cache's memberships (which follow the
-        change topic's partitions, each at its own pace: a pushed watch decides by the store's rows)."""
+        ``exact``: the visible sets from the store, not the read cache's memberships (which follow the
+        change topic's partitions, each at its own pace: a pushed watch decides by the store's rows).
+        A home reader's ``excluded`` come from ``reader_excluded``; a list's reader (``rule``) has its
+        ``hidden`` and ``owner_sees`` looked up in its owner's ``reader_hidden`` and ``reader_visible``
+        (docs/lists.md#in-the-engine)."""
         async def nothing(value):  # type: ignore[no-untyped-def]
             return value
 
+        def visible(who: str) -> Awaitable[set[str]]:
+            if not users:
+                return nothing(set())
+            return store.visible_among(who, users, timeout=budget) if exact else self.sees(store, who, users, budget)
+
         users = need.users
-        pulled, pushed, sees, hidden = await asyncio.gather(
+        hider = reader if rule is None else rule.owner
+        pulled, pushed, sees, hidden, other = await asyncio.gather(
             store.reposts_of(need.pulled, reposters, timeout=budget) if need.pulled and reposters else nothing({}),
             store.pushed_reposts(reader, need.pushed, timeout=budget) if need.pushed else nothing({}),
-            (store.visible_among(reader, users, timeout=budget) if exact else self.sees(store, reader, users, budget))
-            if users else nothing(set()),
-            store.hidden_among(reader, users, timeout=budget) if users else nothing(set()))
-        return RepostFacts(pulled, pushed, sees, hidden)
+            visible(reader),
+            store.hidden_among(hider, users, timeout=budget) if users else nothing(set()),
+            (store.excluded_among(reader, users, timeout=budget) if users else nothing(set())) if rule is None
+            else visible(rule.owner))
+        if rule is None:
+            return RepostFacts(pulled, pushed, sees, hidden, excluded=other)
+        return RepostFacts(pulled, pushed, sees, hidden, owner_sees=other)
 
     async def _with_pull_reposts(
             self, store: TimelineStore, user_id: str, plan: HomePlan, extras: list[Entry], limit: int,
@@ -93,22 +106,25 @@ class TimelineReads:
             reposts_next: Callable[[str, Cursor, int], Awaitable[list[Entry]]]) -> tuple[list[Entry], list[list[Entry]]]:
         """The extras slice and the pull reposters' slices (``first`` of each), cut to the rows the
         reader is shown (:mod:`.pulled_reposts`), reading on with ``extras_next``/``reposts_next``."""
-        reposters = plan.pull_reposters
+        reposters, rule = plan.pull_reposters, plan.list_rule
         reposted = list(await asyncio.gather(*(first(p) for p in reposters)))
         return await decided_slices(
             user_id, extras, reposters, reposted, limit,
-            lambda need: self.repost_facts(store, user_id, list(reposters), need, budget),
-            lambda i, cursor, n: extras_next(cursor, n) if i == 0 else reposts_next(reposters[i - 1], cursor, n))
+            lambda need: self.repost_facts(store, user_id, list(reposters), need, budget, rule=rule),
+            lambda i, cursor, n: extras_next(cursor, n) if i == 0 else reposts_next(reposters[i - 1], cursor, n),
+            rule)
 
-    def cached_home_page(self, user_id: str, before: Cursor | None,
-                         limit: int) -> tuple[list[Entry], Sources, int] | None:
+    def cached_home_page(self, user_id: str, before: Cursor | None, limit: int,
+                         rule: ListRule | None = None) -> tuple[list[Entry], Sources, int] | None:
         """:meth:`home_page` when the read cache holds every source: the rows, the pull authors'
         heads they came from and the inbox head's stamp (what an encoded page depends on); no
-        await, no task. None when some source is not cached (or no cache is live)."""
+        await, no task. None when some source is not cached (or no cache is live). A list's reader
+        (``rule``) is served so only while it merges no pull author in: the cache decides a pull
+        author's replies by a home reader's rule."""
         cache = self.live_cache()
         if cache is None:
             return None
-        got = cache.home_rows(user_id, limit, before)
+        got = cache.home_rows(user_id, limit, before, pull_authors=rule is None)
         if got is None:
             return None
         sources, authors, stamp = got
@@ -143,8 +159,30 @@ class TimelineReads:
                                                                                     timeout=budget))
             for a in authors)))
 
+    async def push_of(self, store: TimelineStore, user_id: str, pull: Collection[str], budget: float) -> list[str]:
+        """The push authors of ``user_id``'s dropped inbox: the users it sees less its ``pull`` authors
+        and, for a home reader, the sources it sets aside (``reader_excluded``; a list's reader sets
+        none aside): :func:`~feed_service.core.rules.push_authors`."""
+        visible = await store.visible_users(user_id, timeout=budget)
+        excluded: set[str] = set()
+        if visible and list_of(user_id) is None:
+            excluded = await store.excluded_among(user_id, visible, timeout=budget)
+        return push_authors(visible, pull, excluded)
+
+    def pulled_shown(self, store: TimelineStore, user_id: str, plan: HomePlan, pulled: list[list[Entry]],
+                     limit: int, budget: float,
+                     further: Callable[[int, Cursor, int], Awaitable[list[Entry]]]) -> Awaitable[list[list[Entry]]]:
+        """The pull authors' slices cut to the rows the plan shows: a home reader's replies to third
+        users it sees (:func:`.pull_replies.shown_slices`), a list's reader's replies its rule admits
+        (:func:`.pull_replies.list_shown_slices`)."""
+        rule = plan.list_rule
+        if rule is None:
+            return shown_slices(user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget), further)
+        return list_shown_slices(rule, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
+                                 lambda users: self.sees(store, rule.owner, users, budget), further)
+
     async def home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
-                        budget: float) -> list[Entry]:
+                        budget: float, rule: ListRule | None = None) -> list[Entry]:
         """Up to ``limit`` entries of the home timeline older than ``before``, newest first: the
         inbox and extras slices merged with the pull authors the user follows. Two concurrent store
         reads when the user follows no pull author (the inbox slice brings the list), more only for
@@ -152,7 +190,8 @@ class TimelineReads:
 
         A reader whose inbox is not kept (the static ``inbox_dropped``, read with the slice) has its
         inbox rows computed instead from the author timelines of its push authors
-        (:meth:`dropped_inbox`, docs/activity.md)."""
+        (:meth:`dropped_inbox`, docs/activity.md). A list's reader's rows merged at read are decided
+        by the list's ``rule`` (its statics, read by the caller's owner check: a cached slice has none)."""
         cache = self.live_cache()
         if cache is None:
             got = await self._own_rows(store, user_id, before, limit, budget)
@@ -162,7 +201,11 @@ class TimelineReads:
         if inbox.pull_authors is None or inbox.pull_reposters is None or inbox.inbox_dropped is None:
             # nothing below the cursor came back, so neither did the static columns: one read of them
             inbox = (await store.statics(user_id, timeout=budget))._replace(entries=inbox.entries)
-        plan = home_plan(user_id, statics_of(inbox))
+        if rule is None and inbox.list_owner is None and list_of(user_id) is not None:
+            # a list's reader whose rule the caller did not give (a watch's head) and the cache's
+            # slice does not carry: one read of its statics
+            rule = list_rule_of(await store.statics(user_id, timeout=budget))
+        plan = home_plan(user_id, statics_of(inbox, rule))
         authors = plan.pull_authors
         if plan.dropped:
             own: list[Entry] = []  # rows an inbox not kept may still hold are stale: ignored
@@ -172,8 +215,8 @@ class TimelineReads:
         else:
             own, pushed, pulled = inbox.entries, [], await self.author_slices(store, authors, before, limit, budget)
         if any(has_replies(rows) for rows in pulled):
-            pulled = await shown_slices(
-                user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
+            pulled = await self.pulled_shown(
+                store, user_id, plan, pulled, limit, budget,
                 lambda i, cursor, n: store.author_page(authors[i], before=cursor, limit=n, timeout=budget))
         extras, reposted = got.extras, []
         if plan.decides_reposts:
@@ -191,7 +234,7 @@ class TimelineReads:
         the inbox would hold, read on past its replies to third users (docs/activity.md). One read of
         the visible set, then one slice per push author (from the heads :meth:`author_slices` keeps).
         The cost is bounded by the users the reader sees (docs/activity.md#exact-reads-without-an-inbox)."""
-        push = push_authors(await store.visible_users(user_id, timeout=budget), pull)
+        push = await self.push_of(store, user_id, pull, budget)
         slices = await self.author_slices(store, push, before, limit, budget)
         if any(has_replies(rows) for rows in slices):
             slices = await inbox_slices(
@@ -229,13 +272,13 @@ class TimelineReads:
         authors to merge and whether the inbox is kept; a reader whose inbox is not kept has it
         computed from its push authors' timelines instead (docs/activity.md)."""
         pushed = self.pushed()
-        plan = home_plan(user_id, statics_of(await store.statics(user_id, timeout=budget)))
+        plan = home_plan(user_id, statics_of(await store.statics(user_id, timeout=budget)))  # a list's rule too
         authors = plan.pull_authors
         # A pushed watch catches up from the store itself: the TTL'd heads may predate its subscription.
         newer = store.author_newer if pushed else functools.partial(self.pull.newer, store)
         push: list[str] = []
         if plan.dropped:
-            push = push_authors(await store.visible_users(user_id, timeout=budget), authors)
+            push = await self.push_of(store, user_id, authors, budget)
 
             async def nothing() -> list[Entry]:
                 return []
@@ -247,8 +290,8 @@ class TimelineReads:
             *(newer(a, after=after, limit=limit, timeout=budget) for a in (*authors, *push)))
         pulled, pushed_rows = slices[:len(authors)], slices[len(authors):]
         if any(has_replies(rows) for rows in pulled):
-            pulled = await shown_slices(
-                user_id, pulled, limit, lambda users: self.sees(store, user_id, users, budget),
+            pulled = await self.pulled_shown(
+                store, user_id, plan, pulled, limit, budget,
                 lambda i, cursor, n: store.author_newer(authors[i], after=cursor, limit=n, timeout=budget))
         if any(has_replies(rows) for rows in pushed_rows):
             pushed_rows = await inbox_slices(
@@ -264,6 +307,16 @@ class TimelineReads:
         return merge_home((own, *pushed_rows, extras, *pulled, *reposted), limit, oldest_first=True)
 
 
-def statics_of(inbox: InboxSlice) -> HomeStatics:
-    """The home plan's statics from an inbox slice's static columns (read with it, or alone)."""
-    return HomeStatics(inbox.pull_authors or (), inbox.pull_reposters or (), bool(inbox.inbox_dropped))
+def list_rule_of(inbox: InboxSlice) -> ListRule | None:
+    """The rule of a list's reader from its statics (``list_owner``, ``list_policy``); None for a
+    user's partition or a list that does not exist."""
+    if inbox.list_owner is None:
+        return None
+    return ListRule(inbox.list_owner, inbox.list_policy or "list")
+
+
+def statics_of(inbox: InboxSlice, rule: ListRule | None = None) -> HomeStatics:
+    """The home plan's statics from an inbox slice's static columns (read with it, or alone); a
+    list's reader's ``rule`` given, or read from the slice's statics."""
+    return HomeStatics(inbox.pull_authors or (), inbox.pull_reposters or (), bool(inbox.inbox_dropped),
+                       rule if rule is not None else list_rule_of(inbox))

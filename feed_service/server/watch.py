@@ -37,14 +37,15 @@ import grpc
 
 from feed_service.api import timeline_pb2 as pb
 from feed_service.core.home_plan import home_plan
-from feed_service.core.rules import push_authors
+from feed_service.core.list_readers import list_of
 from feed_service.core.rows import Cursor, Entry
 from feed_service.errors import PageTokenError
 from feed_service.server.calls import CallPlumbing, RpcFailure, deadline_capped
 from feed_service.server.hydration import EntryHydrator
+from feed_service.server.list_access import owned_rule
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageCursor, PageTokenCodec
-from feed_service.server.timeline_reads import TimelineReads, statics_of
+from feed_service.server.timeline_reads import TimelineReads, list_rule_of, statics_of
 from feed_service.server.watch_changes import WatchChanges
 from feed_service.server.watch_frames import SharedEncodings
 from feed_service.server.watch_hub import RESYNC, Subscription, WatchHub
@@ -96,8 +97,11 @@ class HomeWatch:
             self.hub.wake_all()
 
     async def stream(self, store: TimelineStore, user_id: str, resume_token: str,
-                     context: grpc.aio.ServicerContext) -> Messages:
-        """The messages of one stream of ``user_id``'s timeline (already authorized)."""
+                     context: grpc.aio.ServicerContext, *, list_owner: str | None = None) -> Messages:
+        """The messages of one stream of ``user_id``'s timeline (already authorized). A list's reader
+        (``list_owner``: the owner the caller was checked to be) is watched with its list's rule, read
+        again from its statics as its changes arrive (docs/api.md#lists): the stream ends NOT_FOUND
+        when the list stops existing, PERMISSION_DENIED when it gets another owner."""
         position: Cursor | None = None
         if resume_token:
             try:
@@ -121,10 +125,11 @@ class HomeWatch:
             start = resume_token or self.tokens.encode(PageCursor(user_id, position or BEFORE_ALL, 0, KIND_WATCH))
             await context.send_initial_metadata(((RESUME_TOKEN_HEADER, start),))
             if sub is None:
-                async for message in self._polling(store, user_id, position, context):
+                async for message in self._polling(store, user_id, position, context, list_owner):
                     yield message
                 return
-            async for message in self._pushed(hub, sub, store, user_id, position, bool(resume_token), context):
+            async for message in self._pushed(hub, sub, store, user_id, position, bool(resume_token), context,
+                                              list_owner):
                 yield message
         finally:
             if sub is not None:
@@ -141,8 +146,9 @@ class HomeWatch:
         return deadline_capped(context, self.poll_s, "deadline exceeded")
 
     async def _polling(self, store: TimelineStore, user_id: str, position: Cursor | None,
-                       context: grpc.aio.ServicerContext) -> Messages:
-        """Without the change topic: read entries newer than ``position`` every ``poll_s``."""
+                       context: grpc.aio.ServicerContext, list_owner: str | None = None) -> Messages:
+        """Without the change topic: read entries newer than ``position`` every ``poll_s`` (a list's
+        reader's owner checked first, each time)."""
         calls = self.calls
         while not self.stopping.is_set():
             try:
@@ -152,6 +158,8 @@ class HomeWatch:
                 pass
             store = calls.store()
             budget = calls.budget(context)  # every read within the call's deadline
+            if list_owner is not None:
+                owned_rule(list_rule_of(await store.statics(user_id, timeout=budget)), list_of(user_id) or user_id, list_owner)
             rows = await self.reads.home_newer(store, user_id, position, WATCH_BATCH, budget)
             if rows:
                 position = rows[-1].cursor
@@ -184,7 +192,8 @@ class HomeWatch:
                 return
 
     async def _pushed(self, hub: WatchHub, sub: Subscription, store: TimelineStore, user_id: str,
-                      position: Cursor | None, resumed: bool, context: grpc.aio.ServicerContext) -> Messages:
+                      position: Cursor | None, resumed: bool, context: grpc.aio.ServicerContext,
+                      list_owner: str | None = None) -> Messages:
         """With the change topic: catch up from Cassandra if resuming, then send what the subscription
         receives, reading nothing while nothing changes (docs/api.md#watch). The call's deadline is
         one timer that wakes the subscription, not a timeout per wait."""
@@ -196,10 +205,12 @@ class HomeWatch:
             budget = self.calls.budget(context)
             # read after subscribing: the changes since then apply on top (one read of the statics)
             plan = home_plan(user_id, statics_of(await store.statics(user_id, timeout=budget)))
+            if list_owner is not None:  # a list's reader: its rows merged at read are decided by its rule
+                state.rule = owned_rule(plan.list_rule, list_of(user_id) or user_id, list_owner)
             authors, reposters = list(plan.pull_authors), list(plan.pull_reposters)
             if plan.dropped:  # its push authors are merged in like pull authors
                 state.dropped = True
-                state.push = set(push_authors(await store.visible_users(user_id, timeout=budget), authors))
+                state.push = set(await self.reads.push_of(store, user_id, authors, budget))
                 early = sub.early_follows
                 for a in state.push:  # a pull author that became push since: it stays followed
                     if early is not None and early.get(a) == "delete":
@@ -233,3 +244,4 @@ class HomeWatch:
         finally:
             if timer is not None:
                 timer.cancel()
+

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from feed_service.core.home_plan import EXTRAS, deciding_user, shown_repost
-from feed_service.core.rules import push_authors
+from feed_service.core.home_plan import EXTRAS, shown_repost
+from feed_service.core.list_readers import list_of
 from feed_service.core.per_reader.pull_reposts import Lookups, TweetKey, key
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import (
@@ -32,9 +32,10 @@ from feed_service.core.view_changes import (
     UserRepostChange,
     VisibleChange,
 )
+from feed_service.server.list_access import owned_rule
 from feed_service.server.metrics import ServerMetrics
 from feed_service.server.page_token import KIND_WATCH, PageTokenCodec
-from feed_service.server.timeline_reads import TimelineReads
+from feed_service.server.timeline_reads import TimelineReads, list_rule_of
 from feed_service.server.watch_frames import SharedEncodings, token_field
 from feed_service.server.watch_hub import Subscription, WatchHub
 from feed_service.server.watch_state import (
@@ -108,8 +109,10 @@ class WatchChanges:
         (:meth:`_redecide`)."""
         m = _Message(hub, sub, state, store, budget)
         user_id = sub.user_id
+        if state.rule is not None:  # a list's reader: its list's rule may have changed
+            await self.list_statics_changed(m)
         undecided = {u for c in items if isinstance(c, AuthorChange) and c.entry.author_id not in state.push
-                     if (u := deciding_user(c.entry, user_id)) is not None and u not in state.sees}
+                     if (u := state.undecided(c.entry, user_id)) is not None}
         if undecided:
             await self._learn(store, user_id, undecided, state, budget)
         handlers = self.handlers
@@ -182,16 +185,16 @@ class WatchChanges:
         state, sub, user_id = m.state, m.sub, m.user_id
         u = change.user_id
         state.sees[u] = change.op == "insert"
-        if state.dropped:  # the reader's push authors are its visible set less its pull authors
-            if change.op == "insert" and u not in sub.authors:
+        if state.dropped:  # the reader's push authors: its visible set less its pull authors and excluded
+            if change.op == "insert" and u not in sub.authors and not await self._excluded(m, u):
                 await self._join_push(m, u)
             elif change.op == "delete" and u in state.push:
                 await self._leave_push(m, u)
         for author in sorted(sub.authors - state.push):
             page = await self.reads.author_page(m.store, author, None, self.inbox_cap, m.budget)
             for entry in page:
-                if deciding_user(entry, user_id) == u:
-                    m.note(AUTHOR_ROW, change.op, entry)
+                if state.deciding(entry, user_id) == u:
+                    m.note(AUTHOR_ROW, "insert" if state.shows(entry, user_id) else "delete", entry)
                     m.unmerged.add(entry.tweet_id)
 
     async def _extras(self, m: _Message, change: ExtrasChange) -> None:
@@ -258,9 +261,8 @@ class WatchChanges:
                           budget: float) -> None:
         """After a gap, the push authors of a reader whose inbox is not kept read again (the catch-up
         that follows sends what they brought above the position)."""
-        visible = await store.visible_users(sub.user_id, timeout=budget)
         pull = sub.authors - state.push
-        push = set(push_authors(visible, pull))
+        push = set(await self.reads.push_of(store, sub.user_id, pull, budget))
         for a in state.push - push:
             hub.unfollow(sub, a)
         state.push = push
@@ -293,6 +295,14 @@ class WatchChanges:
                     and (oldest is None or row.cursor > oldest)):
                 m.note(AUTHOR_ROW, "delete", row)
 
+    async def _excluded(self, m: _Message, user: str) -> bool:
+        """Whether a home reader sets ``user`` aside as a source (``reader_excluded``; a list's reader
+        sets none aside): one read. Until the excluded sources' own changes reach the watch, a change
+        of them meanwhile is seen at its next gap (:meth:`resync_push`)."""
+        if m.state.rule is not None or list_of(m.user_id) is not None:
+            return False
+        return bool(await m.store.excluded_among(m.user_id, (user,), timeout=m.budget))
+
     async def _leave_push(self, m: _Message, author: str) -> None:
         """A reader whose inbox is not kept no longer sees push author ``author``: its rows leave
         (decided again from the store when no source the watch heard of holds them)."""
@@ -319,10 +329,10 @@ class WatchChanges:
                  for u in (e.author_id, e.in_reply_to_author_id) if u is not None and u != user_id}
         facts = await self.reads.repost_facts(store, user_id, sorted(m.sub.reposters),
                                               Lookups(frozenset(tweets), frozenset(tweets), frozenset(users)), budget,
-                                              exact=True)
+                                              exact=True, rule=state.rule)
         for k, brought in sorted(tweets.items()):
             sample = samples[k]
-            shown = shown_repost(sample, user_id, facts)
+            shown = shown_repost(sample, user_id, facts, state.rule)
             winner = None if shown is None else (EXTRAS_ROW if shown[0] == EXTRAS else REPOSTER_ROW, shown[1], shown[2])
             held = state.held.get(k[1], {})
             shown_direct: tuple[str, Entry] | None = None
@@ -392,11 +402,48 @@ class WatchChanges:
 
     async def _learn(self, store: TimelineStore, user_id: str, users: set[str], state: WatchState,
                      budget: float) -> None:
-        """Note whether the reader sees each of ``users`` (one read for all: the cache's or the store's)."""
+        """Note whether the reader sees each of ``users`` (one read for all: the cache's or the store's);
+        a list's reader's owner too (what its ``followed`` policy reads)."""
         if users:
             seen = await self.reads.sees(store, user_id, users, budget)
             for u in users:
                 state.sees.setdefault(u, u in seen)  # a visible-set change noted meanwhile is newer
+            if state.rule is not None:
+                owner_seen = await self.reads.sees(store, state.rule.owner, users, budget)
+                for u in users:
+                    state.owner_sees.setdefault(u, u in owner_seen)
+
+    # -- a list's rule, decided again -------------------------------------------------------
+
+    async def list_statics_changed(self, m: _Message) -> None:
+        """The hook of a change of a list's reader's statics (its owner, its replies policy): the
+        rule read again from the store (one read), the stream ended when the list no longer exists
+        (NOT_FOUND) or has another owner (PERMISSION_DENIED), and the pull authors' rows decided
+        again under a new policy. Called for every batch of changes a list's watch receives until
+        the list's own change kind is routed to it; then from :meth:`_list_change` only
+        (docs/api.md#lists)."""
+        state = m.state
+        owner = state.rule.owner  # type: ignore[union-attr]  # a list's watch has its rule
+        rule = owned_rule(list_rule_of(await m.store.statics(m.user_id, timeout=m.budget)),
+                          list_of(m.user_id) or m.user_id, owner)
+        if rule == state.rule:
+            return
+        state.rule = rule
+        state.owner_sees.clear()
+        for author in sorted(m.sub.authors - state.push):  # their replies, decided by the new policy
+            page = await self.reads.author_page(m.store, author, None, self.inbox_cap, m.budget)
+            await self._learn(m.store, m.user_id, _undecided(page, m.user_id, state), state, m.budget)
+            for entry in page:
+                if state.deciding(entry, m.user_id) is not None:
+                    m.note(AUTHOR_ROW, "insert" if state.shows(entry, m.user_id) else "delete", entry)
+                    m.unmerged.add(entry.tweet_id)
+
+    async def _list_change(self, m: _Message, change: object) -> None:
+        """HOOK for the list's change kind (``ListChange`` of docs/lists.md, not in this branch): to be
+        registered in :data:`handlers` as ``ListChange: _list_change`` once the kind exists and the
+        hub routes it to the list's reader; :meth:`message` may then stop calling
+        :meth:`list_statics_changed` for every batch."""
+        await self.list_statics_changed(m)
 
     def token_field(self, user_id: str, state: WatchState) -> bytes:
         """The encoded resume token of the stream's position, minted again only when it moved."""
@@ -424,4 +471,4 @@ async def _as_now(store: TimelineStore, k: TweetKey, brought: Brought, budget: f
 
 
 def _undecided(rows: list[Entry], reader: str, state: WatchState) -> set[str]:
-    return {u for e in rows if (u := deciding_user(e, reader)) is not None and u not in state.sees}
+    return {u for e in rows if (u := state.undecided(e, reader)) is not None}

@@ -10,7 +10,8 @@ while it moves between them; the newest row held is what the client is sent. Pur
 
 from __future__ import annotations
 
-from feed_service.core.home_plan import DROPPED_INBOX, PULL_AUTHOR, shows_row
+from feed_service.core.home_plan import DROPPED_INBOX, PULL_AUTHOR, deciding_user, shows_row
+from feed_service.core.per_reader.pull_reposts import ListRule
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.timeline_merge import timeline_order
 from feed_service.core.view_changes import AuthorChange, ExtrasChange, TimelineChange, UserRepostChange
@@ -36,7 +37,8 @@ class WatchState:
     whether the reader sees each user a pull author's reply was decided by (``sees``). For a reader
     whose inbox is not kept (``dropped``), ``push`` holds the push authors merged in as "a" too."""
 
-    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token", "dropped", "push", "seen_users")
+    __slots__ = ("position", "seen", "read", "held", "sees", "token_at", "token", "dropped", "push", "seen_users",
+                 "rule", "owner_sees", "owner_seen_users")
 
     #: Rows whose last write timestamp a watch remembers (the oldest are forgotten first); the same
     #: bound holds the tweets' sources and the memberships.
@@ -56,6 +58,11 @@ class WatchState:
         self.dropped = False
         #: the push authors merged in (a subset of the hub's ``Subscription.authors``): only while dropped
         self.push: set[str] = set()
+        #: a list's reader: its list's rule (docs/lists.md#in-the-engine), and what its owner sees of
+        #: the users a pull author's reply is decided by (``owner_sees``, as ``sees``)
+        self.rule: ListRule | None = None
+        self.owner_sees: dict[str, bool] = {}
+        self.owner_seen_users = _Seen(self.owner_sees)
 
     def fresh(self, change: TimelineChange | AuthorChange | ExtrasChange) -> bool:
         """False for a change at or below a write timestamp already applied to its row (a replay).
@@ -80,7 +87,19 @@ class WatchState:
         push author's (merged in while the inbox is not kept) only if the inbox would hold it."""
         if entry.author_id in self.push:
             return shows_row(DROPPED_INBOX, entry, reader)
-        return shows_row(PULL_AUTHOR, entry, reader, self.seen_users)
+        return shows_row(PULL_AUTHOR, entry, reader, self.seen_users, self.rule, self.owner_seen_users)
+
+    def deciding(self, entry: Entry, reader: str) -> str | None:
+        """The user a pull author's row is decided by (None: always shown): for a list's reader, as
+        for its owner (a reply to the owner always shows, docs/lists.md#why-these-rules)."""
+        return deciding_user(entry, reader if self.rule is None else self.rule.owner)
+
+    def undecided(self, entry: Entry, reader: str) -> str | None:
+        """:meth:`deciding`, unless what decides it is noted already."""
+        u = self.deciding(entry, reader)
+        if u is None or (u in self.sees and (self.rule is None or u in self.owner_sees)):
+            return None
+        return u
 
     def holds(self, tweet_id: str, source: str) -> bool:
         held = self.held.get(tweet_id)
@@ -116,7 +135,7 @@ class WatchState:
 
     def bound(self) -> None:
         """Forget the oldest sources, memberships and read versions beyond the limit."""
-        for memo in (self.held, self.sees, self.read):
+        for memo in (self.held, self.sees, self.read, self.owner_sees):
             while len(memo) > self.SEEN_LIMIT:
                 del memo[next(iter(memo))]
 

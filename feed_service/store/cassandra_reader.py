@@ -16,7 +16,8 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``, ``h
 ``author_*``       the same two slices of ``author_timeline`` by ``author_id``
 ``inbox``          ``page`` with the static ``pull_authors``, ``pull_reposters`` and ``inbox_dropped``:
                    one read for all
-``statics``        those three static columns alone (``LIMIT 1``)
+                   (and a list's reader's ``list_owner``, ``list_policy``)
+``statics``        those five static columns alone (``LIMIT 1``)
 ``visible_users``  ``reader_visible WHERE reader_id = ?``: the whole partition, unpaged
 ``pull_authors``   ``home_timeline``'s static ``pull_authors`` alone (``LIMIT 1``)
 ``pull_reposters`` ``home_timeline``'s static ``pull_reposters`` alone (``LIMIT 1``)
@@ -24,6 +25,8 @@ Queries (``home_timeline`` clusters by ``(created_at DESC, tweet_id DESC)``, ``h
 ``user_reposts_*`` ``page`` and ``newer`` of ``user_reposts`` by ``user_id``, on ``(at, tweet_id)``
 ``visible_among``  ``reader_visible WHERE reader_id = ? AND user_id IN ?`` (in chunks of 100 ids)
 ``hidden_among``   ``reader_hidden``, the same way
+``excluded_among`` ``reader_excluded``, the same way
+``lists_of``       ``lists WHERE owner_id = ?``: the whole partition, unpaged
 ``reposts_of``     ``reposts_by_tweet WHERE tweet_id = ? AND reposter_id IN ?``, one read per tweet
                    (concurrently), rows naming another author dropped
 ``pushed_reposts`` ``home_extras_reposts WHERE reader_id = ? AND tweet_id IN ?`` (chunks of 100 ids)
@@ -47,7 +50,7 @@ from feed_service.core.rows import Cursor, Entry, ProfileKey, ProfileRow
 from feed_service.errors import StoreError, StoreTimeout, StoreUnavailable
 from feed_service.security.roles import SERVER
 from feed_service.store.permission import permission_denied
-from feed_service.store.ports import InboxSlice
+from feed_service.store.ports import InboxSlice, ListRow
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -196,17 +199,20 @@ class CassandraReader:
         self._reposts = _Slices(session, f"{ks}.user_reposts", "user_id", position="at", columns=_REPOST_COLUMNS)
         self._visible = p(f"SELECT user_id FROM {ks}.reader_visible WHERE reader_id = ? AND user_id IN ?")
         self._hidden = p(f"SELECT user_id FROM {ks}.reader_hidden WHERE reader_id = ? AND user_id IN ?")
+        self._excluded = p(f"SELECT user_id FROM {ks}.reader_excluded WHERE reader_id = ? AND user_id IN ?")
+        # an owner's lists in one response (no paging): bounded by the lists one user makes
+        self._lists = p(f"SELECT list_id, name, replies_policy, exclusive FROM {ks}.lists WHERE owner_id = ?")
+        self._lists.fetch_size = None
         self._reposts_of = p(f"SELECT reposter_id, author_id, reposted_at FROM {ks}.reposts_by_tweet"
                              " WHERE tweet_id = ? AND reposter_id IN ?")
         self._pushed = p(f"SELECT tweet_id, author_id, reposted_at, reposted_by FROM {ks}.home_extras_reposts"
                          " WHERE reader_id = ? AND tweet_id IN ?")
         # the inbox with the partition's static sets, so a page needs no read of pull_follows
-        with_pull = (f"SELECT {_ENTRY_COLUMNS}, pull_authors, pull_reposters, inbox_dropped FROM {ks}.home_timeline"
-                     " WHERE timeline_id = ?")
+        statics = "pull_authors, pull_reposters, inbox_dropped, list_owner, list_policy"
+        with_pull = f"SELECT {_ENTRY_COLUMNS}, {statics} FROM {ks}.home_timeline WHERE timeline_id = ?"
         self._inbox_first = p(f"{with_pull} LIMIT ?")
         self._inbox_before = p(f"{with_pull} AND (created_at, tweet_id) < (?, ?) LIMIT ?")
-        self._statics = p(f"SELECT pull_authors, pull_reposters, inbox_dropped FROM {ks}.home_timeline"
-                          " WHERE timeline_id = ? LIMIT 1")
+        self._statics = p(f"SELECT {statics} FROM {ks}.home_timeline WHERE timeline_id = ? LIMIT 1")
         # a reader's whole visible set in one response (no paging): bounded by the users it follows
         self._visible_all = p(f"SELECT user_id FROM {ks}.reader_visible WHERE reader_id = ?")
         self._visible_all.fetch_size = None
@@ -279,16 +285,17 @@ class CassandraReader:
         if not rows:  # no partition at all (first slice), or nothing below the cursor
             return InboxSlice([], [], [], False) if before is None else InboxSlice([], None, None, None)
         # every row carries the static columns; a partition holding only them reads as one keyless row
-        pull, reposters, *dropped = rows[0][8:]
+        pull, reposters, dropped, owner, policy = rows[0][8:]
         return InboxSlice([_new_entry(Entry, r) for r in rows if r[0] is not None], sorted(pull) if pull else [],
-                          sorted(reposters) if reposters else [], bool(dropped and dropped[0]))
+                          sorted(reposters) if reposters else [], bool(dropped), owner, policy)
 
     async def statics(self, timeline_id: str, *, timeout: float) -> InboxSlice:
         rows = await self._execute(self._statics, (timeline_id,), timeout)
         if not rows:
             return InboxSlice([], [], [], False)
-        pull, reposters, dropped = rows[0]
-        return InboxSlice([], sorted(pull) if pull else [], sorted(reposters) if reposters else [], bool(dropped))
+        pull, reposters, dropped, owner, policy = rows[0]
+        return InboxSlice([], sorted(pull) if pull else [], sorted(reposters) if reposters else [], bool(dropped),
+                          owner, policy)
 
     async def visible_users(self, reader_id: str, *, timeout: float) -> list[str]:
         return sorted(r[0] for r in await self._execute(self._visible_all, (reader_id,), timeout))
@@ -343,6 +350,14 @@ class CassandraReader:
 
     async def hidden_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
         return {r[0] for r in await self._among(self._hidden, reader_id, user_ids, timeout)}
+
+    async def excluded_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        return {r[0] for r in await self._among(self._excluded, reader_id, user_ids, timeout)}
+
+    async def lists_of(self, owner_id: str, *, timeout: float) -> list[ListRow]:
+        rows = await self._execute(self._lists, (owner_id,), timeout)
+        return sorted(ListRow(list_id, name or "", policy or "", bool(exclusive))
+                      for list_id, name, policy, exclusive in rows)
 
     async def reposts_of(self, tweets: Collection[TweetKey], reposters: Collection[str], *,
                          timeout: float) -> dict[TweetKey, list[Repost]]:

@@ -37,7 +37,7 @@ from feed_service.core.rows import (
     TweetWrite,
 )
 from feed_service.errors import StoreError, StoreUnavailable
-from feed_service.store.ports import InboxSlice, WriteCounts
+from feed_service.store.ports import InboxSlice, ListRow, WriteCounts
 
 
 class MemoryStore:
@@ -73,6 +73,12 @@ class MemoryStore:
         self.dropped: set[str] = set()
         """The timelines whose static ``inbox_dropped`` is true (docs/activity.md): the driver's
         writes, set directly by tests."""
+        self.excluded: dict[str, set[str]] = {}
+        """reader_id -> the users it sets aside as sources: the rows of ``reader_excluded``."""
+        self.list_statics: dict[str, tuple[str, str]] = {}
+        """list reader id -> (list_owner, list_policy): the statics of a live list's inbox partition."""
+        self.lists: dict[str, dict[str, ListRow]] = {}
+        """owner_id -> list_id -> its row of ``lists``."""
         self.written: dict[tuple[Hashable, ...], tuple[int, object]] = {}
         """(table, *primary key) -> (write timestamp, row or None: a delete) of every row
         :meth:`write` wrote, what a later write must beat (the ``add_*`` helpers bypass it)."""
@@ -92,6 +98,12 @@ class MemoryStore:
 
     def add_block(self, blocker_id: str, blocked_id: str) -> None:
         self.blocked.add((blocker_id, blocked_id))
+
+    def add_list(self, owner_id: str, list_id: str, reader_id: str, *, name: str = "", replies_policy: str = "list",
+                 exclusive: bool = False) -> None:
+        """A live list: its ``lists`` row and the statics of its reader's (``reader_id``) partition."""
+        self.lists.setdefault(owner_id, {})[list_id] = ListRow(list_id, name, replies_policy, exclusive)
+        self.list_statics[reader_id] = (owner_id, replies_policy)
 
     def add_profile(self, row: ProfileRow) -> None:
         self.profile_rows[(row.user_id, row.version)] = row
@@ -245,13 +257,15 @@ class MemoryStore:
         reposters = sorted(self.reposters_pull.get(timeline_id, ()))
         # as Cassandra: below a cursor, the static columns come only with a row
         if before is None or entries:
-            return InboxSlice(entries, pull, reposters, timeline_id in self.dropped)
+            return InboxSlice(entries, pull, reposters, timeline_id in self.dropped,
+                              *self.list_statics.get(timeline_id, (None, None)))
         return InboxSlice(entries, None, None, None)
 
     async def statics(self, timeline_id: str, *, timeout: float) -> InboxSlice:
         self._check("statics")
         return InboxSlice([], sorted(self.follows_pull.get(timeline_id, ())),
-                          sorted(self.reposters_pull.get(timeline_id, ())), timeline_id in self.dropped)
+                          sorted(self.reposters_pull.get(timeline_id, ())), timeline_id in self.dropped,
+                          *self.list_statics.get(timeline_id, (None, None)))
 
     async def visible_users(self, reader_id: str, *, timeout: float) -> list[str]:
         self._check("visible_users")
@@ -324,6 +338,15 @@ class MemoryStore:
         self._check("hidden_among")
         hidden = self.hidden.get(reader_id, set())
         return {u for u in user_ids if u in hidden}
+
+    async def excluded_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        self._check("excluded_among")
+        excluded = self.excluded.get(reader_id, set())
+        return {u for u in user_ids if u in excluded}
+
+    async def lists_of(self, owner_id: str, *, timeout: float) -> list[ListRow]:
+        self._check("lists_of")
+        return [row for _, row in sorted(self.lists.get(owner_id, {}).items())]
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         self._check("tweet")

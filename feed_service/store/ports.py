@@ -55,6 +55,21 @@ class InboxSlice(NamedTuple):
     inbox_dropped: bool | None = False
     """The static ``inbox_dropped``: True while the inbox is not kept (the reader is inactive or its
     inbox is being rebuilt), so its rows must not be read (docs/activity.md); None as ``pull_authors``."""
+    list_owner: str | None = None
+    """A list's reader (``list_reader(L)``): the static ``list_owner``, the owner of the live list L;
+    None for a user's partition, for a list that does not exist (deleted, or never created), or as
+    ``pull_authors`` when the read cannot tell (docs/lists.md)."""
+    list_policy: str | None = None
+    """A list's reader: the static ``list_policy``, the list's replies policy; None as ``list_owner``."""
+
+
+class ListRow(NamedTuple):
+    """A live list of one owner: a row of ``lists`` (docs/lists.md)."""
+
+    list_id: str
+    name: str
+    replies_policy: str
+    exclusive: bool
 
 
 class TimelineStore(Protocol):
@@ -72,7 +87,8 @@ class TimelineStore(Protocol):
 
     async def statics(self, timeline_id: str, *, timeout: float) -> InboxSlice:
         """The inbox partition's static columns alone (no entries): the pull authors, the pull
-        reposters and ``inbox_dropped`` (False when unset), in one read."""
+        reposters and ``inbox_dropped`` (False when unset), and a list's reader's ``list_owner`` and
+        ``list_policy``, in one read."""
 
     async def visible_users(self, reader_id: str, *, timeout: float) -> list[str]:
         """Every user ``reader_id`` sees (its whole ``reader_visible`` partition), sorted: bounded by
@@ -128,6 +144,13 @@ class TimelineStore(Protocol):
 
     async def hidden_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
         """Those of ``user_ids`` whose tweets are hidden from ``reader_id`` (``reader_hidden``)."""
+
+    async def excluded_among(self, reader_id: str, user_ids: Collection[str], *, timeout: float) -> set[str]:
+        """Those of ``user_ids`` that ``reader_id`` sets aside as sources of its home timeline, the
+        members of its exclusive lists (``reader_excluded``, docs/lists.md#exclusive-lists)."""
+
+    async def lists_of(self, owner_id: str, *, timeout: float) -> list["ListRow"]:
+        """The live lists of ``owner_id`` (its ``lists`` partition), sorted by list id."""
 
     async def tweet(self, tweet_id: str, *, timeout: float) -> Entry | None:
         """The latest version of a tweet; None when unknown or deleted."""

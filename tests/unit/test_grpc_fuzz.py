@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from feed_service.api import timeline_pb2 as pb
+from feed_service.core.list_readers import list_reader
 from feed_service.core.rows import Entry, ProfileRow
 from feed_service.server import auth
 from feed_service.server.config import ServerConfig
@@ -45,6 +46,12 @@ DOCUMENTED = {
                         C.UNAVAILABLE, C.DEADLINE_EXCEEDED, C.CANCELLED},
     "WatchHomeTimeline": {C.OK, C.UNAUTHENTICATED, C.INVALID_ARGUMENT, C.PERMISSION_DENIED, C.RESOURCE_EXHAUSTED,
                           C.UNAVAILABLE, C.DEADLINE_EXCEEDED, C.CANCELLED},
+    "GetListTimeline": {C.OK, C.UNAUTHENTICATED, C.INVALID_ARGUMENT, C.PERMISSION_DENIED, C.NOT_FOUND,
+                        C.RESOURCE_EXHAUSTED, C.UNAVAILABLE, C.DEADLINE_EXCEEDED, C.CANCELLED},
+    "WatchListTimeline": {C.OK, C.UNAUTHENTICATED, C.INVALID_ARGUMENT, C.PERMISSION_DENIED, C.NOT_FOUND,
+                          C.RESOURCE_EXHAUSTED, C.UNAVAILABLE, C.DEADLINE_EXCEEDED, C.CANCELLED},
+    "ListLists": {C.OK, C.UNAUTHENTICATED, C.INVALID_ARGUMENT, C.PERMISSION_DENIED, C.RESOURCE_EXHAUSTED,
+                  C.UNAVAILABLE, C.DEADLINE_EXCEEDED, C.CANCELLED},
     "grpc.health.v1.Health/Check": {C.OK, C.NOT_FOUND, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.DEADLINE_EXCEEDED},
     "grpc.health.v1.Health/Watch": {C.OK, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.DEADLINE_EXCEEDED, C.CANCELLED},
 }
@@ -73,6 +80,10 @@ def server():
         for v in (1, 2):
             store.add_profile(ProfileRow(user, v, f"{user} v{v}", "", None))
     store.add_block("bob", "cat")
+    for owner, list_id in (("ann", "L1"), ("bob", "L2")):  # lists of known users, read by their owner or not
+        store.add_list(owner, list_id, list_reader(list_id))
+        for n in range(0, 30, 3):
+            store.add_entry(list_reader(list_id), store.tweets[f"t{n:04d}"])
     config = ServerConfig(auth_secret=TEST_SECRET, metrics_port=None, watch_poll_s=0.05, shutdown_grace_s=0.5,
                           change_feed=False, rate_limit_per_s=0)
     with ServerThread(config, store=store) as running:
@@ -97,6 +108,7 @@ def tokens(server: ServerThread) -> list[str]:
 # that a good share of the calls pass authentication and validation and reach the store)
 ids = st.one_of(st.sampled_from(USERS + ["t0003", "t0004"]), st.sampled_from(USERS),
                 st.sampled_from(["", "x" * 128, "x" * 129]), st.text(max_size=140))
+list_ids = st.one_of(st.sampled_from(["L1", "L2"]), st.sampled_from(["L1", "L2"]), ids)
 
 
 def mutated(text: str) -> st.SearchStrategy[str]:
@@ -121,6 +133,13 @@ def messages(method: str, real: list[str]) -> st.SearchStrategy:
         return st.builds(REQUESTS[method], user_id=ids, page_size=sizes, page_token=page_tokens(real))
     if method == "WatchHomeTimeline":
         return st.builds(pb.WatchHomeTimelineRequest, user_id=ids, resume_token=page_tokens(real))
+    if method == "GetListTimeline":
+        return st.builds(pb.GetListTimelineRequest, user_id=ids, list_id=list_ids, page_size=sizes,
+                         page_token=page_tokens(real))
+    if method == "WatchListTimeline":
+        return st.builds(pb.WatchListTimelineRequest, user_id=ids, list_id=list_ids, resume_token=page_tokens(real))
+    if method == "ListLists":
+        return st.builds(pb.ListListsRequest, owner_id=ids)
     if method == "GetTweet":
         return st.builds(pb.GetTweetRequest, tweet_id=ids)
     if method == "GetProfile":
@@ -215,9 +234,9 @@ def requests(draw, server: ServerThread, real: list[str], methods: list[str]):
         return method, draw(payloads(messages(method, real))), draw(metadata(server))
     user = draw(st.sampled_from(USERS))
     request = draw(messages(method, real))
-    for field in ("user_id", "tweet_id"):
+    for field in ("user_id", "tweet_id", "owner_id"):
         if field in REQUESTS[method].DESCRIPTOR.fields_by_name:
-            setattr(request, field, user if field == "user_id" else draw(st.sampled_from(["t0003", "t0004"])))
+            setattr(request, field, user if field != "tweet_id" else draw(st.sampled_from(["t0003", "t0004"])))
     if "page_size" in REQUESTS[method].DESCRIPTOR.fields_by_name:
         request.page_size = draw(st.integers(0, 30))
     for field in ("page_token", "resume_token"):
@@ -229,7 +248,7 @@ def requests(draw, server: ServerThread, real: list[str], methods: list[str]):
     spoil = draw(st.sampled_from(["none", "none", "id", "size", "token"]))  # one field fuzzed, or none
     fields = REQUESTS[method].DESCRIPTOR.fields_by_name
     if spoil == "id":
-        setattr(request, "tweet_id" if "tweet_id" in fields else "user_id", draw(ids))
+        setattr(request, next(f for f in ("tweet_id", "owner_id", "user_id") if f in fields), draw(ids))
     elif spoil == "size" and "page_size" in fields:
         request.page_size = draw(st.integers(-2**31, 2**31 - 1))
     elif spoil == "token" and ("page_token" in fields or "resume_token" in fields):
@@ -282,12 +301,11 @@ def test_watch_ends_with_documented_statuses(server: ServerThread, channel: grpc
     seen: set[grpc.StatusCode] = set()
 
     @settings(FUZZ, max_examples=examples(30))
-    @given(requests(server, tokens, ["WatchHomeTimeline"]), st.one_of(st.none(), st.floats(0.0, 0.2)))
+    @given(requests(server, tokens, sorted(STREAMING)), st.one_of(st.none(), st.floats(0.0, 0.2)))
     def run(case, cancel_after: float | None) -> None:
-        _, data, md = case
-        code = call(channel, f"/{SERVICE.full_name}/WatchHomeTimeline", data, md, True, cancel_after,
-                    WATCH_TIMEOUT_S)
-        check("WatchHomeTimeline", code, cancelled=cancel_after is not None)
+        method, data, md = case
+        code = call(channel, f"/{SERVICE.full_name}/{method}", data, md, True, cancel_after, WATCH_TIMEOUT_S)
+        check(method, code, cancelled=cancel_after is not None)
         seen.add(code)
 
     run()

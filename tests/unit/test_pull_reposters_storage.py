@@ -133,8 +133,9 @@ class TableSession:
         self.by_tweet = {"t1": [("cat", "bob", 50), ("dan", "bob", 40), ("eve", "zed", 30)], "t2": [("cat", "bob", 70)]}
         self.pushed = {"ann": [("t1", "bob", 45, "fay"), ("t2", "zed", 80, "fay")]}
         self.hidden = {"ann": [f"u{i}" for i in range(0, 250, 2)]}
-        self.statics = {"ann": [("t9", "bob", 1, 1, "x", 1, "", "", {"star"}, {"pat", "cat"})],
-                        "cat": [(None, None, None, None, None, None, None, None, None, {"pat"})]}
+        # the inbox's columns, then its statics: pull_authors, pull_reposters, inbox_dropped, list_owner, list_policy
+        self.statics = {"ann": [("t9", "bob", 1, 1, "x", 1, "", "", {"star"}, {"pat", "cat"}, None, None, None)],
+                        "cat": [(None, None, None, None, None, None, None, None, None, {"pat"}, None, None, None)]}
         self.calls: list[tuple[str, tuple]] = []
 
     def execute_async(self, statement: str, params: tuple, timeout: float, execution_profile: Any) -> Answer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from feed_service.core.events import FollowChange, ListFollow, RefillRequest, TweetUpsert, event_to_json, join_keys, parse_event
+from feed_service.core.events import Exclusion, FollowChange, ListFollow, RefillRequest, TweetUpsert, event_to_json, join_keys, parse_event
 from feed_service.core.join import step
 from feed_service.core.list_readers import list_reader
 from feed_service.settings import Settings
@@ -59,6 +59,16 @@ def test_a_members_key_answers_a_lists_readers_refill_as_a_followers() -> None:
         ("update", "t2", (lr,)), ("update", "t1", (lr,)), ("update", "t0", (lr,))]
     rebuild = step(first.state, rebuild_requests({lr: ("bob",)}))
     assert [d.entry.tweet_id for d in rebuild.deltas] == ["t3", "t2", "t1", "t0", "r1"]
+
+
+def test_a_key_answers_nothing_to_an_owner_that_sets_its_author_aside() -> None:
+    """The store's push authors of a home reader are its visible users less its pull authors
+    (``CassandraRefillCheck``, ``CassandraActivity``): a member of the reader's exclusive list is
+    asked too, and its key, which withholds the owner's inbox rows, answers nothing."""
+    first = step(None, [FollowChange("own", "bob", 1, "follow"), Exclusion("own", "bob", 1, "exclude"), *_tweets(3)])
+    assert [d.timeline_ids for d in first.deltas] == []
+    for request in (RefillRequest("own", "bob", 102, "t2", 2), *rebuild_requests({"own": ("bob",)})):
+        assert step(first.state, [request]).deltas == ()
 
 class FakeCheck:
     def __init__(self, shorts: list[ShortInbox]) -> None:

@@ -459,7 +459,7 @@ def exact_timelines(events: Iterable[Event | RawEvent], *, inbox_cap: int, trim_
     tweets (nothing left the engine's retained set) and the user's join never held more than
     ``inbox_cap + trim_slack`` rows (no trim cut anything). Both are bounded over the whole
     history whatever its order: every tweet id an author ever used, times every author the user
-    ever followed, so the answer holds for any batching.
+    ever followed, so the answer holds for any batching. :func:`exact_lists` is the same for lists.
 
     >>> follow = '{"type":"follow","op":"%s","follower_id":"%s","followee_id":"bob","version":%d}'
     >>> tweet = ('{"type":"tweet","op":"upsert","tweet_id":"t%d","author_id":"bob","version":1,'
@@ -473,24 +473,68 @@ def exact_timelines(events: Iterable[Event | RawEvent], *, inbox_cap: int, trim_
     []
     """
     events = list(_events(events))
-    users = {ev.follower_id for ev in events if isinstance(ev, FollowChange)}
+    followed: dict[str, set[str]] = {}
+    for ev in events:
+        if isinstance(ev, FollowChange):
+            authors = followed.setdefault(ev.follower_id, set())
+            if ev.active:
+                authors.add(ev.followee_id)
+    return _never_cut(events, followed, inbox_cap=inbox_cap, trim_slack=trim_slack)
+
+
+def exact_lists(events: Iterable[Event | RawEvent], *, inbox_cap: int, trim_slack: int) -> frozenset[str]:
+    """The lists whose trimmed timeline must equal the reference's first ``inbox_cap`` entries:
+    :func:`exact_timelines` for a list's reader (its inbox is trimmed as a home's is,
+    docs/lists.md#in-the-engine), with "followed" read as "was ever a member". Without removals
+    every list any change names; with them, the lists nothing was ever pushed out of: no author had
+    more than ``inbox_cap`` tweets and the tweets (and reposts) of every user ever added to the
+    list, at any version, whether or not it was live, are at most ``inbox_cap + trim_slack``.
+
+    >>> create = '{"type":"list","op":"create","list_id":"%s","owner_id":"own","version":1,"name":"n"}'
+    >>> add = '{"type":"list_member","op":"%s","list_id":"%s","member_id":"%s","version":%d}'
+    >>> tweet = ('{"type":"tweet","op":"upsert","tweet_id":"t%d","author_id":"%s","version":1,'
+    ...          '"created_at":%d,"text":"x","profile_version":1}')
+    >>> history = ([create % "L", create % "M", add % ("add", "L", "bob", 1), add % ("add", "M", "bob", 1),
+    ...             add % ("add", "M", "cat", 1)] + [tweet % (i, "bob", i) for i in range(2)] + [tweet % (9, "cat", 9)])
+    >>> sorted(exact_lists(history, inbox_cap=1, trim_slack=0))   # no removals: all
+    ['L', 'M']
+    >>> removed = history + [add % ("remove", "M", "cat", 2)]    # M's reader held 3 rows, a removed member's too
+    >>> sorted(exact_lists(removed, inbox_cap=2, trim_slack=0)), sorted(exact_lists(removed, inbox_cap=2, trim_slack=1))
+    (['L'], ['L', 'M'])
+    >>> sorted(exact_lists(removed, inbox_cap=1, trim_slack=9))   # bob had 2 tweets > cap 1
+    []
+    """
+    events = list(_events(events))
+    members: dict[str, set[str]] = {}
+    for ev in events:
+        if isinstance(ev, ListChange):
+            members.setdefault(ev.list_id, set())
+        elif isinstance(ev, ListMemberChange):
+            added = members.setdefault(ev.list_id, set())
+            if ev.active:
+                added.add(ev.member_id)
+    return _never_cut(events, members, inbox_cap=inbox_cap, trim_slack=trim_slack)
+
+
+def _never_cut(events: Sequence[Event], sources: Mapping[str, Collection[str]], *, inbox_cap: int,
+               trim_slack: int) -> frozenset[str]:
+    """The keys of ``sources`` (a reader -> every source it ever took rows from) whose trimmed
+    timeline is exact over ``events``: all without removals, else those whose sources' tweets and
+    reposts ever made fit ``inbox_cap + trim_slack`` rows, and none once an author had more than
+    ``inbox_cap`` (:func:`exact_timelines`)."""
     if not has_removals(events):
-        return frozenset(users)
+        return frozenset(sources)
     tweet_ids: dict[str, set[str]] = {}
-    for ev in events:  # what each user brings into a follower's join: its tweets and its reposts
+    for ev in events:  # what each user brings into a reader's join: its tweets and its reposts
         if isinstance(ev, TweetUpsert):
             tweet_ids.setdefault(ev.author_id, set()).add(ev.tweet_id)
         elif isinstance(ev, RepostChange):
             tweet_ids.setdefault(ev.reposter_id, set()).add(f"repost {ev.tweet_id}")
     if any(len(ids) > inbox_cap for ids in tweet_ids.values()):
         return frozenset()
-    followed: dict[str, set[str]] = {}
-    for ev in events:
-        if isinstance(ev, FollowChange) and ev.active:
-            followed.setdefault(ev.follower_id, set()).add(ev.followee_id)
     limit = inbox_cap + trim_slack
-    return frozenset(u for u in users
-                     if sum(len(tweet_ids.get(a, ())) for a in followed.get(u, ())) <= limit)
+    return frozenset(reader for reader, users in sources.items()
+                     if sum(len(tweet_ids.get(u, ())) for u in users) <= limit)
 
 
 def rule_violations(
@@ -536,10 +580,20 @@ def trim_rule_violations(
     *,
     inbox_cap: int,
     trim_slack: int,
+    lists: Mapping[str, Sequence[dict[str, Any]]] | None = None,
 ) -> list[str]:
     """:func:`rule_violations` of timelines read in the public entry shape (``feedctl materialize``,
-    ``GetHomeTimeline``) against the reference over ``events``; empty when the rule holds."""
+    ``GetHomeTimeline``) against the reference over ``events``; empty when the rule holds. ``lists``
+    (list id -> a list's timeline as read, ``TimelineView.list_snapshot``'s shape) are held to the
+    same rule against :func:`reference_lists`, exact for :func:`exact_lists`; their violations
+    name ``list <id>``."""
     events = list(events)
     whole = reference_timelines(events, inbox_cap=None)
-    return rule_violations(read, whole, inbox_cap=inbox_cap,
-                           exact=exact_timelines(events, inbox_cap=inbox_cap, trim_slack=trim_slack))
+    out = rule_violations(read, whole, inbox_cap=inbox_cap,
+                          exact=exact_timelines(events, inbox_cap=inbox_cap, trim_slack=trim_slack))
+    if lists is not None:
+        named = {f"list {lid}": rows for lid, rows in lists.items()}
+        whole_lists = {f"list {lid}": rows for lid, rows in reference_lists(events, inbox_cap=None).items()}
+        exact = {f"list {lid}" for lid in exact_lists(events, inbox_cap=inbox_cap, trim_slack=trim_slack)}
+        out += rule_violations(named, whole_lists, inbox_cap=inbox_cap, exact=exact)
+    return out

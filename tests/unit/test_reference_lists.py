@@ -29,6 +29,7 @@ from feed_service.core.events import (
     parse_event,
 )
 from feed_service.core.reference import (
+    exact_lists,
     exact_timelines,
     has_removals,
     reference_entries,
@@ -347,6 +348,20 @@ def test_an_exclusive_list_makes_a_trimmed_home_timeline_exact_only_within_the_b
     assert exact_timelines(base + [create("L", "own", exclusive=True), add("L", "bob")],
                            inbox_cap=2, trim_slack=0) == frozenset()
 
+
+
+def test_exact_lists_bound_every_member_ever_added_and_their_reposts() -> None:
+    base = ([create("L", "own"), add("L", "bob"), add("L", "cat"), add("Lx", "bob")]
+            + [tweet(f"t{i}", "bob", i) for i in range(3)] + [tweet("t9", "cat", 9)])
+    assert exact_lists(base, inbox_cap=1, trim_slack=0) == {"L", "Lx"}  # no removals: every list named
+    removed = base + [remove("L", "cat")]  # cat's row was in L's inbox: it counts
+    assert exact_lists(removed, inbox_cap=3, trim_slack=0) == {"Lx"}  # Lx (never created) holds nothing
+    assert exact_lists(removed, inbox_cap=3, trim_slack=1) == {"L", "Lx"}
+    assert exact_lists(removed + [repost("cat", "t1", "bob", 20)], inbox_cap=3, trim_slack=1) == {"Lx"}
+    assert exact_lists(removed + [tweet("t3", "bob", 3)], inbox_cap=3, trim_slack=9) == frozenset()  # 4 > cap
+    # the owner's mute of a member is a removal (the member's rows leave the list): within the bounds only
+    muted = base + [MuteChange("own", "cat", 1, "mute")]
+    assert exact_lists(muted, inbox_cap=3, trim_slack=0) == {"Lx"}
 
 def _reference(events: list[Event] | list[str]) -> tuple[object, object]:
     return reference_timelines(events, inbox_cap=None), reference_lists(events, inbox_cap=None)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from feed_service.core.events import REBUILD_LINE, REBUILD_NEED
+from feed_service.core.list_readers import list_reader
 from feed_service.settings import Settings
 from spark_jobs.stream.activity import DROPPED, REBUILDING, StreamActivity, refill_offsets
 
@@ -113,6 +114,26 @@ def test_a_returning_reader_is_written_at_once_rebuilt_by_its_push_authors_and_c
     assert store.log[-1] == ("flag", ("ann",), False)
     assert store.rows["ann"][1] == "active" and activity.record()["rebuilds"] == 1
 
+
+
+def test_a_lists_reader_goes_and_comes_back_as_a_user_does(tmp_path: Path) -> None:
+    """The driver knows readers by id only: a list's reader is recorded when first written, goes
+    after a window without a read of the list, and comes back with a rebuild by its push authors (the
+    store's visible set of the list's reader: its members the owner does not hide, less the pulled)."""
+    lr = list_reader("L")
+    store = FakeStore(visible={lr: ("bob", "own")})
+    reports, clock, published = FakeReports(), Clock(), []
+    activity = _activity(tmp_path, store, reports, clock, published, {0: 1})
+    activity.before_batch()
+    activity.after_batch(0, [lr, "ann"])
+    clock.now += 70
+    assert activity.before_batch() == frozenset({lr, "ann"}) and store.log[0] == ("flag", (lr, "ann"), True)
+    activity.after_batch(1, [])
+    assert ("drop", (lr, "ann")) in store.log
+    reports.pending = {lr: int(clock.now * 1000)}
+    assert activity.before_batch() == frozenset({"ann"}) and store.rows[lr][1] == REBUILDING
+    activity.after_batch(2, [])
+    assert [(r.reader_id, r.author_id, r.need) for r in published] == [(lr, "bob", REBUILD_NEED), (lr, "own", REBUILD_NEED)]
 
 def test_a_restarted_driver_asks_again_for_open_rebuilds(tmp_path: Path) -> None:
     store = FakeStore({"ann": (10**12, REBUILDING)}, visible={"ann": ("bob",)})

@@ -4,10 +4,14 @@ tests/integration/test_refill_check.py, the whole path tests/integration/test_tr
 
 from __future__ import annotations
 
-from feed_service.core.events import FollowChange, RefillRequest, TweetUpsert
+import json
+
+from feed_service.core.events import Exclusion, FollowChange, ListFollow, RefillRequest, TweetUpsert, event_to_json, join_keys, parse_event
 from feed_service.core.join import step
+from feed_service.core.list_readers import list_reader
 from feed_service.settings import Settings
 from feed_service.store.ports import ShortInbox
+from spark_jobs.stream.activity import rebuild_requests
 from spark_jobs.stream.refill import StreamRefill
 from spark_jobs.stream.sink import PartitionReport, merge_reports
 
@@ -37,6 +41,34 @@ def test_duplicate_and_overlapping_requests_write_each_row_once() -> None:
                                 RefillRequest("ann", "bob", 103, "t3", 3)])
     assert [d.entry.tweet_id for d in answer.deltas] == ["t4", "t3", "t2", "t1", "t0"]
 
+
+
+def test_a_members_key_answers_a_lists_readers_refill_as_a_followers() -> None:
+    """A list follow is a follow at the member's key (docs/lists.md#in-the-engine): the key answers the
+    list's reader with its inbox rows (no reply, a self-reply; a reply to the owner is the per-reader
+    stage's), and the request crosses the stream's refill topic as any reader's does (the reserved
+    reader id is the stream's own, docs/event-kinds.md)."""
+    lr = list_reader("L")
+    first = step(None, [ListFollow(lr, "bob", "own", "L", 1, "follow"), *_tweets(4),
+                        TweetUpsert("r0", "bob", 1, 90, "re", 1, "x", "own"), TweetUpsert("r1", "bob", 1, 91, "re", 1, "x", "bob")])
+    request = RefillRequest(lr, "bob", 102, "t2", 2)
+    record = json.dumps(event_to_json(request), separators=(",", ":"))
+    assert parse_event(record) == request and join_keys(request) == ("bob",)
+    answer = step(first.state, [parse_event(record)])
+    assert [(d.op, d.entry.tweet_id, d.timeline_ids) for d in answer.deltas] == [
+        ("update", "t2", (lr,)), ("update", "t1", (lr,)), ("update", "t0", (lr,))]
+    rebuild = step(first.state, rebuild_requests({lr: ("bob",)}))
+    assert [d.entry.tweet_id for d in rebuild.deltas] == ["t3", "t2", "t1", "t0", "r1"]
+
+
+def test_a_key_answers_nothing_to_an_owner_that_sets_its_author_aside() -> None:
+    """The store's push authors of a home reader are its visible users less its pull authors
+    (``CassandraRefillCheck``, ``CassandraActivity``): a member of the reader's exclusive list is
+    asked too, and its key, which withholds the owner's inbox rows, answers nothing."""
+    first = step(None, [FollowChange("own", "bob", 1, "follow"), Exclusion("own", "bob", 1, "exclude"), *_tweets(3)])
+    assert [d.timeline_ids for d in first.deltas] == []
+    for request in (RefillRequest("own", "bob", 102, "t2", 2), *rebuild_requests({"own": ("bob",)})):
+        assert step(first.state, [request]).deltas == ()
 
 class FakeCheck:
     def __init__(self, shorts: list[ShortInbox]) -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from feed_service.core.events import Event, FollowChange, event_to_json
+from feed_service.core.events import Event, FollowChange, RefillRequest, event_to_json
 from feed_service.core.join import StepResult
 from feed_service.core.reference import (
     exact_timelines,
@@ -21,12 +22,16 @@ from feed_service.core.reference import (
     rule_violations,
     trim_rule_violations,
 )
+from feed_service.core.list_readers import list_of
 from feed_service.core.rows import Entry, TimelineDelta
 from feed_service.core.trim_tracker import TrimTracker
 from feed_service.core.view import Materializer, TimelineView
 from feed_service.errors import ViewContractError
+from feed_service.workload.generator import generate
 
 from tests.support.join_runs import SETTINGS, Run, check_dimensions, random_event, runs
+from tests.support.list_runs import SETTINGS as LIST_SETTINGS, list_history, list_runs
+from tests.support.repost_runs import Run as ListRun
 
 
 def _materialize(run: Run, *, inbox_cap: int, trim_slack: int, encode_states: bool = False,
@@ -125,6 +130,109 @@ def test_random_histories_do_trim() -> None:
         refilled += engine.view.refilled_rows
         assert trim_rule_violations(engine.view.snapshot(), history, inbox_cap=1, trim_slack=0) == []
     assert trims > 50 and refilled > 5
+
+
+# -- lists' readers: trimmed and refilled as homes are (docs/lists.md#in-the-engine) ---------------
+
+class CountingView(TimelineView):
+    """A :class:`TimelineView` that keeps the refill requests it made (to show the tests touch lists)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.asked: list[RefillRequest] = []
+
+    def refill_requests(self) -> list[RefillRequest]:
+        out = super().refill_requests()
+        self.asked += out
+        return out
+
+
+def _materialize_lists(run: ListRun, *, inbox_cap: int, trim_slack: int | None, pull_threshold: int = 1000,
+                       encode_states: bool = False, refill: bool = True) -> Materializer:
+    """Run a list history's batches, trimming (``trim_slack`` not None) with the bound checked after
+    every batch, every list's reader's inbox included; ``refill`` False: the view before the refill
+    (as ``bench/bench_trim_exactness.py --no-refill``)."""
+    view = CountingView(inbox_cap=inbox_cap, trim_slack=trim_slack)
+    engine = Materializer(inbox_cap=inbox_cap, pull_threshold=pull_threshold, pull_reposters=pull_threshold < 1000,
+                          encode_states=encode_states, view=view)
+    if not refill:
+        engine.refill = lambda: None  # type: ignore[method-assign]
+    for batch in run.batches:
+        engine.process_batch(batch)
+        if trim_slack is not None:
+            assert all(len(rows) <= inbox_cap + trim_slack for rows in engine.view.timelines.values())
+    return engine
+
+
+@LIST_SETTINGS
+@given(run=list_runs(), inbox_cap=st.integers(1, 4), trim_slack=st.integers(0, 2),
+       pull_threshold=st.sampled_from([1, 2, 1000]), encode_states=st.booleans())
+def test_without_refill_trimmed_list_timelines_keep_the_rule_exact_where_nothing_was_cut(
+        run: ListRun, inbox_cap: int, trim_slack: int, pull_threshold: int, encode_states: bool) -> None:
+    # Without the refill only the bounds make a timeline exact: exact_lists (and exact_timelines for
+    # the homes of the lists' owners) must name no list a trim could have left short.
+    engine = _materialize_lists(run, inbox_cap=inbox_cap, trim_slack=trim_slack, pull_threshold=pull_threshold,
+                                encode_states=encode_states, refill=False)
+    assert trim_rule_violations(engine.view.snapshot(), run.history, inbox_cap=inbox_cap, trim_slack=trim_slack,
+                                lists=engine.view.list_snapshot()) == []
+
+
+@LIST_SETTINGS
+@given(run=list_runs(), inbox_cap=st.integers(1, 4), trim_slack=st.integers(0, 2),
+       pull_threshold=st.sampled_from([1, 2, 1000]), encode_states=st.booleans())
+def test_refilled_trimmed_list_timelines_read_exactly_what_the_untrimmed_ones_read(
+        run: ListRun, inbox_cap: int, trim_slack: int, pull_threshold: int, encode_states: bool) -> None:
+    # Member removals, list deletes, owner changes, policy changes, the owner's mutes and blocks take
+    # rows out of a list's reader's trimmed inbox; its push authors (its members the owner does not
+    # hide, less the pulled ones) write them again.
+    trimmed = _materialize_lists(run, inbox_cap=inbox_cap, trim_slack=trim_slack, pull_threshold=pull_threshold,
+                                 encode_states=encode_states)
+    whole = _materialize_lists(run, inbox_cap=inbox_cap, trim_slack=None, pull_threshold=pull_threshold,
+                               encode_states=encode_states)
+    assert trimmed.view.list_snapshot() == whole.view.list_snapshot()
+    assert trimmed.view.snapshot() == whole.view.snapshot()
+    assert trim_rule_violations(trimmed.view.snapshot(), run.history, inbox_cap=inbox_cap, trim_slack=trim_slack,
+                                lists=trimmed.view.list_snapshot()) == []
+
+
+def test_random_list_histories_trim_and_refill_lists_readers() -> None:
+    """The list tests above are not vacuous: lists' readers' inboxes are trimmed, left short by
+    removals and refilled, and the lists they read are exact."""
+    rnd = random.Random(11)
+    trimmed_lists = asked = 0
+    for _ in range(60):
+        history = list_history(rnd, 90)
+        engine = Materializer(inbox_cap=1, trim_slack=0, view=CountingView(inbox_cap=1, trim_slack=0))
+        whole = Materializer(inbox_cap=1)
+        for i in range(0, len(history), 6):
+            engine.process_batch(history[i: i + 6])
+            whole.process_batch(history[i: i + 6])
+        trimmed_lists += sum(1 for uid in engine.view.cut if list_of(uid) is not None)
+        asked += sum(1 for r in engine.view.asked if list_of(r.reader_id) is not None)  # type: ignore[attr-defined]
+        assert engine.view.list_snapshot() == whole.view.list_snapshot()
+    assert trimmed_lists > 20 and asked > 20
+
+
+def test_a_workload_with_lists_trimmed_at_a_small_cap_reads_as_untrimmed() -> None:
+    """The generator's lists (owners, members by popularity, exclusive flips, deletes) with a few
+    pull authors and pull reposters (a pulled member writes no inbox row), at cap 6 and slack 2:
+    every list and home timeline of the trimmed, refilled view equals the untrimmed one's, and
+    keeps the rule against the reference."""
+    events = list(generate(users=120, events=3000, seed=5, repost_share=0.1, reply_share=0.2, list_share=0.1,
+                           follow_option_share=0.03))
+    engines = [Materializer(inbox_cap=6, pull_threshold=30, pull_reposters=True, trim_slack=slack,
+                            view=CountingView(inbox_cap=6, trim_slack=slack)) for slack in (2, None)]
+    for i in range(0, len(events), 300):
+        for engine in engines:
+            engine.process_batch(events[i:i + 300])
+    trimmed, whole = engines
+    assert trimmed.view.list_snapshot() == whole.view.list_snapshot()
+    assert trimmed.view.snapshot() == whole.view.snapshot()
+    assert trim_rule_violations(trimmed.view.snapshot(), events, inbox_cap=6, trim_slack=2,
+                                lists=trimmed.view.list_snapshot()) == []
+    lists_trimmed = sum(1 for uid in trimmed.view.cut if list_of(uid) is not None)
+    lists_refilled = {r.reader_id for r in trimmed.view.asked if list_of(r.reader_id) is not None}  # type: ignore[attr-defined]
+    assert lists_trimmed > 10 and len(lists_refilled) > 2
 
 
 # -- the view's trim, by example -----------------------------------------------------------------

@@ -47,10 +47,13 @@ from typing import Awaitable, Callable, Collection
 
 from cachetools import Cache
 
+from feed_service.core.list_readers import list_reader
+from feed_service.core.per_reader.pull_reposts import ListRule
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import (
     AuthorChange,
     ExtrasChange,
+    ListChange,
     PullFollowChange,
     PullReposterChange,
     TimelineChange,
@@ -116,6 +119,10 @@ class ReadCache:
         self._tasks: set[asyncio.Task] = set()
         #: fills whose reads returned, waiting to settle: (key, fill, head, when the read ended)
         self._settling: list[tuple[CacheKey, _Fill, TimelineHead, float]] = []
+        #: a list's reader -> its list's rule (None: no live list), kept by the lists' changes
+        self._list_rules: CountedLRU = CountedLRU(max_keys, self._evicted)
+        #: the lists' changes applied so far: a rule read while one arrived is not kept
+        self._list_changes = 0
 
     def _evicted(self) -> None:
         self.evictions += 1
@@ -220,6 +227,21 @@ class ReadCache:
             for u in unknown:
                 known[u] = u in got
         return seen | (got & set(unknown))
+
+    async def list_rule(self, reader: str, read: Callable[[], Awaitable[ListRule | None]]) -> ListRule | None:
+        """The rule of the list whose reader is ``reader`` (None: the list does not exist): kept from
+        ``read()`` (its reader's statics) and then by the lists' own changes (``ListChange``), so a
+        list's page checks its owner without a store read (docs/api.md#lists). A read during which a
+        list's change arrived is not kept: it may predate that change."""
+        if self.usable and reader in self._list_rules:
+            self.hits += 1
+            return self._list_rules[reader]
+        self.misses += 1
+        changes = self._list_changes
+        rule = await read()
+        if self.usable and changes == self._list_changes:
+            self._list_rules[reader] = rule
+        return rule
 
     async def pull_authors(self, user_id: str, read: Callable[[], Awaitable[list[str]]]) -> list[str]:
         """The pull authors ``user_id`` follows: from the cached inbox head, else ``read()``."""
@@ -417,6 +439,13 @@ class ReadCache:
                 keys = [("home", change.reader_id)]
             elif isinstance(change, PullReposterChange):
                 keys = [("home", change.timeline_id)]
+            elif isinstance(change, ListChange):
+                self._list_changes += 1
+                reader = list_reader(change.list_id)
+                if reader in self._list_rules:  # a move is a delete then an upsert: the last one stays
+                    self._list_rules[reader] = (ListRule(change.owner_id, change.replies_policy or "list")
+                                                if change.op == "upsert" else None)
+                continue
             else:
                 continue
             for ck in keys:
@@ -450,6 +479,8 @@ class ReadCache:
     def drop_all(self, reason: str = "") -> None:
         """Forget everything (a gap in the changes): the next reads fill again."""
         self._data.clear()
+        self._list_rules.clear()
+        self._list_changes += 1
         for fill in self._pending.values():
             fill.dropped = True
 

@@ -148,7 +148,12 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         """The rule of list ``list_id`` for its owner ``user_id``, from its reader's statics (one
         single-partition read): NOT_FOUND while the list does not exist (``list_owner`` null),
         PERMISSION_DENIED when another user owns it (docs/api.md#lists)."""
-        return owned_rule(list_rule_of(await store.statics(list_reader(list_id), timeout=budget)), list_id, user_id)
+        reader = list_reader(list_id)
+
+        async def read() -> ListRule | None:
+            return list_rule_of(await store.statics(reader, timeout=budget))
+        cache = self.reads.live_cache()
+        return owned_rule(await (read() if cache is None else cache.list_rule(reader, read)), list_id, user_id)
 
     def _read_by(self, reader: str) -> None:
         """Report a read of ``reader``'s timeline (a user's home, a list's reader) to the stream's driver."""

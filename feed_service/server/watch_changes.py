@@ -24,8 +24,10 @@ from feed_service.core.per_reader.pull_reposts import Lookups, TweetKey, key
 from feed_service.core.rows import Cursor, Entry
 from feed_service.core.view_changes import (
     AuthorChange,
+    ExcludedChange,
     ExtrasChange,
     HiddenChange,
+    ListChange,
     PullFollowChange,
     PullReposterChange,
     TimelineChange,
@@ -109,8 +111,6 @@ class WatchChanges:
         (:meth:`_redecide`)."""
         m = _Message(hub, sub, state, store, budget)
         user_id = sub.user_id
-        if state.rule is not None:  # a list's reader: its list's rule may have changed
-            await self.list_statics_changed(m)
         undecided = {u for c in items if isinstance(c, AuthorChange) and c.entry.author_id not in state.push
                      if (u := state.undecided(c.entry, user_id)) is not None}
         if undecided:
@@ -197,6 +197,28 @@ class WatchChanges:
                     m.note(AUTHOR_ROW, "insert" if state.shows(entry, user_id) else "delete", entry)
                     m.unmerged.add(entry.tweet_id)
 
+    async def _excluded_change(self, m: _Message, change: ExcludedChange) -> None:
+        """A home reader starts or stops setting a user aside as a source (a member of one of its
+        exclusive lists): the reposts of the user's tweets are decided again, and a dropped inbox's
+        push author leaves or, still seen and not merged in as a pull author, joins again. A kept
+        inbox's rows come and go as their own changes."""
+        if m.sub.reposters:
+            await self._reposts_of_user(m, change.user_id)
+        state, u = m.state, change.user_id
+        if not state.dropped:
+            return
+        if change.op == "insert" and u in state.push:
+            await self._leave_push(m, u)
+        elif (change.op == "delete" and u not in state.push and u not in m.sub.authors
+              and await m.store.visible_among(m.user_id, (u,), timeout=m.budget)):
+            await self._join_push(m, u)
+
+    async def _list_change(self, m: _Message, change: ListChange) -> None:
+        """The list's owner or replies policy changed, or the list is gone: its rule decided again
+        (:meth:`list_statics_changed`)."""
+        if m.state.rule is not None:
+            await self.list_statics_changed(m)
+
     async def _extras(self, m: _Message, change: ExtrasChange) -> None:
         if change.entry.reposted_by is not None and m.sub.reposters:
             if m.state.fresh(change):  # decided with the pull reposters' rows of the tweet
@@ -253,6 +275,8 @@ class WatchChanges:
         PullFollowChange: _pull_follow,
         TimelineChange: _row,
         AuthorChange: _row,
+        ExcludedChange: _excluded_change,
+        ListChange: _list_change,
     }  # type: ignore[dict-item]
 
     # -- a dropped inbox's push authors ------------------------------------------------------
@@ -297,8 +321,8 @@ class WatchChanges:
 
     async def _excluded(self, m: _Message, user: str) -> bool:
         """Whether a home reader sets ``user`` aside as a source (``reader_excluded``; a list's reader
-        sets none aside): one read. Until the excluded sources' own changes reach the watch, a change
-        of them meanwhile is seen at its next gap (:meth:`resync_push`)."""
+        sets none aside): one read; later changes of it arrive as ``ExcludedChange``
+        (:meth:`_excluded_change`)."""
         if m.state.rule is not None or list_of(m.user_id) is not None:
             return False
         return bool(await m.store.excluded_among(m.user_id, (user,), timeout=m.budget))
@@ -419,9 +443,8 @@ class WatchChanges:
         """The hook of a change of a list's reader's statics (its owner, its replies policy): the
         rule read again from the store (one read), the stream ended when the list no longer exists
         (NOT_FOUND) or has another owner (PERMISSION_DENIED), and the pull authors' rows decided
-        again under a new policy. Called for every batch of changes a list's watch receives until
-        the list's own change kind is routed to it; then from :meth:`_list_change` only
-        (docs/api.md#lists)."""
+        again under a new policy. Called on each of the list's own changes (``ListChange``, which
+        the hub routes to the list's reader: docs/api.md#lists)."""
         state = m.state
         owner = state.rule.owner  # type: ignore[union-attr]  # a list's watch has its rule
         rule = owned_rule(list_rule_of(await m.store.statics(m.user_id, timeout=m.budget)),
@@ -437,13 +460,6 @@ class WatchChanges:
                 if state.deciding(entry, m.user_id) is not None:
                     m.note(AUTHOR_ROW, "insert" if state.shows(entry, m.user_id) else "delete", entry)
                     m.unmerged.add(entry.tweet_id)
-
-    async def _list_change(self, m: _Message, change: object) -> None:
-        """HOOK for the list's change kind (``ListChange`` of docs/lists.md, not in this branch): to be
-        registered in :data:`handlers` as ``ListChange: _list_change`` once the kind exists and the
-        hub routes it to the list's reader; :meth:`message` may then stop calling
-        :meth:`list_statics_changed` for every batch."""
-        await self.list_statics_changed(m)
 
     def token_field(self, user_id: str, state: WatchState) -> bytes:
         """The encoded resume token of the stream's position, minted again only when it moved."""

@@ -21,10 +21,13 @@ import asyncio
 from collections import deque
 from typing import Iterable
 
+from feed_service.core.list_readers import list_reader
 from feed_service.core.view_changes import (
     AuthorChange,
+    ExcludedChange,
     ExtrasChange,
     HiddenChange,
+    ListChange,
     PullFollowChange,
     PullReposterChange,
     TimelineChange,
@@ -228,8 +231,12 @@ class WatchHub:
                 subs = by_user.get(change.timeline_id)
                 if subs:
                     self._put(subs, change)
-            elif isinstance(change, (VisibleChange, HiddenChange)):
+            elif isinstance(change, (VisibleChange, HiddenChange, ExcludedChange)):
                 subs = by_user.get(change.reader_id)
+                if subs:
+                    self._put(subs, change)
+            elif isinstance(change, ListChange):  # to the watches of the list's reader
+                subs = by_user.get(list_reader(change.list_id))
                 if subs:
                     self._put(subs, change)
             elif isinstance(change, UserRepostChange):

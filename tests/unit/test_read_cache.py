@@ -14,7 +14,9 @@ import random
 import pytest
 
 from feed_service.core.rows import Entry
-from feed_service.core.view_changes import AuthorChange, PullFollowChange, TimelineChange
+from feed_service.core.list_readers import list_reader
+from feed_service.core.per_reader.pull_reposts import ListRule
+from feed_service.core.view_changes import AuthorChange, ListChange, PullFollowChange, TimelineChange
 from feed_service.server.read_cache import HomeSlice, ReadCache, TimelineHead
 from feed_service.store.ports import InboxSlice
 from tests.support.model import ScriptedFeed, seeds, settle
@@ -166,6 +168,47 @@ def test_pull_authors_and_author_heads_are_kept_by_their_changes() -> None:
         feed.publish(PullFollowChange("delete", "star", ("u",), 6, None))
         feed.deliver()
         assert await cache.pull_authors("u", authors) == ["moon"] and reads == [2, 2]
+
+    run(scenario())
+
+
+def test_a_lists_rule_is_read_once_then_kept_by_its_changes() -> None:
+    """A list's owner check reads its reader's statics once; its changes (a new policy, a move, a
+    delete) keep the cached rule; a read during which a list's change arrived is not kept."""
+    async def scenario() -> None:
+        feed = ScriptedFeed()
+        cache = feed.cache = ReadCache(feed, depth=5)
+        stored: dict[str, ListRule | None] = {"L": ListRule("own", "list"), "M": ListRule("own", "none")}
+        reads: list[str] = []
+
+        def reader_of(list_id: str):
+            async def read() -> ListRule | None:
+                reads.append(list_id)
+                if list_id == "M":  # the list changes while its statics are read
+                    feed.publish(ListChange("upsert", "M", "own", "followed", 7, None))
+                    feed.deliver()
+                return stored[list_id]
+            return read
+
+        L, M = list_reader("L"), list_reader("M")
+        assert await cache.list_rule(L, reader_of("L")) == ListRule("own", "list")
+        assert await cache.list_rule(L, reader_of("L")) == ListRule("own", "list") and reads == ["L"]
+        feed.publish(ListChange("upsert", "L", "own", "followed", 5, None))
+        feed.deliver()
+        assert await cache.list_rule(L, reader_of("L")) == ListRule("own", "followed") and reads == ["L"]
+        feed.publish(ListChange("delete", "L", "own", None, 6, None))
+        feed.publish(ListChange("upsert", "L", "eve", "list", 6, None))  # moved to eve
+        feed.deliver()
+        assert await cache.list_rule(L, reader_of("L")) == ListRule("eve", "list")
+        feed.publish(ListChange("delete", "L", "eve", None, 8, None))
+        feed.deliver()
+        assert await cache.list_rule(L, reader_of("L")) is None and reads == ["L"]
+        await cache.list_rule(M, reader_of("M"))
+        await cache.list_rule(M, reader_of("M"))
+        assert reads == ["L", "M", "M"]  # the first read raced a change: not kept
+        cache.drop_all("test")
+        await cache.list_rule(L, reader_of("L"))
+        assert reads == ["L", "M", "M", "L"]
 
     run(scenario())
 

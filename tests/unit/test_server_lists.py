@@ -19,7 +19,7 @@ from feed_service.api import timeline_pb2_grpc as pb_grpc
 from feed_service.client.watch import ReconnectingWatch
 from feed_service.core.list_readers import list_reader
 from feed_service.core.rows import Entry
-from feed_service.core.view_changes import AuthorChange, TimelineChange, VisibleChange
+from feed_service.core.view_changes import AuthorChange, ExcludedChange, ListChange, TimelineChange, VisibleChange
 from feed_service.kafka.view_change_consumer import Consumed
 from feed_service.server.testing import ServerThread
 from feed_service.server.watch_hub import WatchHub
@@ -285,8 +285,8 @@ class PushedWatch:
 
 def test_a_pushed_list_watch_decides_pull_authors_rows_by_the_lists_rule_and_reads_it_again() -> None:
     """A "followed" list: star's reply to dan (whom own follows) is sent, its reply to cat (a member
-    own does not follow) is not; the policy turned to "list" (the statics, then any change of the
-    list's reader), star's replies are decided again; the list deleted, the watch ends NOT_FOUND."""
+    own does not follow) is not; the policy turned to "list" (the statics, then the list's change),
+    star's replies are decided again; the list deleted (its change), the watch ends NOT_FOUND."""
     store = list_store("followed")
     with ServerThread(loopback_config(), store=store) as server:
         watch = PushedWatch(server, "WatchListTimeline", pb.WatchListTimelineRequest(user_id="own", list_id="L"), "own")
@@ -298,14 +298,14 @@ def test_a_pushed_list_watch_decides_pull_authors_rows_by_the_lists_rule_and_rea
         store.list_statics[L] = ("own", "list")
         b2 = tweet("b2", "bob", 103)
         store.add_entry(L, b2)
-        watch.publish(TimelineChange("insert", b2, (L,), 12, None))
+        watch.publish(ListChange("upsert", "L", "own", "list", 12, None), TimelineChange("insert", b2, (L,), 12, None))
         message = watch.next()
         # replies to a member, now shown: s6 above the watch's position (new), s2 below it
         assert [e.tweet_id for e in message.entries] == ["s6", "b2"]
         assert [e.tweet_id for e in message.changed] == ["s2"]
         assert sorted(message.removed_tweet_ids) == ["s3", "s5"]  # replies to dan, no member
         del store.list_statics[L]
-        watch.publish(TimelineChange("delete", b2, (L,), 13, None))
+        watch.publish(ListChange("delete", "L", "own", None, 13, None))
         ended = watch.next()
         assert isinstance(ended, grpc.RpcError) and ended.code() == Code.NOT_FOUND
 
@@ -322,3 +322,9 @@ def test_a_pushed_watch_of_a_dropped_inbox_takes_no_excluded_push_author_in() ->
         store.visible["ann"] |= {"ex", "new"}
         watch.publish(VisibleChange("insert", "ann", "ex", 10, None), VisibleChange("insert", "ann", "new", 11, None))
         assert [e.tweet_id for e in watch.next().entries] == ["n1"]  # new's rows, not ex's
+        store.excluded["ann"] = set()  # the exclusive list no longer holds ex: its rows join
+        watch.publish(ExcludedChange("delete", "ann", "ex", 12, None))
+        assert [e.tweet_id for e in watch.next().changed] == ["e1"]  # below the position: changed
+        store.excluded["ann"] = {"ex"}  # and leave again
+        watch.publish(ExcludedChange("insert", "ann", "ex", 13, None))
+        assert list(watch.next().removed_tweet_ids) == ["e1"]

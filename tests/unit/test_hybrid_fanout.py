@@ -7,7 +7,10 @@ thresholds small enough for authors to cross back and forth, is in test_join_pro
 
 from __future__ import annotations
 
-from feed_service.core.events import FollowChange, TweetDelete, TweetUpsert
+import pytest
+
+from feed_service.core.events import Exclusion, FollowChange, ListFollow, TweetDelete, TweetUpsert
+from feed_service.core.list_readers import list_reader
 from feed_service.core.join import needs_edges, step
 from feed_service.core.state import decode_parts, encode_state
 from feed_service.core.stored_step import step_stored, stored_parts
@@ -75,6 +78,26 @@ def test_a_pull_authors_tweet_does_not_read_or_write_its_followers() -> None:
     assert done.core is not None and done.edges is None  # only the small part is written back
     assert not needs_edges(decode_parts(core, None), [tweet("t2", 20)], pull_threshold=100)
     assert needs_edges(decode_parts(core, None), [follow("new")], pull_threshold=100)
+
+
+@pytest.mark.parametrize("change", [ListFollow(list_reader("L"), "star", "f1", "L", 1, "follow"),
+                                    Exclusion("f1", "star", 1, "exclude")], ids=["list_follow", "exclusion"])
+def test_a_list_follow_or_an_exclusion_alone_loads_a_keys_edges_stored_apart(change) -> None:
+    """A list's follow is a follow and an exclusion a hide edge (docs/lists.md#in-the-engine): a batch
+    of one of them alone reads the follower set stored apart, and steps as the whole state does."""
+    state = step(None, [follow(f"f{i}") for i in range(5000)] + [tweet("t1", 10)], pull_threshold=100_000).state
+    core, edges = stored_parts(encode_state(state))
+    assert edges is not None
+    loads = []
+
+    def load_edges() -> bytes:
+        loads.append(1)
+        return edges
+
+    assert needs_edges(decode_parts(core, None), [change], pull_threshold=100_000)
+    done = step_stored(core, load_edges, [change], pull_threshold=100_000)
+    assert loads == [1]
+    assert summary(done.result) == summary(step(state, [change], pull_threshold=100_000))
 
 
 def test_materialize_reads_merge_inbox_and_pull_authors() -> None:

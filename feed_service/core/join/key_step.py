@@ -8,7 +8,9 @@ from typing import Mapping, Sequence
 from feed_service.core.events import (
     BlockChange,
     Event,
+    Exclusion,
     FollowChange,
+    ListFollow,
     MuteChange,
     Profile,
     RefillRequest,
@@ -83,16 +85,21 @@ class StepResult:
                     or self.blocks)
 
 
+#: The changes that change a key's edges, or read them all (a list follow is a follow, an exclusion a
+#: hide edge: docs/lists.md#in-the-engine; a refill answers the inbox holders).
+_EDGE_CHANGES = frozenset({FollowChange, BlockChange, MuteChange, ListFollow, Exclusion, RefillRequest})
+
+
 def needs_edges(state: AuthorState | None, changes: Sequence[Event], *, pull_threshold: int) -> bool:
     """Whether :func:`step` of ``changes`` will read the key's follow edges and the block and mute
-    edges stored with them (else a state decoded without them will do): the batch changes edges,
+    edges stored with them (else a state decoded without them will do): the batch changes edges (a
+    list's follow and an exclusion too),
     the key is a push author whose tweets change, or the key crosses the pull threshold (a changed
     threshold). A pull author's new tweet does not.
     """
     if state is None:
         return False  # a new key's edges are empty
-    if any(type(ev) is FollowChange or type(ev) is BlockChange or type(ev) is MuteChange or type(ev) is RefillRequest
-           for ev in changes):
+    if any(type(ev) in _EDGE_CHANGES for ev in changes):
         return True  # a refill answers the inbox holders, who are read from the edges
     if is_pull_author(len(state.active), pull_threshold) != state.pull:
         return True

@@ -584,7 +584,7 @@ def _a_list(settings: Settings, stream: Any, address: str, secret: str, token: s
     members' entries leave its home timeline, and non-exclusive again, so they come back exactly
     (docs/lists.md)."""
     from feed_service.core.events import event_to_json
-    from feed_service.core.reference import reference_list_entries, reference_tables, reference_timelines
+    from feed_service.core.reference import reference_lists, reference_timelines
     from feed_service.kafka.producer import EventProducer
 
     counts: dict[str, int] = {}
@@ -605,7 +605,7 @@ def _a_list(settings: Settings, stream: Any, address: str, secret: str, token: s
 
     publish(lambda p: [p.list_create(list_id, user_id, name, replies_policy="list"),
                        *(p.list_add(list_id, m) for m in members)])
-    want = _wanted(reference_list_entries(reference_tables(published), inbox_cap=settings.inbox_cap).get(list_id, []))
+    want = _wanted(reference_lists(published, inbox_cap=settings.inbox_cap).get(list_id, []))
     now = _until(lambda: _read_list(address, token, user_id, list_id, 200)[1], want)
     first = now[:page_size]
     say(f"    {user_id} lists {', '.join(members)} as {name!r} (replies: to list members): its list timeline through"

@@ -55,40 +55,42 @@ def read_views(settings: Settings) -> tuple[dict[str, list[Entry]], dict[str, li
         cluster.shutdown()
 
 
-def read_list_timelines(settings: Settings, rules: dict[str, tuple[str, str]], inbox_cap: int
-                        ) -> dict[str, list[Entry]]:
-    """Every non-empty list timeline of ``rules`` (list id -> its owner and replies policy: the statics
-    of its reader's partition) as a list read merges it from Cassandra: its reader's inbox and extras,
-    and the tweets of its reader's pull authors that the list's rule admits (``rules.list_admits``,
-    with the reader's and the owner's ``reader_visible`` sets), newest first, cut at ``inbox_cap``."""
-    from feed_service.core.list_readers import list_of
-    from feed_service.core.rules import list_admits
+def stored_view(settings: Settings, list_rules: dict[str, tuple[str, str]],
+                excluded: dict[str, set[str]], inbox_cap: int) -> Any:
+    """The view Cassandra holds, loaded into the core's :class:`~feed_service.core.timeline_view.TimelineView`
+    (inboxes and their statics ``pull_authors``, ``pull_reposters``; ``home_extras``, ``author_timeline``,
+    ``user_reposts``, ``reader_visible``, ``reader_hidden``), so that its ``entries`` reads a home or a
+    list's reader's timeline from the stored rows as the read service merges them. ``list_rules`` (list
+    id -> owner, replies policy) and ``excluded`` (reader -> the users it sets aside) are given: the
+    statics of a list's reader's partition and ``reader_excluded``, which the lists' stores add."""
+    from feed_service.core.list_readers import list_reader
+    from feed_service.core.per_reader.pull_reposts import ListRule
+    from feed_service.core.timeline_view import TimelineView
     from feed_service.store.session import connect
+
+    view = TimelineView(inbox_cap=inbox_cap)
+
+    def keyed(table: dict[str, list[Entry]]) -> dict[str, dict[tuple, Entry]]:
+        return {k: {(e.at, e.tweet_id, e.author_id): e for e in entries} for k, entries in table.items()}
 
     cluster, session = connect(settings.as_role("server"), keyspace=settings.keyspace)
     try:
-        home = _merged(
-            _partitions(session, f"SELECT timeline_id, {COLUMNS} FROM home_timeline", "timeline_id"),
-            _partitions(session, f"SELECT timeline_id, {EXTRA_COLUMNS} FROM home_extras", "timeline_id"))
-        authors = _partitions(session, f"SELECT author_id, {COLUMNS} FROM author_timeline", "author_id")
-        pulls: dict[str, set[str]] = {}
-        for r in session.execute("SELECT follower_id, author_id FROM pull_follows"):
-            pulls.setdefault(r.follower_id, set()).add(r.author_id)
-        sees: dict[str, set[str]] = {}
-        for r in session.execute("SELECT reader_id, user_id FROM reader_visible"):
-            sees.setdefault(r.reader_id, set()).add(r.user_id)
+        view.timelines = keyed(_partitions(session, f"SELECT timeline_id, {COLUMNS} FROM home_timeline", "timeline_id"))
+        view.extras = keyed(_partitions(session, f"SELECT timeline_id, {EXTRA_COLUMNS} FROM home_extras",
+                                        "timeline_id"))
+        view.author_timelines = keyed(_partitions(session, f"SELECT author_id, {COLUMNS} FROM author_timeline",
+                                                  "author_id"))
+        view.own_reposts = keyed(_partitions(session, f"SELECT user_id, {EXTRA_COLUMNS} FROM user_reposts", "user_id"))
+        for r in session.execute("SELECT DISTINCT timeline_id, pull_authors, pull_reposters FROM home_timeline"):
+            if r.pull_authors:
+                view.pull_follows[r.timeline_id] = set(r.pull_authors)
+            if r.pull_reposters:
+                view.pull_reposters[r.timeline_id] = set(r.pull_reposters)
+        for table, sets in (("reader_visible", view.visible), ("reader_hidden", view.hidden)):
+            for r in session.execute(f"SELECT reader_id, user_id FROM {table}"):
+                sets.setdefault(r.reader_id, set()).add(r.user_id)
     finally:
         cluster.shutdown()
-    out: dict[str, list[Entry]] = {}
-    for reader in {*home, *pulls}:
-        lid = list_of(reader)
-        if lid is None or lid not in rules:
-            continue
-        owner, policy = rules[lid]
-        entries = list(home.get(reader, []))
-        for author in pulls.get(reader, ()):
-            entries += [e for e in authors.get(author, []) if list_admits(
-                e.author_id, e.in_reply_to_author_id, owner, policy, sees.get(reader, set()), sees.get(owner, set()))]
-        if entries:
-            out[lid] = sorted(entries, key=lambda e: (e.at, e.tweet_id), reverse=True)[:inbox_cap]
-    return out
+    view.excluded = {reader: set(users) for reader, users in excluded.items() if users}
+    view.list_rules = {list_reader(lid): ListRule(owner, policy) for lid, (owner, policy) in list_rules.items()}
+    return view

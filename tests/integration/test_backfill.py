@@ -83,12 +83,12 @@ def _history(seed: int, events: int = 600) -> list[dict]:
     return list(generate(users=30, events=events, seed=seed, mean_following=6, prefix=f"b{seed}-"))
 
 
-def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX) -> list[dict]:
+def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX, list_share: float = 0.05) -> list[dict]:
     """The generator's history with 15 % reposts, 30 % replies, 5 % hides, 4 % follows turning
-    reposts off or on and 5 % list changes."""
+    reposts off or on and ``list_share`` list changes."""
     return list(generate(users=40, events=events, seed=seed, mean_following=6, prefix=prefix,
                          repost_share=0.15, reply_share=0.3, hide_share=0.05, follow_option_share=0.04,
-                         list_share=0.05))
+                         list_share=list_share))
 
 
 def _list(list_id: str, owner: str, version: int, *, policy: str = "list", exclusive: bool = True,
@@ -519,7 +519,7 @@ def test_dataframe_join_is_the_engine_states_at_a_small_cap_and_no_write_leaves_
     from pyspark import StorageLevel
 
     pipeline = rebuilt.pipeline
-    more = _rich_history(seed=8, events=600, prefix="br8-")
+    more = _rich_history(seed=8, events=600, prefix="br8-", list_share=0)  # the lists: the first history's
     replies = [e for e in more if e["type"] == "tweet" and e.get("in_reply_to_author_id")]
     more += [{**e, "in_reply_to_author_id": e["author_id"], "in_reply_to_tweet_id": "t-self"} for e in replies[:20]]
     publish(pipeline, more)

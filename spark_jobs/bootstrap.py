@@ -2,8 +2,8 @@
 
 A completed backfill leaves in its folder ``state/`` (one ``key, state`` parquet row per author key,
 :func:`~feed_service.core.state.encode_state` blobs, each with its per-reader side), ``per_reader/``
-(one ``identity, value`` parquet row per input of the per-reader stage)
-and ``manifest.json``, written last and atomically, so its presence means the backfill completed.
+(one ``identity, value`` parquet row per input of the per-reader stage), ``lists/`` (the same rows
+for the list stage's inputs) and ``manifest.json``, written last and atomically, so its presence means the backfill completed.
 ``feedctl stream --bootstrap-from DIR`` reads the manifest through :func:`load_bootstrap`. Both jobs
 import this module and nothing of each other (docs/backfill.md, "Bootstrapping the stream").
 """
@@ -23,12 +23,14 @@ from feed_service.settings import Settings
 MANIFEST_NAME = "manifest.json"
 STATE_DIR = "state"
 PER_READER_DIR = "per_reader"
-MANIFEST_FORMAT = 3
+LIST_INPUTS_DIR = "lists"
+MANIFEST_FORMAT = 4
 """Bump when the manifest or the state layout changes; the stream refuses other formats. 2: the
-author states carry their per-reader side; 3: ``per_reader/`` holds the per-reader stage's inputs."""
+author states carry their per-reader side; 3: ``per_reader/`` holds the per-reader stage's inputs;
+4: ``lists/`` holds the list stage's inputs, and the members' states the list stage's edges."""
 PER_READER_SCHEMA = "identity string, value binary"
-"""The rows of ``per_reader/``: an input of the per-reader stage (its identity as
-:func:`~feed_service.store.stage_inputs.identity_key` writes it) and its pickled value."""
+"""The rows of ``per_reader/`` and ``lists/``: an input of the per-reader stage or of the list stage
+(its identity as :func:`~feed_service.store.stage_inputs.identity_key` writes it) and its pickled value."""
 BOOTSTRAP_BATCH_ID = -1
 """The batch id the stream saves the per-reader inputs of a bootstrap under: below every batch id
 of a checkpoint (they start at 0), so its batch 0, and a replay of it, start from them (the batch
@@ -67,6 +69,7 @@ def build_manifest(
         "end_offsets": end_offsets,
         "state": STATE_DIR,
         "per_reader_inputs": PER_READER_DIR,
+        "list_inputs": LIST_INPUTS_DIR,
         "summary": summary,
     }
 
@@ -100,6 +103,8 @@ class Bootstrap:
     state_path: Path
     per_reader_path: Path
     """The per-reader stage's inputs (``identity, value``)."""
+    list_inputs_path: Path
+    """The list stage's inputs (``identity, value``)."""
 
 
 def load_bootstrap(folder: Path, settings: Settings) -> Bootstrap:
@@ -117,8 +122,9 @@ def load_bootstrap(folder: Path, settings: Settings) -> Bootstrap:
     if manifest["topics"] != topics:
         raise BootstrapError(f"{folder}: backfill of topics {manifest['topics']}, but the stream reads {topics}")
     state_path, per_reader_path = folder / manifest["state"], folder / manifest["per_reader_inputs"]
-    for path in (state_path, per_reader_path):
+    list_inputs_path = folder / manifest["list_inputs"]
+    for path in (state_path, per_reader_path, list_inputs_path):
         if not path.is_dir():
             raise BootstrapError(f"{folder}: state folder {path} missing")
     return Bootstrap(folder, json.dumps(manifest["end_offsets"]), int(manifest["stream_clock_start"]),
-                     int(manifest["inbox_cap"]), state_path, per_reader_path)
+                     int(manifest["inbox_cap"]), state_path, per_reader_path, list_inputs_path)

@@ -20,6 +20,7 @@ from feed_service.settings import Settings
 from spark_jobs.fatal import fatal_error
 from spark_jobs.job_cli import job_main, refused
 from spark_jobs.backfill.join import count_timelines, join_timelines_batch
+from spark_jobs.backfill.lists import list_stage, write_list_inputs
 from spark_jobs.backfill.per_reader import per_reader_stage, write_per_reader_inputs
 from spark_jobs.backfill.progress import Progress, format_summary
 from spark_jobs.backfill.read import classify, count_records, read_snapshot, send_dead_letters, valid_events
@@ -28,7 +29,7 @@ from spark_jobs.backfill.states import engine_states, messages_of, winner_events
 from spark_jobs.backfill.winners import winning_changes
 from spark_jobs.backfill.write import tables_to_write, write_table
 from spark_jobs.bootstrap import (
-    MANIFEST_NAME, PER_READER_DIR, STATE_DIR, Manifest, build_manifest, holds_completed_backfill, write_manifest,
+    LIST_INPUTS_DIR, MANIFEST_NAME, PER_READER_DIR, STATE_DIR, Manifest, build_manifest, holds_completed_backfill, write_manifest,
 )
 from spark_jobs.envelope import parse_changes
 
@@ -121,6 +122,13 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
                 summary["entities"] = winners.count()
                 progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["entities"].items()))
 
+            with progress.stage("lists"):
+                list_path = out_dir / LIST_INPUTS_DIR
+                lists = list_stage(spark, winners, backfill_ts)
+                winners = winners.with_list_edges(keep(lists.follows), keep(lists.exclusions))
+                summary["lists"] = write_list_inputs(lists, list_path)
+                progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["lists"].items()) + f" -> {list_path}")
+
             with progress.stage("states"):
                 state_path = out_dir / STATE_DIR
                 engine = keep(engine_states(winner_events(winners), inbox_cap=inbox_cap,
@@ -131,7 +139,8 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
             with progress.stage("per_reader"):
                 per_reader_path = out_dir / PER_READER_DIR
                 messages = messages_of(engine)
-                per_reader = per_reader_stage(spark, messages, backfill_ts, settings.reposter_threshold)
+                per_reader = per_reader_stage(spark, messages, backfill_ts, settings.reposter_threshold,
+                                              lists.done.facts)
                 summary["per_reader"] = write_per_reader_inputs(per_reader, per_reader_path)
                 progress.say("  " + ", ".join(f"{k} {v}" for k, v in summary["per_reader"].items())
                              + f" -> {per_reader_path}")
@@ -150,7 +159,8 @@ def run_backfill(spark: "SparkSession", settings: Settings, options: BackfillOpt
             with progress.stage("write" if options.write else "count (--no-write)"):
                 reports = []
                 for table, df in tables_to_write(spark, timelines, winners, inbox_cap=inbox_cap,
-                                                 pull_threshold=pull_threshold, per_reader=per_reader):
+                                                 pull_threshold=pull_threshold, per_reader=per_reader,
+                                                 lists=lists):
                     reports.append(write_table(settings, table, df, backfill_ts, write=options.write))
                     progress.say(f"  {reports[-1].describe(written=options.write)}")
                 if options.write:

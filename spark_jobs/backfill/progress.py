@@ -81,11 +81,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
     >>> print(format_summary({"records_read": 10, "tombstones": 1, "invalid": 2, "invalid_by_reason": {"bad_json": 2},
     ...     "entities": {"tweets_live": 3}, "keys": 4, "timelines": 5, "rows": {"timeline": 6}, "written": True,
-    ...     "per_reader": {"messages": 9, "inputs": 7, "extras_rows": 3},
+    ...     "per_reader": {"messages": 9, "inputs": 7, "extras_rows": 3}, "lists": {"lists_live": 2},
     ...     "duration_seconds": 7.5}))
     backfill summary
       records read        10 (tombstones skipped 1, invalid 2: bad_json 2)
       entities            tweets_live 3
+      list stage          lists_live 2
       author keys         4
       per-reader stage    messages 9, inputs 7, extras_rows 3
       timelines           5
@@ -98,6 +99,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  records read        {summary.get('records_read', 0)} (tombstones skipped {summary.get('tombstones', 0)},"
         f" invalid {summary.get('invalid', 0)}{': ' + reasons if reasons else ''})",
         "  entities            " + ", ".join(f"{k} {v}" for k, v in summary.get("entities", {}).items()),
+        "  list stage          " + ", ".join(f"{k} {v}" for k, v in summary.get("lists", {}).items()),
         f"  author keys         {summary.get('keys', 0)}",
         "  per-reader stage    " + ", ".join(f"{k} {v}" for k, v in summary.get("per_reader", {}).items()),
         f"  timelines           {summary.get('timelines', 0)}",

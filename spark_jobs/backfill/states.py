@@ -50,7 +50,11 @@ def winner_events(winners: Winners) -> "DataFrame":
     keeps only the winner (a deleted tweet: only that it is deleted). Each winner goes to every key
     the engine routes it to (:func:`~feed_service.core.events.join_keys`): a block to the blocker's
     and the blocked user's key, a mute to the muted user's, so each key holds its hide edges; a repost
-    to each of its join keys (the registry's; a key once when two of them name one user).
+    to each of its join keys (the registry's; a key once when two of them name one user). The list
+    stage's edges (:meth:`Winners.with_list_edges`), a list follow and an exclusion, go to the member's
+    key with its other winners, as the stream's members' keys fold them (docs/lists.md#in-the-engine);
+    the lists and memberships themselves go to no key (the stream's keys only pass them on to the list
+    stage, which the backfill steps over the winners directly: spark_jobs/backfill/lists.py).
     """
     from pyspark.sql import functions as F
 
@@ -71,14 +75,19 @@ def winner_events(winners: Winners) -> "DataFrame":
     for i, name in enumerate(repost_keys[1:], 1):
         distinct = reduce(operator.and_, (F.col(name) != F.col(earlier) for earlier in repost_keys[:i]))
         reposts = reposts.unionByName(as_events(winners.reposts.where(distinct), name, type="repost"))
-    return (as_events(winners.live_tweets, "author_id", type="tweet", op="upsert")
-            .unionByName(as_events(winners.deleted_tweets, "author_id", type="tweet", op="delete"))
-            .unionByName(as_events(winners.edges.withColumn("type", F.lit("follow")), "followee_id"))
-            .unionByName(as_events(winners.profiles, "user_id", type="profile"))
-            .unionByName(as_events(winners.blocks, "blocker_id", type="block"))
-            .unionByName(as_events(winners.blocks, "blocked_id", type="block"))
-            .unionByName(as_events(winners.mutes, "muted_id", type="mute"))
-            .unionByName(reposts))
+    events = (as_events(winners.live_tweets, "author_id", type="tweet", op="upsert")
+              .unionByName(as_events(winners.deleted_tweets, "author_id", type="tweet", op="delete"))
+              .unionByName(as_events(winners.edges.withColumn("type", F.lit("follow")), "followee_id"))
+              .unionByName(as_events(winners.profiles, "user_id", type="profile"))
+              .unionByName(as_events(winners.blocks, "blocker_id", type="block"))
+              .unionByName(as_events(winners.blocks, "blocked_id", type="block"))
+              .unionByName(as_events(winners.mutes, "muted_id", type="mute"))
+              .unionByName(reposts))
+    if winners.list_follows is not None:
+        events = events.unionByName(as_events(winners.list_follows, "member_id", type="list_follow"))
+    if winners.exclusions is not None:
+        events = events.unionByName(as_events(winners.exclusions, "member_id", type="exclusion"))
+    return events
 
 
 class KeyStep(NamedTuple):

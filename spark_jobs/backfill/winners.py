@@ -8,12 +8,13 @@ highest version (``unfollow`` wins a tie); per profile (user, version) the great
 highest version (``unrepost`` wins a tie; two reposts at one version: the greatest payload, as
 :func:`~feed_service.core.rules.repost_rank`); a list's highest version (``delete`` wins a tie; two
 creates at one version: the greater (name, replies_policy, exclusive)) and a list membership's
-(``remove`` wins a tie), carried for the stages that will join them.
+(``remove`` wins a tie), which the list stage joins (:mod:`spark_jobs.backfill.lists`) into the
+edges the members' keys fold beside their other winners (:meth:`Winners.with_list_edges`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from feed_service.core.event_kinds import EDGE_KINDS, TYPES, EventKind, FieldSpec
@@ -79,21 +80,52 @@ class Winners:
     lists: "DataFrame"
     """list_id, version, op, name, replies_policy, exclusive, owner_id: the winning change of every
     list ever seen (a create's options with their defaults when it left them out; a delete's name and
-    options null). Carried, not joined yet."""
+    options null)."""
     list_members: "DataFrame"
-    """list_id, member_id, version, op: the winning change of every membership edge ever seen.
-    Carried, not joined yet."""
+    """list_id, member_id, version, op: the winning change of every membership edge ever seen."""
+    list_follows: "DataFrame | None" = None
+    """reader_id, member_id, owner_id, list_id, version, op: the list stage's list follows
+    (:class:`~feed_service.core.events.ListFollow`, a list's reader following a member it sees), once
+    the stage ran over the lists (:meth:`with_list_edges`); None before."""
+    exclusions: "DataFrame | None" = None
+    """owner_id, member_id, version, op: the list stage's exclusions
+    (:class:`~feed_service.core.events.Exclusion`), as :attr:`list_follows`."""
 
     def map(self, fn: Callable[["DataFrame"], "DataFrame"]) -> "Winners":
         """The same tables through ``fn`` (e.g. persisted)."""
         return Winners(fn(self.live_tweets), fn(self.deleted_tweets), fn(self.edges), fn(self.profiles),
-                       fn(self.blocks), fn(self.mutes), fn(self.reposts), fn(self.lists), fn(self.list_members))
+                       fn(self.blocks), fn(self.mutes), fn(self.reposts), fn(self.lists), fn(self.list_members),
+                       None if self.list_follows is None else fn(self.list_follows),
+                       None if self.exclusions is None else fn(self.exclusions))
 
-    def active_edges(self) -> "DataFrame":
-        """The edges whose winning change is a follow."""
+    def with_list_edges(self, list_follows: "DataFrame", exclusions: "DataFrame") -> "Winners":
+        """These winners with the list stage's derived edges (:mod:`spark_jobs.backfill.lists`): from
+        then on a list follow counts as a follow edge of its list's reader (the inbox join, the pull
+        follows, the pull authors' counts) and an exclusion withholds the member from its owner
+        (:meth:`withheld_pairs`), as the members' keys fold them (docs/lists.md#in-the-engine)."""
+        return replace(self, list_follows=list_follows, exclusions=exclusions)
+
+    def user_follows_in_force(self) -> "DataFrame":
+        """The users' follow edges whose winning change is a follow (every column of :attr:`edges`)."""
         from pyspark.sql import functions as F
 
         return self.edges.where(F.col("op") == "follow")
+
+    def list_follows_in_force(self) -> "DataFrame":
+        """``follower_id, followee_id, version``: the list follows in force, as follow edges of the
+        lists' readers (none before :meth:`with_list_edges`)."""
+        from pyspark.sql import functions as F
+
+        if self.list_follows is None:
+            return self.edges.limit(0).select("follower_id", "followee_id", "version")
+        return self.list_follows.where(F.col("op") == "follow").select(
+            F.col("reader_id").alias("follower_id"), F.col("member_id").alias("followee_id"), "version")
+
+    def active_edges(self) -> "DataFrame":
+        """``follower_id, followee_id, version``: the edges whose winning change is a follow, the list
+        follows in force among them (a member's key counts its list's reader as a follower)."""
+        return (self.user_follows_in_force().select("follower_id", "followee_id", "version")
+                .unionByName(self.list_follows_in_force()))
 
     def blocks_in_force(self) -> "DataFrame":
         """``blocker_id, blocked_id`` of the block edges whose winning change is a block."""
@@ -130,13 +162,36 @@ class Winners:
                 .unionByName(blocks.select(F.col("blocked_id").alias("reader_id"),
                                            F.col("blocker_id").alias("author_id"))))
 
-    def visible_edges(self) -> "DataFrame":
-        """The active follow edges whose follower is not hidden from the followee: what the join uses."""
+    def exclusions_in_force(self) -> "DataFrame":
+        """``owner_id, member_id`` of the list stage's exclusions in force whose owner is not the member
+        (one's own tweets are in no home inbox of one's own: the member's key skips such an exclusion);
+        none before :meth:`with_list_edges`."""
         from pyspark.sql import functions as F
 
-        hidden = self.hidden_pairs().select(F.col("reader_id").alias("follower_id"),
-                                            F.col("author_id").alias("followee_id"))
-        return self.active_edges().join(hidden, ["follower_id", "followee_id"], "left_anti")
+        if self.exclusions is None:
+            return self.blocks.limit(0).select(F.col("blocker_id").alias("owner_id"), F.col("blocked_id").alias("member_id"))
+        return (self.exclusions.where((F.col("op") == "exclude") & (F.col("owner_id") != F.col("member_id")))
+                .select("owner_id", "member_id"))
+
+    def withheld_pairs(self) -> "DataFrame":
+        """``reader_id, author_id``: the pairs whose author's rows stay out of the reader's inbox, the
+        SQL form of :func:`feed_service.core.state.withholds`: a hide in force (:meth:`hidden_pairs`)
+        or an exclusion in force (the author a member of one of the reader's exclusive lists,
+        docs/lists.md#exclusive-lists). A pair may appear more than once."""
+        from pyspark.sql import functions as F
+
+        excluded = self.exclusions_in_force().select(F.col("owner_id").alias("reader_id"),
+                                                     F.col("member_id").alias("author_id"))
+        return self.hidden_pairs().unionByName(excluded)
+
+    def visible_edges(self) -> "DataFrame":
+        """``follower_id, followee_id, version``: the active follow edges (a list's reader's among them)
+        that nothing withholds (:meth:`withheld_pairs`): what the inbox join and the pull follows use."""
+        from pyspark.sql import functions as F
+
+        withheld = self.withheld_pairs().select(F.col("reader_id").alias("follower_id"),
+                                                F.col("author_id").alias("followee_id"))
+        return self.active_edges().join(withheld, ["follower_id", "followee_id"], "left_anti")
 
     def count(self) -> dict[str, int]:
         """Entities per kind, for the summary (one Spark job each)."""
@@ -144,7 +199,7 @@ class Winners:
             "tweets_live": self.live_tweets.count(),
             "tweets_deleted": self.deleted_tweets.count(),
             "follow_edges": self.edges.count(),
-            "follow_edges_active": self.active_edges().count(),
+            "follow_edges_active": self.user_follows_in_force().count(),
             "profile_versions": self.profiles.count(),
             "block_edges": self.blocks.count(),
             "blocks_in_force": self.blocks_in_force().count(),

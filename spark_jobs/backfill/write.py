@@ -1,7 +1,9 @@
 """Stage ``write``: inbox rows, tweets (live and deleted), profile versions, author timelines, pull
 follows, blocks in force, and the per-reader stage' rows (``home_extras``, ``user_reposts``,
 ``reader_visible``, ``reader_hidden``, ``home_timeline.pull_reposters``; the writer adds the
-indexes by tweet of ``home_extras`` and ``user_reposts``) to Cassandra.
+indexes by tweet of ``home_extras`` and ``user_reposts``) to Cassandra; and the lists' tables
+(:data:`LIST_TABLES`: ``reader_excluded`` from the per-reader stage's excluded sets, ``lists`` from
+the list stage's facts).
 
 Rows are written in place from the executors (``mapInPandas``) through
 :class:`~feed_service.store.cassandra_writer.CassandraWriter`, as the write rows of
@@ -15,7 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, TypeAlias
 
-from feed_service.core.per_reader.messages import ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
+from feed_service.core.per_reader.list_stage import ListFact
+from feed_service.core.per_reader.messages import ExcludedDelta, ExtrasDelta, HiddenDelta, PullReposterDelta, VisibleDelta
 from feed_service.core.rows import (
     AuthorTimelineWrite,
     BlockWrite,
@@ -34,10 +37,17 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_jobs.backfill.lists import ListFrames
     from spark_jobs.backfill.per_reader import PerReaderFrames
 
 Table: TypeAlias = Literal["timeline", "tweets", "profiles", "author_timeline", "pull_follows", "blocks",
-                           "home_extras", "user_reposts", "reader_visible", "reader_hidden", "pull_reposters"]
+                           "home_extras", "user_reposts", "reader_visible", "reader_hidden", "pull_reposters",
+                           "reader_excluded", "lists"]
+LIST_TABLES: tuple[Table, ...] = ("reader_excluded", "lists")
+"""The lists' tables (docs/lists.md#in-the-engine): ``reader_excluded`` (the per-reader stage's
+``ExcludedDelta`` inserts) and ``lists`` (the list stage's live facts, with their statics
+``list_owner``, ``list_policy`` of the list's reader's inbox partition), written through
+``ViewWriter.write(excluded=..., lists=...)``."""
 WRITE_REPORT_SCHEMA = "table string, task int, rows bigint, seconds double"
 
 
@@ -132,6 +142,21 @@ def pull_reposter_writes(pdf: "pd.DataFrame", ts: int) -> list[PullReposterDelta
             for reader, reposter in zip(pdf["reader_id"].tolist(), pdf["reposter_id"].tolist())]
 
 
+def excluded_writes(pdf: "pd.DataFrame", ts: int) -> list[ExcludedDelta]:
+    """Rows of ``reader_excluded`` from the per-reader stage's ``reader_id, user_id``."""
+    return [ExcludedDelta("insert", reader, user, ts)
+            for reader, user in zip(pdf["reader_id"].tolist(), pdf["user_id"].tolist())]
+
+
+def list_fact_writes(pdf: "pd.DataFrame", ts: int) -> list[ListFact]:
+    """Live lists' facts (the ``lists`` row and the statics of the list's reader's partition) from the
+    list stage's rows (:data:`~spark_jobs.backfill.lists.LIST_FACT_SCHEMA`)."""
+    return [ListFact(lid, owner, name, policy, bool(exclusive), ts)
+            for lid, owner, name, policy, exclusive in zip(
+                pdf["list_id"].tolist(), pdf["owner_id"].tolist(), _texts(pdf["name"]),
+                pdf["replies_policy"].tolist(), pdf["exclusive"].tolist())]
+
+
 def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
     if table == "timeline":
         writer.write(timeline=timeline_writes(pdf, ts))
@@ -155,6 +180,10 @@ def _write(writer: Any, table: Table, pdf: "pd.DataFrame", ts: int) -> None:
         writer.write(hidden=hidden_writes(pdf, ts))
     elif table == "pull_reposters":
         writer.write(pull_reposters=pull_reposter_writes(pdf, ts))
+    elif table == "reader_excluded":
+        writer.write(excluded=excluded_writes(pdf, ts))
+    elif table == "lists":
+        writer.write(lists=list_fact_writes(pdf, ts))
     else:
         raise ValueError(f"unknown table {table!r}")
 
@@ -165,8 +194,9 @@ def write_frames(settings: Settings, table: Table, ts: int, *, write: bool) -> C
     ``table``: ``timeline`` (join rows), ``tweets`` (:func:`tweet_rows`), ``profiles`` (winning
     profiles), ``author_timeline``, ``pull_follows`` (:mod:`~spark_jobs.backfill.join`),
     ``blocks`` (blocks in force), or ``home_extras``, ``user_reposts``, ``reader_visible``,
-    ``reader_hidden``, ``pull_reposters`` (the per-reader stage' rows, :mod:`~spark_jobs.backfill.per_reader`). With ``write`` False rows are
-    only counted (``--no-write``).
+    ``reader_hidden``, ``pull_reposters``, ``reader_excluded`` (the per-reader stage' rows,
+    :mod:`~spark_jobs.backfill.per_reader`), or ``lists`` (the list stage's facts,
+    :mod:`~spark_jobs.backfill.lists`). With ``write`` False rows are only counted (``--no-write``).
     """
 
     def fn(frames: Iterator["pd.DataFrame"]) -> Iterator["pd.DataFrame"]:
@@ -206,10 +236,18 @@ def tweet_rows(winners: Winners) -> "DataFrame":
     return live.unionByName(gone)
 
 
+def list_table_frames(per_reader: "PerReaderFrames", lists: "ListFrames") -> list[tuple[Table, "DataFrame"]]:
+    """Each table of :data:`LIST_TABLES` with the frame of its rows: ``reader_excluded`` (``reader_id,
+    user_id``) and ``lists`` (:data:`~spark_jobs.backfill.lists.LIST_FACT_SCHEMA`)."""
+    return [("reader_excluded", per_reader.excluded_rows()), ("lists", lists.facts)]
+
+
 def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winners, *, inbox_cap: int,
-                    pull_threshold: int, per_reader: "PerReaderFrames | None" = None) -> list[tuple[Table, "DataFrame"]]:
+                    pull_threshold: int, per_reader: "PerReaderFrames | None" = None,
+                    lists: "ListFrames | None" = None) -> list[tuple[Table, "DataFrame"]]:
     """Each table with the frame of its rows, in write order; the per-reader tables last, when
-    ``per_reader`` (the steps' outputs) is given."""
+    ``per_reader`` (the steps' outputs) is given, and with ``lists`` (the list stage's outputs) too the
+    lists' tables (:data:`LIST_TABLES`)."""
     from spark_jobs.backfill.join import author_timeline_rows, pull_follow_rows
 
     # Round robin: the join's partitions follow author keys, so a celebrity's fan-out would leave
@@ -227,6 +265,8 @@ def tables_to_write(spark: "SparkSession", timelines: "DataFrame", winners: Winn
                    ("reader_visible", per_reader.visible_rows().repartition(writers)),
                    ("reader_hidden", per_reader.hidden_rows().repartition(writers)),
                    ("pull_reposters", per_reader.pull_reposter_rows().repartition(writers))]
+        if lists is not None:
+            tables += list_table_frames(per_reader, lists)
     return tables
 
 

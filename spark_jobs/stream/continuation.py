@@ -25,8 +25,9 @@ log = logging.getLogger("feed.stream")
 
 def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[StreamOptions, dict[str, Any]]:
     """Options and :func:`~spark_jobs.stream.query.start_stream` arguments to continue from the backfill
-    of ``options.bootstrap_from`` (its engine states as ``state_path`` and its per-reader states as
-    ``per_reader_path``, to read once a session exists: :func:`seed_per_reader_inputs`).
+    of ``options.bootstrap_from`` (its engine states as ``state_path``, its per-reader stage's inputs as
+    ``per_reader_path`` and its list stage's as ``list_inputs_path``, to read once a session exists:
+    :func:`seed_per_reader_inputs`).
 
     Refuses a checkpoint that already committed a batch (:class:`CheckpointError`: its state and
     offsets are the truth then), an unusable backfill (:class:`BootstrapError`) and an inbox cap
@@ -44,7 +45,7 @@ def continue_from_backfill(settings: Settings, options: StreamOptions) -> tuple[
     log.info("bootstrapping from backfill %s: clock start %d, offsets %s", boot.folder, boot.clock_start,
              boot.starting_offsets)
     return options, {"state_path": boot.state_path, "per_reader_path": boot.per_reader_path,
-                     "clock_start": boot.clock_start}
+                     "list_inputs_path": boot.list_inputs_path, "clock_start": boot.clock_start}
 
 
 #: Per-reader inputs per save call on an executor (the store writes them concurrently).
@@ -52,9 +53,11 @@ SEED_CHUNK = 2000
 
 
 def seed_per_reader_inputs(spark: "SparkSession", settings: Settings, path: Path, clock_start: int, *,
-                           inputs_for: Callable[[Settings], "StageInputs"] | None = None) -> int:
+                           inputs_for: Callable[[Settings], "StageInputs"] | None = None,
+                           stage_name: Callable[[int], str] | None = None) -> int:
     """Save the backfill's per-reader stage inputs (``identity, value`` parquet at ``path``) as this
-    checkpoint's (stage :func:`~spark_jobs.stream.per_reader.state_stage` of ``clock_start``) at batch
+    checkpoint's (stage :func:`~spark_jobs.stream.per_reader.state_stage` of ``clock_start``; the list
+    stage's with ``stage_name`` :func:`~spark_jobs.stream.per_reader.list_stage_name`) at batch
     :data:`~spark_jobs.bootstrap.BOOTSTRAP_BATCH_ID`, from the executors; returns the inputs saved.
 
     Run before the query starts, at every start that bootstraps (only a checkpoint without a
@@ -70,7 +73,7 @@ def seed_per_reader_inputs(spark: "SparkSession", settings: Settings, path: Path
     if inputs_for is None:
         from spark_jobs.cassandra_writers import inputs_for
     stream_settings = settings.as_role(STREAM)
-    stage = state_stage(clock_start)
+    stage = (stage_name or state_stage)(clock_start)
 
     def save(rows: Iterable[Any]) -> Iterator[int]:
         store = inputs_for(stream_settings)

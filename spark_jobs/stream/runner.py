@@ -115,6 +115,11 @@ def run_stream(settings: Settings, options: StreamOptions, *, status_file: Path 
             clock_start = clock_start_for(options.checkpoint, bootstrap_kwargs["clock_start"])
             seeded = seed_per_reader_inputs(spark, settings, bootstrap_kwargs.pop("per_reader_path"), clock_start)
             log.info("bootstrap: %d per-reader stage inputs seeded (clock start %d)", seeded, clock_start)
+            from spark_jobs.stream.per_reader import list_stage_name
+
+            seeded = seed_per_reader_inputs(spark, settings, bootstrap_kwargs.pop("list_inputs_path"), clock_start,
+                                            stage_name=list_stage_name)
+            log.info("bootstrap: %d list stage inputs seeded (clock start %d)", seeded, clock_start)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             deps.install_signal(sig, lambda *_: stop.set())

@@ -3,7 +3,8 @@ stream bootstrapped from it. Every test compares with the engine's batch referen
 
 One round trip serves the first three tests (a stream start and a backfill are the slow parts), over
 a history rich in every rule: reposts (by pull reposters too), replies, blocks and mutes (by the
-reader and by the author, lifted, tied at one version), edits, deletes, garbage records, pull authors
+reader and by the author, lifted, tied at one version), lists (exclusive ones among them, of readers
+over users they follow, a member the owner mutes), edits, deletes, garbage records, pull authors
 (a pull threshold of 6) and an author crossing it up. The stream runs over it, its view is recorded
 and wiped and the ``feedctl backfill`` command rebuilds it (``rebuilt``): the first test checks the
 rebuild table for table and through gRPC; the second bootstraps a stream from that backfill and
@@ -26,8 +27,9 @@ from typing import Any, NamedTuple
 import pytest
 
 from feed_service.core.events import parse_event
+from feed_service.core.list_readers import list_of, list_reader
 from feed_service.core.reference import (
-    reference_tables, reference_timelines, reference_user_timelines,
+    reference_entries, reference_list_entries, reference_tables, reference_timelines, reference_user_timelines,
 )
 from feed_service.core.state import decode_state
 from feed_service.kafka.client_config import client_config
@@ -37,6 +39,7 @@ from feed_service.settings import Settings
 from feed_service.workload.generator import generate
 from spark_jobs.backfill import BackfillOptions, run_backfill
 from spark_jobs.backfill.join import author_timeline_rows, join_timelines_batch, retained_tweets
+from spark_jobs.backfill.lists import list_stage
 from spark_jobs.backfill.read import classify, read_snapshot, valid_events
 from spark_jobs.backfill.snapshot import Snapshot
 from spark_jobs.backfill.states import state_timeline_rows
@@ -48,7 +51,7 @@ from tests.support.isolation import isolated
 from tests.support.pipeline import (
     GARBAGE, StreamProcess, grpc_server, publish, read_all_home_timelines, read_table, read_timelines, running,
 )
-from tests.support.views import read_views
+from tests.support.views import read_views, stored_view
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: cwd of the CLI runs below
 #: The rich history's pull threshold: about half of its authors are pull authors (docs/fan-out.md).
@@ -73,6 +76,9 @@ VIEW_TABLES = {
     "user_reposts": "SELECT * FROM user_reposts",
     "reader_visible": "SELECT reader_id, user_id FROM reader_visible",
     "reader_hidden": "SELECT reader_id, user_id FROM reader_hidden",
+    "reader_excluded": "SELECT reader_id, user_id FROM reader_excluded",
+    "lists": "SELECT owner_id, list_id, name, replies_policy, exclusive FROM lists",
+    "list_statics": "SELECT DISTINCT timeline_id, list_owner, list_policy FROM home_timeline",
 }
 
 
@@ -80,11 +86,93 @@ def _history(seed: int, events: int = 600) -> list[dict]:
     return list(generate(users=30, events=events, seed=seed, mean_following=6, prefix=f"b{seed}-"))
 
 
-def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX) -> list[dict]:
-    """The generator's history with 15 % reposts, 30 % replies, 5 % hides and 4 % follows turning
-    reposts off or on."""
+def _rich_history(seed: int, events: int = 900, prefix: str = RICH_PREFIX, list_share: float = 0.05) -> list[dict]:
+    """The generator's history with 15 % reposts, 30 % replies, 5 % hides, 4 % follows turning
+    reposts off or on and ``list_share`` list changes."""
     return list(generate(users=40, events=events, seed=seed, mean_following=6, prefix=prefix,
-                         repost_share=0.15, reply_share=0.3, hide_share=0.05, follow_option_share=0.04))
+                         repost_share=0.15, reply_share=0.3, hide_share=0.05, follow_option_share=0.04,
+                         list_share=list_share))
+
+
+def _list(list_id: str, owner: str, version: int, *, policy: str = "list", exclusive: bool = True,
+          op: str = "create") -> dict:
+    """A list envelope (a delete carries neither name nor options)."""
+    if op == "delete":
+        return {"type": "list", "op": "delete", "list_id": list_id, "owner_id": owner, "version": version}
+    return {"type": "list", "op": "create", "list_id": list_id, "owner_id": owner, "version": version,
+            "name": f"name of {list_id}", "replies_policy": policy, "exclusive": exclusive}
+
+
+def _member(list_id: str, member: str, version: int, op: str = "add") -> dict:
+    return {"type": "list_member", "op": op, "list_id": list_id, "member_id": member, "version": version}
+
+
+def _exclusive_lists(events: list[dict], seed: int) -> list[dict]:
+    """Exclusive lists of three readers over users they follow, one per reply policy, so that
+    exclusivity takes entries out of their home timelines; the first owner mutes one of its members
+    (the list does not see it: no list follow); and a membership of a list no change creates."""
+    rnd = random.Random(seed)
+    following: dict[str, list[str]] = {}
+    for (follower, followee), edge in sorted(reference_tables(events).follows.items()):
+        if edge[1]:
+            following.setdefault(follower, []).append(followee)
+    top = max(e["version"] for e in events) + 1
+    out = []
+    for i, owner in enumerate(rnd.sample([r for r in sorted(following) if len(following[r]) >= 3], 3)):
+        lid = f"{RICH_PREFIX}x{i}"
+        members = rnd.sample(following[owner], 2)
+        out += [_list(lid, owner, top, policy=("list", "followed", "none")[i])]
+        out += [_member(lid, m, top) for m in members]
+        if i == 0:
+            out.append(_hide("mute", "mute", owner, members[1], top))
+    return out + [_member(f"{RICH_PREFIX}never", following[sorted(following)[0]][0], top)]
+
+
+def _list_continuation(events: list[dict]) -> list[dict]:
+    """Later changes of the exclusive lists: the first deleted (its members back in its owner's home),
+    the second no longer exclusive, a member of the third removed."""
+    top = max(e["version"] for e in events) + 1
+    owners = {e["list_id"]: e["owner_id"] for e in events if e["type"] == "list"}
+    third = sorted(e["member_id"] for e in events if e["type"] == "list_member" and e["list_id"] == f"{RICH_PREFIX}x2")
+    return [_list(f"{RICH_PREFIX}x0", owners[f"{RICH_PREFIX}x0"], top, op="delete"),
+            _list(f"{RICH_PREFIX}x1", owners[f"{RICH_PREFIX}x1"], top, policy="followed", exclusive=False),
+            _member(f"{RICH_PREFIX}x2", third[0], top, op="remove")]
+
+
+def _list_rules(events: list[dict]) -> dict[str, tuple[str, str]]:
+    """list id -> owner and replies policy of every live list: what its reader's statics hold."""
+    return {lid: (c.owner_id, c.replies_policy) for lid, c in reference_tables(events).live_lists().items()}
+
+
+def _shown(entries: list) -> list[tuple]:
+    """A timeline's entries as (tweet, author, time, reposter), newest first."""
+    return [(e.tweet_id, e.author_id, e.at, e.reposted_by) for e in entries]
+
+
+def _stored_reads(pipeline: Settings, events: list[dict]) -> tuple[dict[str, list], dict[str, list]]:
+    """(home timelines, list timelines), the non-empty ones, read from what Cassandra holds by the
+    core's read (:func:`tests.support.views.stored_view`: inbox, extras, pull authors and pull
+    reposters merged, a list's by the rule its statics hold, a home without its excluded sources)."""
+    rules = _list_rules(events)
+    view = stored_view(pipeline, pipeline.inbox_cap)
+    readers = {*view.timelines, *view.extras, *view.pull_follows, *view.pull_reposters}
+    homes = {r: got for r in readers if list_of(r) is None and (got := _shown(view.entries(r)))}
+    lists = {lid: got for lid in rules if (got := _shown(view.entries(list_reader(lid))))}
+    return homes, lists
+
+
+def _reference_reads(events: list[dict], inbox_cap: int) -> tuple[dict[str, list], dict[str, list]]:
+    """The reference's non-empty (home timelines, list timelines), as :func:`_stored_reads` gives them."""
+    tables = reference_tables(events)
+    return ({r: _shown(v) for r, v in reference_entries(tables, inbox_cap=inbox_cap).items() if v},
+            {lid: _shown(v) for lid, v in reference_list_entries(tables, inbox_cap=inbox_cap).items() if v})
+
+
+def _exclusivity_bites(events: list[dict], inbox_cap: int) -> bool:
+    """Whether the exclusive lists change some home timeline of the reference."""
+    inclusive = [dict(e, exclusive=False) if e["type"] == "list" and e["op"] == "create" else e for e in events]
+    return (reference_entries(reference_tables(events), inbox_cap=inbox_cap)
+            != reference_entries(reference_tables(inclusive), inbox_cap=inbox_cap))
 
 
 def _hide(kind: str, op: str, subject: str, target: str, version: int) -> dict:
@@ -134,6 +222,7 @@ def _view(pipeline: Settings) -> dict[str, list[tuple]]:
     # the static copy as sorted tuples; and the inbox rows alone (a partition holding only statics
     # reads as one row without a clustering key)
     rows["pull_authors"] = [(t, tuple(sorted(a))) for t, a in rows["pull_authors"] if a]
+    rows["list_statics"] = [r for r in rows["list_statics"] if r[1] is not None or r[2] is not None]
     rows["home_timeline"] = [r for r in rows["home_timeline"] if r[1] is not None]
     return {table: sorted(tuple(None if v == "" else v for v in r) for r in found) for table, found in rows.items()}
 
@@ -188,14 +277,16 @@ def rebuilt(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Reb
     cut = len(history) * 3 // 4
     events = history[:cut]
     events += _hides(events, seed=11) + crossing(RICH_PREFIX, THRESHOLD, up=True, version=1)
+    events += _exclusive_lists(events, seed=12)
     publish(pipeline, events, GARBAGE)
     with running(StreamProcess(pipeline, tmp / "ckpt", log_file=tmp / "stream.log")) as stream:
         stream.wait_caught_up()
+        stream.wait_caught_up()  # the list edges the last batch derived, read back by the next
     users = followers(history + events)
     streamed, streamed_reads = _view(pipeline), _reads(pipeline, users)
 
     for table in VIEW_TABLES:
-        if table != "pull_authors":  # a column of home_timeline
+        if table not in ("pull_authors", "list_statics"):  # columns of home_timeline
             read_table(pipeline, f"TRUNCATE {table}")
     wiped = _view(pipeline)
 
@@ -211,6 +302,7 @@ def test_backfill_after_wipe_rebuilds_what_the_stream_wrote_table_for_table_and_
                                              rebuilt.backfill)
     reference = reference_timelines(events, inbox_cap=pipeline.inbox_cap)
     assert rebuilt.streamed_reads == reference
+    assert _exclusivity_bites(events, pipeline.inbox_cap)
     assert streamed["blocks"] == _blocks_in_force(events)
     pulls = {a for _, a in streamed["pull_follows"]}
     assert f"{RICH_PREFIX}star" in pulls and len(pulls) >= 3  # several pull authors, the star among them
@@ -229,6 +321,13 @@ def test_backfill_after_wipe_rebuilds_what_the_stream_wrote_table_for_table_and_
     assert any(e.reposted_by for entries in got_home.values() for e in entries)
     assert any(e.in_reply_to_author_id not in (None, e.author_id) for entries in got_home.values() for e in entries)
     assert got_users == reference_user_timelines(tables, inbox_cap=pipeline.inbox_cap)
+    # every home, the exclusive lists' owners' too, and every list timeline read from the stored rows
+    # are the reference's
+    homes, lists = _reference_reads(events, pipeline.inbox_cap)
+    assert set(tables.excluded()) & set(homes) and len(lists) >= 3
+    assert streamed["reader_excluded"] and streamed["lists"] and streamed["list_statics"]
+    assert _stored_reads(pipeline, events) == (homes, lists)
+    assert any(list_of(reader) for reader, _ in streamed["reader_visible"])
 
     manifest = json.loads((out / "manifest.json").read_text())
     summary = manifest["summary"]
@@ -237,12 +336,17 @@ def test_backfill_after_wipe_rebuilds_what_the_stream_wrote_table_for_table_and_
     assert summary["rows"]["timeline"] == len(streamed["home_timeline"])
     # the timelines the author keys reach: readers with an entry of a push or pull author seen directly
     # (plain, or a reply to the reader; what only the per-reader stage brings is counted in its rows)
+    # (a list's reader: a plain tweet of a member it sees)
     assert summary["timelines"] == sum(
         1 for reader, entries in reference.items()
-        if any(not e.get("reposted_by") and e.get("in_reply_to_author_id") in (None, reader) for e in entries))
+        if any(not e.get("reposted_by") and e.get("in_reply_to_author_id") in (None, reader) for e in entries)
+    ) + sum(1 for entries in reference_list_entries(tables, inbox_cap=pipeline.inbox_cap).values()
+            if any(not e.reposted_by and e.in_reply_to_author_id in (None, e.author_id) for e in entries))
     for table in ("home_extras", "user_reposts", "reader_visible"):
         assert summary["rows"][table] == len(streamed[table]) > 0, table
     assert summary["per_reader"]["inputs"] > 0 and summary["per_reader"]["extras_rows"] > 0
+    assert summary["lists"]["list_follows"] > 0 and summary["lists"]["exclusions"] > 0
+    assert manifest["list_inputs"] == "lists" and any((out / "lists").glob("*.parquet"))
     stamps = {r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")}
     assert stamps == {manifest["backfill_ts"]}  # the stage's clock started at backfill_ts - 1
     assert "backfill summary" in proc.stderr and "stage write: done" in proc.stderr
@@ -304,6 +408,14 @@ def _touched_tweets(events: list[dict]) -> set[str]:
     return {e["tweet_id"] for e in events if e["type"] == "tweet"}
 
 
+def _list_users(events: list[dict]) -> tuple[set[str], set[str]]:
+    """(owners, members) of every list of ``events``: the timelines a list change may rewrite
+    (exclusivity) and the authors whose followers a list change or an owner's hide may change (a list
+    follow more or less may move a member between push and pull)."""
+    return ({e["owner_id"] for e in events if e["type"] == "list"},
+            {e["member_id"] for e in events if e["type"] == "list_member"})
+
+
 def _touched_pairs(events: list[dict]) -> set[tuple[str, str]]:
     """(user, user) pairs, both ways, between which ``events`` follow, unfollow, block or mute."""
     ends = {"follow": ("follower_id", "followee_id"), **HIDE_ENDS}
@@ -319,9 +431,15 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(rebuilt: Rebuilt, s
     assert rebuilt.reads == reference_timelines(events, inbox_cap=pipeline.inbox_cap)
     assert rebuilt.view["blocks"] == _blocks_in_force(events)
 
-    # The DataFrame join and the engine's states hold exactly the same rows.
+    # The DataFrame join and the engine's states hold exactly the same rows, the lists' readers'
+    # (the list stage's follows as their follow edges, its exclusions withheld) among them; the list
+    # stage's facts are the live lists.
     snap = Snapshot(manifest["start_offsets"], manifest["end_offsets"])
     winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, pipeline, snap)))))
+    lists = list_stage(spark, winners, backfill_ts)
+    winners = winners.with_list_edges(lists.follows, lists.exclusions)
+    assert sorted(tuple(r) for r in lists.facts.collect()) == sorted(
+        (lid, c.owner_id, c.name, c.replies_policy, c.exclusive) for lid, c in reference_tables(events).live_lists().items())
     joined = _rows(join_timelines_batch(winners, pipeline.inbox_cap, pipeline.pull_threshold))
     from_states = _rows(state_timeline_rows(spark.read.parquet(str(out / "state"))))
     assert joined == from_states and len(joined) == manifest["summary"]["rows"]["timeline"]
@@ -329,7 +447,8 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(rebuilt: Rebuilt, s
     # The continuation needs the stream's state from the backfill, the per-reader stage's included:
     # the rest of the history (unreposts, follows, edits of what the backfill holds), then changes of
     # :func:`_continuation`, then the star falls back below the threshold (pushed again).
-    more = rebuilt.later + _continuation(events, seed=13) + crossing(RICH_PREFIX, THRESHOLD, up=False, version=2)
+    more = (rebuilt.later + _continuation(events, seed=13) + crossing(RICH_PREFIX, THRESHOLD, up=False, version=2)
+            + _list_continuation(events))
     everything = events + more
     checkpoint = tmp_path / "ckpt"
     log = tmp_path / "stream.log"
@@ -338,25 +457,30 @@ def test_stream_bootstrapped_from_backfill_continues_exactly(rebuilt: Rebuilt, s
         publish(pipeline, more)
         rebuilt.published.extend(more)
         stream.wait_caught_up()
+        stream.wait_caught_up()  # the list edges the last batch derived, read back by the next
         tables = reference_tables(everything)
         assert _reads(pipeline, followers(everything)) == reference_timelines(everything, inbox_cap=pipeline.inbox_cap)
+        assert _stored_reads(pipeline, everything) == _reference_reads(everything, pipeline.inbox_cap)
         assert read_views(pipeline)[1] == reference_user_timelines(tables, inbox_cap=pipeline.inbox_cap)
         assert _tables(pipeline)["blocks"] == _blocks_in_force(everything)
         assert f"{RICH_PREFIX}star" not in {a for _, a in read_table(pipeline, "SELECT follower_id, author_id"
                                                                                 " FROM pull_follows")}
     assert int((checkpoint / "clock_start").read_text()) == backfill_ts
     assert "per-reader stage inputs seeded" in log.read_text(errors="replace")
+    assert "list stage inputs seeded" in log.read_text(errors="replace")
 
     # Nothing of the backfilled history was applied twice: inbox rows the continuation did not touch
     # (their tweet not edited or deleted, no follow, block or mute between reader and author, no
-    # follower gained or lost by the author) keep the backfill's timestamp, everything the stream wrote
-    # is above it (inboxes and per-reader entries).
+    # follower gained or lost by the author, a home reader owning no list, an author on no list) keep
+    # the backfill's timestamp, everything the stream wrote is above it (inboxes and per-reader entries).
+    list_owners, list_members = _list_users(everything)
     stamps = {(t, tid): s for t, tid, s in read_table(pipeline, "SELECT timeline_id, tweet_id, writetime(version)"
                                                                 " FROM home_timeline")
               if tid is not None}  # not a partition holding only its statics (a reader of pull authors only)
     untouched = [(t, tid) for t, _, tid, author, *_ in rebuilt.view["home_timeline"]
                  if tid not in _touched_tweets(more) and (t, author) not in _touched_pairs(more)
-                 and author not in {e["followee_id"] for e in more if e["type"] == "follow"}]
+                 and author not in {e["followee_id"] for e in more if e["type"] == "follow"}
+                 and list_of(t) is None and t not in list_owners and author not in list_members]
     assert len(untouched) > 20 and {stamps.get(row) for row in untouched} == {backfill_ts}
     assert min(stamps.values()) == backfill_ts and any(s > backfill_ts for s in stamps.values())
     stamps = [r[0] for r in read_table(pipeline, "SELECT writetime(version) FROM home_extras")]
@@ -379,7 +503,7 @@ def test_dataframe_join_is_the_engine_states_at_a_small_cap_and_no_write_leaves_
     from pyspark import StorageLevel
 
     pipeline = rebuilt.pipeline
-    more = _rich_history(seed=8, events=600, prefix="br8-")
+    more = _rich_history(seed=8, events=600, prefix="br8-", list_share=0)  # the lists: the first history's
     replies = [e for e in more if e["type"] == "tweet" and e.get("in_reply_to_author_id")]
     more += [{**e, "in_reply_to_author_id": e["author_id"], "in_reply_to_tweet_id": "t-self"} for e in replies[:20]]
     publish(pipeline, more)
@@ -401,6 +525,8 @@ def test_dataframe_join_is_the_engine_states_at_a_small_cap_and_no_write_leaves_
         return df
 
     winners = winning_changes(valid_events(classify(parse_changes(read_snapshot(spark, small, snap))))).map(keep)
+    lists = list_stage(spark, winners, manifest["backfill_ts"])
+    winners = winners.with_list_edges(keep(lists.follows), keep(lists.exclusions))
     try:
         tables = reference_tables(events)
         live = {(r.author_id, r.tweet_id): (r.version, r.created_at, r.text, r.profile_version,

@@ -75,3 +75,42 @@ def read_list_stores(settings: Settings) -> tuple[dict[str, set[str]], dict[str,
         return excluded, lists, rules
     finally:
         cluster.shutdown()
+
+
+def stored_view(settings: Settings, inbox_cap: int) -> Any:
+    """The view Cassandra holds, loaded into the core's :class:`~feed_service.core.timeline_view.TimelineView`
+    (inboxes and their statics ``pull_authors``, ``pull_reposters``; ``home_extras``, ``author_timeline``,
+    ``user_reposts``, ``reader_visible``, ``reader_hidden``, ``reader_excluded``, the lists' statics), so
+    that its ``entries`` reads a home or a list's reader's timeline from the stored rows as the read
+    service merges them."""
+    from feed_service.core.per_reader.pull_reposts import ListRule
+    from feed_service.core.timeline_view import TimelineView
+    from feed_service.store.session import connect
+
+    view = TimelineView(inbox_cap=inbox_cap)
+
+    def keyed(table: dict[str, list[Entry]]) -> dict[str, dict[tuple, Entry]]:
+        return {k: {(e.at, e.tweet_id, e.author_id): e for e in entries} for k, entries in table.items()}
+
+    cluster, session = connect(settings.as_role("server"), keyspace=settings.keyspace)
+    try:
+        view.timelines = keyed(_partitions(session, f"SELECT timeline_id, {COLUMNS} FROM home_timeline", "timeline_id"))
+        view.extras = keyed(_partitions(session, f"SELECT timeline_id, {EXTRA_COLUMNS} FROM home_extras",
+                                        "timeline_id"))
+        view.author_timelines = keyed(_partitions(session, f"SELECT author_id, {COLUMNS} FROM author_timeline",
+                                                  "author_id"))
+        view.own_reposts = keyed(_partitions(session, f"SELECT user_id, {EXTRA_COLUMNS} FROM user_reposts", "user_id"))
+        for r in session.execute("SELECT DISTINCT timeline_id, pull_authors, pull_reposters FROM home_timeline"):
+            if r.pull_authors:
+                view.pull_follows[r.timeline_id] = set(r.pull_authors)
+            if r.pull_reposters:
+                view.pull_reposters[r.timeline_id] = set(r.pull_reposters)
+        for table, sets in (("reader_visible", view.visible), ("reader_hidden", view.hidden)):
+            for r in session.execute(f"SELECT reader_id, user_id FROM {table}"):
+                sets.setdefault(r.reader_id, set()).add(r.user_id)
+    finally:
+        cluster.shutdown()
+    excluded, _, rules = read_list_stores(settings)
+    view.excluded = {reader: set(users) for reader, users in excluded.items() if users}
+    view.list_rules = {reader: ListRule(owner, policy) for reader, (owner, policy) in rules.items() if owner}
+    return view

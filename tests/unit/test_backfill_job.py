@@ -44,6 +44,7 @@ def test_the_returned_manifest_is_the_files_content(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
     (tmp_path / "state").mkdir()
     (tmp_path / "per_reader").mkdir()
+    (tmp_path / "lists").mkdir()
     boot = load_bootstrap(tmp_path, settings)
     assert (json.loads(boot.starting_offsets), boot.inbox_cap, boot.clock_start) == (offsets, 3, 10)
 
@@ -65,6 +66,16 @@ class FakeWinners:
 
     def count(self) -> dict[str, int]:
         return {"tweets_live": 3, "follow_edges_active": 2}
+
+    def with_list_edges(self, follows: Any, exclusions: Any) -> "FakeWinners":
+        return self
+
+
+class FakeListFrames:
+    follows = exclusions = FakeFrame()
+
+    class done:  # noqa: N801 - the ListStageResult's attribute
+        facts = ()
 
 
 class FakeSpark:
@@ -90,6 +101,8 @@ def fake_stages(monkeypatch: pytest.MonkeyPatch) -> None:
         "read_snapshot": lambda *a: FakeFrame(), "parse_changes": lambda df: df, "classify": lambda df: df,
         "count_records": lambda df, snapshot=None: counts, "valid_events": lambda df: df,
         "winning_changes": lambda df: FakeWinners(),
+        "list_stage": lambda *a: FakeListFrames(),
+        "write_list_inputs": lambda *a: {"lists_live": 1, "list_follows": 2, "exclusions": 1, "inputs": 4},
         "winner_events": lambda winners: FakeFrame(), "engine_states": lambda *a, **k: FakeFrame(),
         "write_states": lambda *a, **k: 4, "messages_of": lambda engine: FakeFrame(),
         "per_reader_stage": lambda *a: object(),
@@ -123,10 +136,11 @@ def test_run_backfill_returns_and_reports_what_the_manifest_holds(tmp_path: Path
     assert (summary["records_read"], summary["invalid_by_reason"], summary["keys"], summary["timelines"]) == (
         5, {"bad_json": 1}, 4, 2)
     assert summary["per_reader"] == {"messages": 9, "inputs": 7, "extras_rows": 3}
+    assert summary["lists"] == {"lists_live": 1, "list_follows": 2, "exclusions": 1, "inputs": 4}
     assert summary["rows"] == {"timeline": 6, "tweets": 6} and summary["written"] is True
     assert on_disk["inbox_cap"] == summary["inbox_cap"] == 7 and on_disk["backfill_ts"] == 123
-    assert set(summary["stage_seconds"]) == {"snapshot", "read", "winners", "states", "per_reader", "join",
-                                                "write"}
+    assert set(summary["stage_seconds"]) == {"snapshot", "read", "winners", "lists", "states", "per_reader",
+                                                "join", "write"}
     assert "stage manifest: done" in out.getvalue()
 
 

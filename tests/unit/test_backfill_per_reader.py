@@ -66,7 +66,7 @@ def test_backfill_then_bootstrapped_stream_equal_the_reference(seed: int, pull_t
     events = generated_history(seed)
     cut = len(events) * 2 // 3
     first, rest = events[:cut], events[cut:]
-    states, per_reader = backfill(first, inbox_cap=cap, pull_threshold=pull_threshold)
+    states, per_reader, _ = backfill(first, inbox_cap=cap, pull_threshold=pull_threshold)
     home, users = _reference(first, cap)
     got_home = read_home(cap)
     assert any(e.reposted_by for v in got_home.values() for e in v)

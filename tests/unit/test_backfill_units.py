@@ -114,9 +114,10 @@ def test_digest_column_matches_the_engine_digest() -> None:
 def _manifest(folder: Path, settings: Settings, **overrides) -> None:
     (folder / "state").mkdir(parents=True, exist_ok=True)
     (folder / "per_reader").mkdir(parents=True, exist_ok=True)
+    (folder / "lists").mkdir(parents=True, exist_ok=True)
     manifest = {"format": MANIFEST_FORMAT, "backfill_ts": 10, "stream_clock_start": 10, "inbox_cap": 800,
                 "topics": source_topics(settings), "end_offsets": {settings.topic("tweets"): {"0": 4}},
-                "state": "state", "per_reader_inputs": "per_reader", **overrides}
+                "state": "state", "per_reader_inputs": "per_reader", "list_inputs": "lists", **overrides}
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -125,8 +126,8 @@ def test_load_bootstrap_reads_offsets_and_clock(tmp_path: Path) -> None:
     _manifest(tmp_path, settings)
     boot = load_bootstrap(tmp_path, settings)
     assert json.loads(boot.starting_offsets) == {settings.topic("tweets"): {"0": 4}}
-    assert (boot.clock_start, boot.inbox_cap, boot.state_path, boot.per_reader_path) == (
-        10, 800, tmp_path.resolve() / "state", tmp_path.resolve() / "per_reader")
+    assert (boot.clock_start, boot.inbox_cap, boot.state_path, boot.per_reader_path, boot.list_inputs_path) == (
+        10, 800, tmp_path.resolve() / "state", tmp_path.resolve() / "per_reader", tmp_path.resolve() / "lists")
 
 
 def test_load_bootstrap_refuses_unusable_folders(tmp_path: Path) -> None:

@@ -272,7 +272,7 @@ def test_the_backfill_and_the_stream_it_bootstraps_write_the_materializers_table
     events = generated_history(seed)
     cut = len(events) * 2 // 3
     first, rest = events[:cut], events[cut:]
-    states, per_reader = backfill(first, inbox_cap=cap, pull_threshold=pull_threshold, pull_reposters=True)
+    states, per_reader, _ = backfill(first, inbox_cap=cap, pull_threshold=pull_threshold, pull_reposters=True)
     engine = Materializer(inbox_cap=cap, pull_threshold=pull_threshold, pull_reposters=True)
     engine.process_batch([json.dumps(event_to_json(e)) for e in first])
     assert engine.view.pull_reposters and engine.view.hidden and all(view_indexes(engine.view).values())

@@ -137,8 +137,9 @@ def test_a_follow_winner_carries_show_reposts_true_when_left_out(spark: Any) -> 
 
 
 def test_a_list_winner_is_the_highest_version_a_delete_on_a_tie_then_the_greater_payload(spark: Any) -> None:
-    """The winners hold a list's winning change as docs/event-kinds.md declares it (carried, not
-    joined yet): a create's left-out options with their defaults, a delete's null."""
+    """The winners hold a list's winning change as docs/event-kinds.md declares it (what the list
+    stage steps over, spark_jobs/backfill/lists.py): a create's left-out options with their defaults,
+    a delete's null."""
     from spark_jobs.backfill.winners import _list_winners
     from spark_jobs.envelope import EVENT_COLUMNS
 
@@ -170,3 +171,48 @@ def test_a_list_winner_is_the_highest_version_a_delete_on_a_tie_then_the_greater
             for lid, cs in by_list.items()}
     assert {lid: (v, op, name, *((p, e) if op == "create" else (None, None)), o)
             for lid, (v, op, name, p, e, o) in best.items()} == got  # list_rank picks the same winners
+
+
+def test_the_withheld_pairs_are_withholds_of_the_pairs_hide_edges(spark: Any) -> None:
+    """An inbox holds none of the author's rows for a follower the author key withholds them from
+    (:func:`feed_service.core.state.withholds`: a mute, a block either way or an exclusion in force):
+    the backfill's visible edges (:meth:`Winners.visible_edges`, what its inbox join and pull follows
+    use) are the active follows less :meth:`Winners.withheld_pairs`. Every combination of the four
+    edges of a pair (never seen, in force, lifted) is one follower of ``bob``; a list's reader's list
+    follow in force is a follow edge among them, one not in force is none."""
+    from feed_service.core.state import withholds
+    from spark_jobs.backfill.lists import EXCLUSION_SCHEMA, LIST_FOLLOW_SCHEMA
+    from spark_jobs.backfill.winners import Winners
+
+    states = (None, True, False)  # never seen, in force, lifted
+    follows, mutes, blocks, exclusions, expected = [], [], [], [], {}
+    for i, (mute, blocks_author, blocked_by_author, excludes) in enumerate(product(states, repeat=4)):
+        reader = f"r{i}"
+        follows.append((reader, "bob", 1, "follow", True))
+        if mute is not None:
+            mutes.append((reader, "bob", 1, "mute" if mute else "unmute"))
+        if blocks_author is not None:
+            blocks.append((reader, "bob", 1, "block" if blocks_author else "unblock"))
+        if blocked_by_author is not None:
+            blocks.append(("bob", reader, 1, "block" if blocked_by_author else "unblock"))
+        if excludes is not None:
+            exclusions.append((reader, "bob", 1, "exclude" if excludes else "include"))
+        edges = tuple(None if s is None else (1, s) for s in (mute, blocks_author, blocked_by_author, excludes))
+        expected[reader] = not withholds(edges)
+    expected["\x1flist:L1"], expected["\x1flist:L2"] = True, False
+    list_follows = [("\x1flist:L1", "bob", "ann", "L1", 3, "follow"), ("\x1flist:L2", "bob", "ann", "L2", 3, "unfollow")]
+    winners = Winners(
+        live_tweets=None, deleted_tweets=None, profiles=None, reposts=None, lists=None, list_members=None,  # type: ignore[arg-type]
+        edges=spark.createDataFrame(follows, "follower_id string, followee_id string, version bigint, op string,"
+                                             " show_reposts boolean"),
+        mutes=spark.createDataFrame(mutes, "muter_id string, muted_id string, version bigint, op string"),
+        blocks=spark.createDataFrame(blocks, "blocker_id string, blocked_id string, version bigint, op string"),
+        list_follows=spark.createDataFrame(list_follows, LIST_FOLLOW_SCHEMA),
+        exclusions=spark.createDataFrame(exclusions, EXCLUSION_SCHEMA))
+    visible = {r.follower_id for r in winners.visible_edges().collect()}
+    assert {reader for reader, shown in expected.items() if shown} == visible
+    assert set(expected.values()) == {True, False}
+    # an exclusion of one's own membership withholds nothing (the key skips it: one's own tweets are
+    # in no home inbox of one's own)
+    assert winners.with_list_edges(winners.list_follows, spark.createDataFrame(  # type: ignore[arg-type]
+        [("bob", "bob", 1, "exclude")], EXCLUSION_SCHEMA)).exclusions_in_force().count() == 0

@@ -153,6 +153,7 @@ def test_inbox_cap_zero_exits_quickly_from_the_command_line(tmp_path: Path) -> N
 def _backfill(folder: Path, settings: Settings) -> Path:
     (folder / "state").mkdir(parents=True)
     (folder / "per_reader").mkdir()
+    (folder / "lists").mkdir()
     write_manifest(folder, build_manifest(settings, backfill_ts=10, start_offsets={}, end_offsets={},
                                           summary={}))
     return folder

@@ -10,20 +10,23 @@ the routing and the order of the stages are decided once.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 from feed_service.core.events import Exclusion, ListChange, ListFollow, ListMemberChange
 from feed_service.core.per_reader.audience_stage import AudienceStage, StageResult
 from feed_service.core.per_reader.author_side import SideResult
-from feed_service.core.per_reader.list_stage import ListStage, ListStageResult
+from feed_service.core.per_reader.list_stage import ListFact, ListStage, ListStageResult
 from feed_service.core.per_reader.messages import ConditionalTweet, ListInput, Relation, RepostedTweet, RepostEdge
 
 StageMessage = Relation | ConditionalTweet | RepostEdge | RepostedTweet
 """One message an author key owes the stage."""
 
 
-def step_messages(stage: AudienceStage, messages: Iterable[StageMessage]) -> StageResult:
-    """Step ``stage`` once on ``messages``, each routed to the stage's input of its kind (in order);
+def step_messages(stage: AudienceStage, messages: Iterable[StageMessage], facts: Sequence[ListFact] = ()
+                  ) -> StageResult:
+    """Step ``stage`` once on ``messages``, each routed to the stage's input of its kind (in order),
+    and on the list stage's ``facts`` (applied first, as :meth:`AudienceStage.step` does: the backfill
+    gives them with the messages, its list stage having stepped before the author keys);
     ``TypeError`` on anything else."""
     by_kind: dict[type, list] = {Relation: [], ConditionalTweet: [], RepostEdge: [], RepostedTweet: []}
     for m in messages:
@@ -31,7 +34,7 @@ def step_messages(stage: AudienceStage, messages: Iterable[StageMessage]) -> Sta
         if inputs is None:
             raise TypeError(f"not a per-reader message: {m!r}")
         inputs.append(m)
-    return stage.step(by_kind[Relation], by_kind[ConditionalTweet], by_kind[RepostEdge], by_kind[RepostedTweet])
+    return stage.step(by_kind[Relation], by_kind[ConditionalTweet], by_kind[RepostEdge], by_kind[RepostedTweet], facts)
 
 
 class DriverStep(NamedTuple):

@@ -177,14 +177,25 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
         list_id = check_id(request.list_id, "list_id")
         size = page_size(request.page_size)
         authorize_timeline(claims, user_id)
-        rule = await self._list_rule(self.calls.store(), user_id, list_id, self.calls.budget(context))
         reader = list_reader(list_id)
+        if self.reads.live_cache() is None:
+            # no read cache: the owner check takes the list's rule from the statics the page's own
+            # read brings, one store read fewer than a read of them first
+            def check(rule: ListRule | None) -> ListRule:
+                return owned_rule(rule, list_id, user_id)
+            page = await self._home_page(reader, request.page_token, size, context, pb.GetListTimelineResponse,
+                                         owner_check=check)
+        else:
+            rule = await self._list_rule(self.calls.store(), user_id, list_id, self.calls.budget(context))
+            page = await self._home_page(reader, request.page_token, size, context, pb.GetListTimelineResponse, rule)
         self._read_by(reader)
-        return await self._home_page(reader, request.page_token, size, context, pb.GetListTimelineResponse, rule)
+        return page
 
     async def _home_page(self, user_id: str, page_token: str, size: int, context: grpc.aio.ServicerContext,
-                         response_type: type, rule: ListRule | None = None) -> Any:
-        """One page of ``user_id``'s home timeline (a list's reader: with its list's ``rule``), as
+                         response_type: type, rule: ListRule | None = None,
+                         owner_check: Callable[[ListRule | None], ListRule] | None = None) -> Any:
+        """One page of ``user_id``'s home timeline (a list's reader: with its list's ``rule``, or the
+        rule its statics hold checked by ``owner_check``: :meth:`TimelineReads.home_page`), as
         ``response_type`` (its fields those of GetHomeTimelineResponse), or its encoding."""
         cache = self.reads.live_cache()
         # an encoded page is kept under the token it answered: that token was verified for this user
@@ -194,13 +205,15 @@ class TimelineServicer(pb_grpc.TimelineServiceServicer):
             if encoded is not None:
                 return encoded
         before, served, limit = self.pages.start(page_token, user_id, KIND_PAGE, size)
-        if limit <= 0:
-            return response_type()
         store = self.calls.store()
         budget = self.calls.budget(context)
+        if limit <= 0:
+            if owner_check is not None:  # nothing left to read, but the caller is checked still
+                owner_check(list_rule_of(await store.statics(user_id, timeout=budget)))
+            return response_type()
         cached = self.reads.cached_home_page(user_id, before, limit + 1, rule)
         rows = (cached[0] if cached is not None
-                else await self.reads.home_page(store, user_id, before, limit + 1, budget, rule))
+                else await self.reads.home_page(store, user_id, before, limit + 1, budget, rule, owner_check))
         entries, next_token = await self.pages.page(store, user_id, KIND_PAGE, rows, limit, served, budget)
         response = response_type(entries=entries, next_page_token=next_token)
         if cache is None or cached is None or not self.pages.hydrated(rows[:limit]):

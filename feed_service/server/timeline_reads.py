@@ -182,7 +182,8 @@ class TimelineReads:
                                  lambda users: self.sees(store, rule.owner, users, budget), further)
 
     async def home_page(self, store: TimelineStore, user_id: str, before: Cursor | None, limit: int,
-                        budget: float, rule: ListRule | None = None) -> list[Entry]:
+                        budget: float, rule: ListRule | None = None,
+                        owner_check: Callable[[ListRule | None], ListRule] | None = None) -> list[Entry]:
         """Up to ``limit`` entries of the home timeline older than ``before``, newest first: the
         inbox and extras slices merged with the pull authors the user follows. Two concurrent store
         reads when the user follows no pull author (the inbox slice brings the list), more only for
@@ -191,7 +192,9 @@ class TimelineReads:
         A reader whose inbox is not kept (the static ``inbox_dropped``, read with the slice) has its
         inbox rows computed instead from the author timelines of its push authors
         (:meth:`dropped_inbox`, docs/activity.md). A list's reader's rows merged at read are decided
-        by the list's ``rule`` (its statics, read by the caller's owner check: a cached slice has none)."""
+        by the list's ``rule`` (its statics, read by the caller's owner check: a cached slice has none);
+        ``owner_check`` instead: the rule its statics hold, read with the slice, is checked by it (which
+        raises for a caller who may not read the list) before anything else is read."""
         cache = self.live_cache()
         if cache is None:
             got = await self._own_rows(store, user_id, before, limit, budget)
@@ -205,6 +208,8 @@ class TimelineReads:
             # a list's reader whose rule the caller did not give (a watch's head) and the cache's
             # slice does not carry: one read of its statics
             rule = list_rule_of(await store.statics(user_id, timeout=budget))
+        if owner_check is not None:
+            rule = owner_check(rule if rule is not None else list_rule_of(inbox))
         plan = home_plan(user_id, statics_of(inbox, rule))
         authors = plan.pull_authors
         if plan.dropped:

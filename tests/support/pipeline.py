@@ -216,6 +216,26 @@ def read_all_home_timelines(server: ServerThread, users: list[str], page_size: i
     return out
 
 
+def read_all_list_timelines(server: ServerThread, owners: Mapping[str, str], page_size: int = 7
+                            ) -> dict[str, list]:
+    """Every list's timeline of ``owners`` (list id -> owner) through GetListTimeline, page by page,
+    read by its owner, once the server has applied the view changes published so far."""
+    server.changes_applied()
+    stub, out = server.stub(), {}
+    for list_id, owner in sorted(owners.items()):
+        entries, token = [], ""
+        while True:
+            page = stub.GetListTimeline(pb.GetListTimelineRequest(user_id=owner, list_id=list_id, page_size=page_size,
+                                                                  page_token=token),
+                                        metadata=server.auth(owner), timeout=10)
+            entries += page_entries(page)
+            token = page.next_page_token
+            if not token:
+                break
+        out[list_id] = entries
+    return out
+
+
 def _unreported(reader_id: str, value: bytes) -> None:
     """Where a server's read reports go when they must not reach the stream: nowhere."""
 

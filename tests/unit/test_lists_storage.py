@@ -6,18 +6,14 @@ the writer on the real node, tests/unit/test_stream_per_reader.py the stream's d
 
 from __future__ import annotations
 
-import functools
 import json
 import random
-from typing import Any
 
-import cassandra.concurrent
 import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from feed_service import resources
 from feed_service.core.list_readers import list_reader
 from feed_service.core.per_reader.list_stage import ListFact
 from feed_service.core.per_reader.messages import ExcludedDelta
@@ -32,38 +28,15 @@ from feed_service.core.view_changes import (
     split,
     to_json,
 )
-from feed_service.store.cassandra_writer import CassandraWriter
 from feed_service.store.memory import MemoryStore
+from tests.support.view_change_schema import matches_schema
+from tests.support.writer_statements import writer_statements
 
 L1 = list_reader("L1")
 
 
-class FakeSession:
-    """Prepares a statement as its CQL text; executions are captured by the patched execute_concurrent."""
-
-    def prepare(self, cql: str) -> str:
-        return cql
-
-
-def _statements(monkeypatch: pytest.MonkeyPatch, **rows: Any) -> tuple[Any, list[tuple[str, tuple]]]:
-    """The writer's counts and its (CQL, values) of one ``write(**rows)``, one request per row."""
-    calls: list[tuple[str, tuple]] = []
-
-    class Result:
-        success, result_or_exc = True, None
-
-    def execute(session: Any, statements: Any, **_: Any) -> list[Result]:
-        statements = list(statements)
-        calls.extend(statements)
-        return [Result() for _ in statements]
-
-    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
-    counts = CassandraWriter(FakeSession(), "ks", batch_rows=1).write(**rows)
-    return counts, [(" ".join(cql.split()), values) for cql, values in calls]
-
-
 def test_excluded_rows_are_inserted_and_deleted_at_their_ts(monkeypatch: pytest.MonkeyPatch) -> None:
-    counts, calls = _statements(monkeypatch, excluded=[ExcludedDelta("insert", "ann", "bob", 7),
+    counts, calls = writer_statements(monkeypatch, excluded=[ExcludedDelta("insert", "ann", "bob", 7),
                                                       ExcludedDelta("delete", "ann", "cat", 8)])
     assert counts.excluded == 2 and counts.hidden == counts.lists == 0
     assert calls == [
@@ -73,7 +46,7 @@ def test_excluded_rows_are_inserted_and_deleted_at_their_ts(monkeypatch: pytest.
 
 
 def test_a_live_fact_upserts_its_row_and_its_readers_statics(monkeypatch: pytest.MonkeyPatch) -> None:
-    counts, calls = _statements(monkeypatch, lists=[ListFact("L1", "ann", "news", "followed", True, 5)])
+    counts, calls = writer_statements(monkeypatch, lists=[ListFact("L1", "ann", "news", "followed", True, 5)])
     assert counts.lists == 1
     assert calls == [
         ("INSERT INTO ks.lists (owner_id, list_id, name, replies_policy, exclusive) VALUES (?, ?, ?, ?, ?)"
@@ -84,10 +57,10 @@ def test_a_live_fact_upserts_its_row_and_its_readers_statics(monkeypatch: pytest
 
 
 def test_a_moved_list_leaves_its_previous_owner_and_a_deleted_one_its_statics(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, moved = _statements(monkeypatch, lists=[ListFact("L1", "eve", None, "list", False, 6, "ann")])
+    _, moved = writer_statements(monkeypatch, lists=[ListFact("L1", "eve", None, "list", False, 6, "ann")])
     assert moved[0] == ("DELETE FROM ks.lists USING TIMESTAMP ? WHERE owner_id = ? AND list_id = ?", (6, "ann", "L1"))
     assert [values for _, values in moved[1:]] == [("eve", "L1", None, "list", False, 6), (6, "eve", "list", L1)]
-    _, gone = _statements(monkeypatch, lists=[ListFact("L1", None, None, None, False, 7, "eve")])
+    _, gone = writer_statements(monkeypatch, lists=[ListFact("L1", None, None, None, False, 7, "eve")])
     assert gone == [
         ("DELETE FROM ks.lists USING TIMESTAMP ? WHERE owner_id = ? AND list_id = ?", (7, "eve", "L1")),
         ("DELETE list_owner, list_policy FROM ks.home_timeline USING TIMESTAMP ? WHERE timeline_id = ?", (7, L1)),
@@ -132,7 +105,6 @@ def test_a_deleted_list_has_no_row_and_no_statics() -> None:
 
 # --- the view changes ----------------------------------------------------------------------------
 
-SCHEMA_NAME = "schemas/view-changes/view-change.schema.json"
 INT64 = st.integers(-(2**63), 2**63 - 1)
 IDS = st.text(min_size=1, max_size=6)
 sources = st.none() | INT64
@@ -150,23 +122,6 @@ ONE_OF_EACH: list[ViewChange] = [
 ]
 
 
-@functools.cache
-def _validator() -> Any:
-    import fastjsonschema
-
-    return fastjsonschema.compile(resources.read_json(SCHEMA_NAME), use_formats=False)
-
-
-def _valid(obj: Any) -> bool:
-    import fastjsonschema
-
-    try:
-        _validator()(obj)
-    except fastjsonschema.JsonSchemaException:
-        return False
-    return True
-
-
 @hypothesis_settings(deadline=None)
 @given(changes)
 def test_every_change_round_trips_and_matches_the_schema(change: ViewChange) -> None:
@@ -174,14 +129,14 @@ def test_every_change_round_trips_and_matches_the_schema(change: ViewChange) -> 
     back = decode(value)
     assert back == change and type(back) is type(change)
     assert json.loads(value) == to_json(change)
-    assert _valid(to_json(change))
+    assert matches_schema(to_json(change))
     assert list(split(change, 1)) == [change]  # one row each: nothing to split
 
 
 @pytest.mark.parametrize("change", ONE_OF_EACH, ids=lambda c: f"{type(c).__name__}-{c.op}")
 def test_each_kind_by_example(change: ViewChange) -> None:
     obj = to_json(change)
-    assert _valid(obj) and decode(encode(change)) == change
+    assert matches_schema(obj) and decode(encode(change)) == change
     assert obj["kind"] == ("excluded" if type(change) is ExcludedChange else "list")
 
 
@@ -198,7 +153,7 @@ def test_the_schema_refuses_what_decode_refuses() -> None:
         {k: v for k, v in upsert.items() if k != "list_id"},
     ]
     for obj in bad:
-        assert not _valid(obj), obj
+        assert not matches_schema(obj), obj
         with pytest.raises(ChangeDecodeError):
             decode(json.dumps(obj))
-    assert not _valid({**upsert, "replies_policy": "all"})  # (decode does not check the policy's values)
+    assert not matches_schema({**upsert, "replies_policy": "all"})  # (decode does not check the policy's values)

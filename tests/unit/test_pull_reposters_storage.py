@@ -13,7 +13,6 @@ import json
 import random
 from typing import Any
 
-import cassandra.concurrent
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,12 +25,13 @@ from feed_service.core.view_changes import HiddenChange, PullReposterChange
 from feed_service.errors import ConfigError
 from feed_service.settings import Settings
 from feed_service.store.cassandra_reader import CassandraReader
-from feed_service.store.cassandra_writer import CassandraWriter, IndexChange, extras_index, reposts_index
+from feed_service.store.cassandra_writer import IndexChange, extras_index, reposts_index
 from spark_jobs.bootstrap import BOOTSTRAP_BATCH_ID
 from spark_jobs.stream.per_reader import state_stage
 from tests.support.backfill_stages import TS, backfill, generated_history, stream_from_states
 from tests.support.per_reader_stream import Fakes, nonempty_rows, own_ids, reset_fakes, run_stream
 from tests.support.repost_indexes import IndexedStore, view_indexes
+from tests.support.writer_statements import writer_statements
 from tests.support.repost_runs import SETTINGS, Run, runs
 
 TWEET = Entry("t1", "bob", 10, 1, "hi", 1)
@@ -72,27 +72,9 @@ def test_the_index_follows_the_newest_change_and_a_delete_wins_a_tie_of_one_row(
     assert sorted(two) == [IndexChange(("ann", "t1"), repost, 1), IndexChange(("bea", "t1"), repost, 2)]
 
 
-class FakeSession:
-    """Prepares a statement as its CQL text; executions are captured by the patched execute_concurrent."""
-
-    def prepare(self, cql: str) -> str:
-        return cql
-
-
 def test_the_writer_writes_the_static_set_the_hidden_rows_and_the_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, tuple]] = []
-
-    class Result:
-        success, result_or_exc = True, None
-
-    def execute(session: Any, statements: Any, **_: Any) -> list[Result]:
-        statements = list(statements)
-        calls.extend(statements)
-        return [Result() for _ in statements]
-
-    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute)
-    writer = CassandraWriter(FakeSession(), "ks", batch_rows=1)
-    counts = writer.write(
+    counts, calls = writer_statements(
+        monkeypatch,
         pull_reposters=[PullReposterDelta("insert", "ann", "pat", 5), PullReposterDelta("delete", "bea", "pat", 6)],
         hidden=[HiddenDelta("insert", "ann", "eve", 7), HiddenDelta("delete", "ann", "fay", 7)],
         extras=[ExtrasDelta("delete", "ann", _repost("cat", 50), 8), ExtrasDelta("insert", "ann", _repost("dan", 40), 8)],

@@ -4,16 +4,13 @@ errors and splitting (none: each names one row)."""
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from feed_service import resources
 from feed_service.core.rows import Entry
 from feed_service.core.view_changes import (
     ChangeDecodeError,
@@ -27,8 +24,8 @@ from feed_service.core.view_changes import (
     split,
     to_json,
 )
+from tests.support.view_change_schema import matches_schema
 
-SCHEMA_NAME = "schemas/view-changes/view-change.schema.json"
 INT64 = st.integers(-(2**63), 2**63 - 1)
 NATURAL = st.integers(0, 2**63 - 1)
 IDS = st.text(min_size=1, max_size=6)
@@ -56,23 +53,6 @@ ONE_OF_EACH: list[ViewChange] = [
 ]
 
 
-@functools.cache
-def _validator() -> Any:
-    import fastjsonschema
-
-    return fastjsonschema.compile(resources.read_json(SCHEMA_NAME), use_formats=False)
-
-
-def _valid(obj: Any) -> bool:
-    import fastjsonschema
-
-    try:
-        _validator()(obj)
-    except fastjsonschema.JsonSchemaException:
-        return False
-    return True
-
-
 @hypothesis_settings(deadline=None)
 @given(changes)
 def test_every_change_round_trips_and_matches_the_schema(change: ViewChange) -> None:
@@ -82,14 +62,14 @@ def test_every_change_round_trips_and_matches_the_schema(change: ViewChange) -> 
     assert decode(value.decode()) == change
     assert json.loads(value) == to_json(change)
     assert message_key(back) == message_key(change)
-    assert _valid(to_json(change))
+    assert matches_schema(to_json(change))
     assert list(split(change, 1)) == [change]  # one row each: nothing to split
 
 
 @pytest.mark.parametrize("change", ONE_OF_EACH, ids=lambda c: f"{type(c).__name__}-{c.op}")
 def test_each_kind_by_example(change: ViewChange) -> None:
     obj = to_json(change)
-    assert _valid(obj)
+    assert matches_schema(obj)
     assert decode(encode(change)) == change
     assert obj["kind"] in ("extras", "user_repost", "visible")
 
@@ -117,7 +97,7 @@ def test_the_schema_refuses_what_decode_refuses() -> None:
         {**visible, "reader_id": ["ann"]},
     ]
     for obj in bad:
-        assert not _valid(obj), obj
+        assert not matches_schema(obj), obj
         if obj.get("timeline_id") != "" and obj.get("entry", {}).get("reposted_at", 0) != -1:
             with pytest.raises(ChangeDecodeError):  # (decode does not check lengths or signs)
                 decode(json.dumps(obj))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from feed_service.core.rules import push_authors
 from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected, translate_driver_error
 from feed_service.store.concurrent_statements import all_rows, execute_all
@@ -62,6 +63,7 @@ class CassandraActivity:
         self._statics = session.prepare(
             f"SELECT pull_authors FROM {keyspace}.home_timeline WHERE timeline_id = ? LIMIT 1")
         self._visible = session.prepare(f"SELECT user_id FROM {keyspace}.reader_visible WHERE reader_id = ?")
+        self._excluded = session.prepare(f"SELECT user_id FROM {keyspace}.reader_excluded WHERE reader_id = ?")
         self._last_ts = 0
 
     @classmethod
@@ -116,15 +118,17 @@ class CassandraActivity:
         return deleted
 
     def push_authors(self, readers: Iterable[str]) -> dict[str, tuple[str, ...]]:
-        """Each reader's push authors: the users it sees less the pull authors it merges in at read."""
+        """Each reader's push authors (:func:`~feed_service.core.rules.push_authors`): the users it
+        sees less the pull authors it merges in at read and the sources it sets aside."""
         ids = sorted(set(readers))
-        statics = self._run([(self._statics, (reader,)) for reader in ids])
-        visible = self._run([(self._visible, (reader,)) for reader in ids])
+        n = len(ids)
+        got = self._run([(self._statics, (reader,)) for reader in ids] + [(self._visible, (reader,)) for reader in ids]
+                        + [(self._excluded, (reader,)) for reader in ids])
         out: dict[str, tuple[str, ...]] = {}
-        for reader, s, v in zip(ids, statics, visible):
+        for reader, s, v, x in zip(ids, got[:n], got[n:2 * n], got[2 * n:]):
             srows = all_rows(s)
             pull = set(srows[0][0] or ()) if srows else set()
-            out[reader] = tuple(sorted({r[0] for r in all_rows(v)} - pull))
+            out[reader] = tuple(push_authors((r[0] for r in all_rows(v)), pull, {r[0] for r in all_rows(x)}))
         return out
 
     def _timestamp(self) -> int:

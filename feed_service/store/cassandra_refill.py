@@ -10,7 +10,8 @@ at read). :class:`CassandraRefillCheck` finds those inboxes, with what a refill 
 Per timeline, at most three single-partition reads, each stage run over a round of timelines with
 bounded concurrency: the statics (line and pull authors); with a line, the rows at or above it,
 bounded by the cap (so it reads no tombstone below the line and at most the cap's rows); when
-short, the reader's visible users. A timeline never trimmed costs the first read only. Driver
+short, the reader's visible users and excluded sources (its push authors: ``rules.push_authors``).
+A timeline never trimmed costs the first read only. Driver
 faults are translated as the reader does
 (:func:`~feed_service.store.cassandra_reader.translate_driver_error`).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
+from feed_service.core.rules import push_authors
 from feed_service.security.roles import STREAM
 from feed_service.store.cassandra_reader import connected
 from feed_service.store.concurrent_statements import all_rows, execute_all
@@ -64,6 +66,7 @@ class CassandraRefillCheck:
             " AND (created_at, tweet_id) >= (?, ?) LIMIT ?"
         )
         self._visible = session.prepare(f"SELECT user_id FROM {keyspace}.reader_visible WHERE reader_id = ?")
+        self._excluded = session.prepare(f"SELECT user_id FROM {keyspace}.reader_excluded WHERE reader_id = ?")
 
     @classmethod
     def connect(cls, settings: "Settings") -> "CassandraRefillCheck":
@@ -105,10 +108,11 @@ class CassandraRefillCheck:
                 exact = sum(1 for r in all_rows(result) if r[0] is not None)
                 if exact < self.inbox_cap:
                     short.append((tid, line, self.inbox_cap - exact, pull_authors))
-            visible = self._run([(self._visible, (tid,)) for tid, *_ in short])
-            for (tid, line, need, pull_authors), result in zip(short, visible):
-                users = {r[0] for r in all_rows(result)}
-                out.append(ShortInbox(tid, line, need, tuple(sorted(users - pull_authors))))
+            sets = self._run([(self._visible, (tid,)) for tid, *_ in short]
+                             + [(self._excluded, (tid,)) for tid, *_ in short])
+            for (tid, line, need, pull_authors), seen, aside in zip(short, sets, sets[len(short):]):
+                users = push_authors((r[0] for r in all_rows(seen)), pull_authors, {r[0] for r in all_rows(aside)})
+                out.append(ShortInbox(tid, line, need, tuple(users)))
         return out
 
     def _run(self, statements: list[tuple[Any, Any]]) -> list[Any]:

@@ -263,7 +263,7 @@ class ShortInbox(NamedTuple):
     """``inbox_cap`` less the rows at or above the line (> 0)."""
     push_authors: tuple[str, ...]
     """Sorted: the users the reader sees (``reader_visible``) less its pull authors, whose rows the
-    inbox does not hold."""
+    inbox does not hold, and its excluded sources (``reader_excluded``): ``rules.push_authors``."""
 
 
 class TimelineTrimmer(Protocol):

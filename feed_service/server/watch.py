@@ -207,6 +207,7 @@ class HomeWatch:
             plan = home_plan(user_id, statics_of(await store.statics(user_id, timeout=budget)))
             if list_owner is not None:  # a list's reader: its rows merged at read are decided by its rule
                 state.rule = owned_rule(plan.list_rule, list_of(user_id) or user_id, list_owner)
+                hub.watch_owner(sub, list_owner)  # and by what its owner sees and hides
             authors, reposters = list(plan.pull_authors), list(plan.pull_reposters)
             if plan.dropped:  # its push authors are merged in like pull authors
                 state.dropped = True

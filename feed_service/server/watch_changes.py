@@ -174,6 +174,9 @@ class WatchChanges:
                     m.again(e)
 
     async def _hidden(self, m: _Message, change: HiddenChange) -> None:
+        """The reader (a list's reader: its owner) hides a user or no longer does: the reposts of the
+        user's tweets are decided again (an owner's hides of a member reach the list's own rows as
+        their own changes)."""
         if m.sub.reposters:
             await self._reposts_of_user(m, change.user_id)
 
@@ -182,6 +185,9 @@ class WatchChanges:
         go, a dropped inbox's push authors join or leave, reposted tweets may become direct."""
         if m.sub.reposters:
             await self._reposts_of_user(m, change.user_id)
+        if change.reader_id != m.user_id:  # a list's owner's: what its rule reads as "the owner sees"
+            await self._owner_visible(m, change)
+            return
         state, sub, user_id = m.state, m.sub, m.user_id
         u = change.user_id
         state.sees[u] = change.op == "insert"
@@ -218,6 +224,19 @@ class WatchChanges:
         (:meth:`list_statics_changed`)."""
         if m.state.rule is not None:
             await self.list_statics_changed(m)
+
+    async def _owner_visible(self, m: _Message, change: VisibleChange) -> None:
+        """A list's owner sees a user or no longer does: under the ``followed`` policy the pull
+        authors' replies to that user come or go."""
+        state, u = m.state, change.user_id
+        state.owner_sees[u] = change.op == "insert"
+        for author in sorted(m.sub.authors - state.push):
+            page = await self.reads.author_page(m.store, author, None, self.inbox_cap, m.budget)
+            await self._learn(m.store, m.user_id, _undecided(page, m.user_id, state), state, m.budget)
+            for entry in page:
+                if state.deciding(entry, m.user_id) == u:
+                    m.note(AUTHOR_ROW, "insert" if state.shows(entry, m.user_id) else "delete", entry)
+                    m.unmerged.add(entry.tweet_id)
 
     async def _extras(self, m: _Message, change: ExtrasChange) -> None:
         if change.entry.reposted_by is not None and m.sub.reposters:

@@ -45,7 +45,7 @@ class Subscription:
     """One watch's queue of changes (and :data:`RESYNC` markers), and the pull authors it follows."""
 
     __slots__ = ("user_id", "authors", "items", "ready", "early_follows", "early_from", "expired", "reposters",
-                 "early_reposters")
+                 "early_reposters", "owner")
 
     def __init__(self, user_id: str) -> None:
         self.user_id = user_id
@@ -61,6 +61,8 @@ class Subscription:
         self.expired = False
         self.items: list[object] = []
         self.ready = asyncio.Event()
+        #: a list's watch: the list's owner, whose visible and hidden sets decide its rows too
+        self.owner: str | None = None
 
     def put(self, item: object) -> None:
         self.items.append(item)
@@ -132,6 +134,7 @@ class WatchHub:
         self._by_user: dict[str, set[Subscription]] = {}
         self._by_author: dict[str, set[Subscription]] = {}
         self._by_reposter: dict[str, set[Subscription]] = {}
+        self._by_owner: dict[str, set[Subscription]] = {}
         self._starting = _Starting()
         #: batches routed so far: what the watchers woken by one batch share is valid for that batch
         self.deliveries = 0
@@ -156,6 +159,17 @@ class WatchHub:
         for reposter in sub.reposters:
             _discard(self._by_reposter, reposter, sub)
         sub.reposters = set()
+        if sub.owner is not None:
+            _discard(self._by_owner, sub.owner, sub)
+            sub.owner = None
+
+    def watch_owner(self, sub: Subscription, owner: str) -> None:
+        """``sub`` watches a list of ``owner``: the owner's visible and hidden sets' changes are
+        queued to it too (its list's rule decides rows by them, docs/lists.md)."""
+        if sub.owner is not None:
+            _discard(self._by_owner, sub.owner, sub)
+        sub.owner = owner
+        self._by_owner.setdefault(owner, set()).add(sub)
 
     def start(self, sub: Subscription, authors: Iterable[str]) -> None:
         """Set the pull authors ``sub``'s user merges in, as read after subscribing; the pull-follow
@@ -235,6 +249,9 @@ class WatchHub:
                 subs = by_user.get(change.reader_id)
                 if subs:
                     self._put(subs, change)
+                owned = self._by_owner.get(change.reader_id) if not isinstance(change, ExcludedChange) else None
+                if owned:  # the watches of the reader's lists
+                    self._put(owned, change)
             elif isinstance(change, ListChange):  # to the watches of the list's reader
                 subs = by_user.get(list_reader(change.list_id))
                 if subs:

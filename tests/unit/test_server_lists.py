@@ -310,6 +310,23 @@ def test_a_pushed_list_watch_decides_pull_authors_rows_by_the_lists_rule_and_rea
         assert isinstance(ended, grpc.RpcError) and ended.code() == Code.NOT_FOUND
 
 
+def test_a_followed_lists_watch_follows_what_its_owner_sees() -> None:
+    """A "followed" list: its owner stops following dan, and star's reply to dan leaves the list's
+    watch; it follows cat, and star's reply to cat (a member own did not follow) comes."""
+    store = list_store("followed")
+    with ServerThread(loopback_config(), store=store) as server:
+        watch = PushedWatch(server, "WatchListTimeline", pb.WatchListTimelineRequest(user_id="own", list_id="L"), "own")
+        store.visible["own"] = {"cat"}
+        watch.publish(VisibleChange("delete", "own", "dan", 10, None), VisibleChange("insert", "own", "cat", 11, None))
+        shown: set[str] = set()
+        removed: set[str] = set()
+        while "s2" not in shown or "s3" not in removed:
+            message = watch.next()
+            shown |= {e.tweet_id for e in (*message.entries, *message.changed)}
+            removed |= set(message.removed_tweet_ids)
+        assert shown == {"s2"} and removed == {"s3"}
+
+
 def test_a_pushed_watch_of_a_dropped_inbox_takes_no_excluded_push_author_in() -> None:
     store = MemoryStore()
     store.dropped.add("ann")

@@ -60,7 +60,8 @@ RECONNECT_MAX_S = 10.0
 #: ``feed_view_changes_total`` label of each change type (the message's ``kind``).
 _KIND_LABELS = {"TimelineChange": "timeline", "AuthorChange": "author", "PullFollowChange": "pull_follow",
                 "ProfileChange": "profile", "BlockRowChange": "block", "ExtrasChange": "extras",
-                "UserRepostChange": "user_repost", "VisibleChange": "visible"}
+                "UserRepostChange": "user_repost", "VisibleChange": "visible", "PullReposterChange": "pull_reposter",
+                "HiddenChange": "hidden", "ExcludedChange": "excluded", "ListChange": "list"}
 
 log = logging.getLogger("feed_service.server")
 
